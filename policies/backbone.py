@@ -1,0 +1,64 @@
+"""The memory contract every backbone implements (see DESIGN.md, "The memory contract")."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from policies.memory import State, empty_window
+
+Aux = dict[str, Tensor]
+
+
+class MemoryBackbone(nn.Module, ABC):
+    """A recurrent feature extractor with episode memory.
+
+    - ``initial_state(n_envs)``: the state of ``n_envs`` new episodes;
+    - ``step(x[B, D], state, episode_start[B]) -> (y[B, output_dim], state)``: one time step of a
+      batch of envs (rollouts, evaluation, ``predict``); ``episode_start[i]`` clears env ``i``'s
+      memory before the step is processed;
+    - ``forward_sequence(x[T, B, D], state, episode_starts[T, B]) -> (y[T, B, output_dim], state, aux)``:
+      a stored segment at once (training); ``aux`` maps names to per-position values ``[T, B]``
+      (auxiliary losses and statistics). ``aux_loss_coefs`` names the entries that are losses
+      and their default coefficients; learners add them to their loss and log every entry.
+
+    The state is a window of the last ``memory_length`` per-step records (``[B, M, *record_shape]``)
+    with its validity mask (:mod:`policies.memory`), so learners can store, index and
+    concatenate it per env without knowing the backbone. ``step`` is for acting (call it
+    without gradient); ``forward_sequence`` is the differentiable path and gives the same
+    outputs (invariant 1).
+    """
+
+    output_dim: int
+    memory_length: int
+    record_shape: tuple[int, ...]
+    aux_loss_coefs: dict[str, float] = {}
+
+    def _like(self) -> Tensor:
+        """A parameter whose device and dtype the state follows."""
+        return next(self.parameters())
+
+    def initial_state(self, n_envs: int) -> State:
+        like = self._like()
+        return empty_window(n_envs, self.memory_length, self.record_shape, device=like.device, dtype=like.dtype)
+
+    @abstractmethod
+    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+        """One time step for a batch of envs."""
+
+    @abstractmethod
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        """A time-major segment ``[T, B, D]`` starting from ``state``."""
+
+    def forward(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        return self.forward_sequence(x, state, episode_starts)
+
+    def extra_repr(self) -> str:
+        return f"output_dim={self.output_dim}, memory_length={self.memory_length}"
+
+
+def as_bool(flags: Tensor) -> Tensor:
+    """Episode-start flags of any dtype as bool."""
+    return flags if flags.dtype == torch.bool else flags != 0

@@ -1,0 +1,64 @@
+"""Feed-forward baselines: a memoryless MLP and an MLP over the last k observations."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from policies.backbone import Aux, MemoryBackbone, as_bool
+from policies.memory import State, push_window, reset_window, window_before
+
+
+def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:
+    """``n_layers`` of ``Linear → ReLU`` of width ``hidden_size``."""
+    layers: list[nn.Module] = []
+    for i in range(n_layers):
+        layers += [nn.Linear(input_dim if i == 0 else hidden_size, hidden_size), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+class FrameStack(MemoryBackbone):
+    """An MLP over the current and the last ``k - 1`` inputs of the episode.
+
+    The frame-stacking baseline for POMDPs that SB3's maintainers recommend starting with.
+    Slots from before the episode start are zeroed and flagged (their validity bits are
+    part of the MLP input), so a short episode prefix is distinguishable from zero inputs.
+    ``k = 1`` is the memoryless MLP.
+    """
+
+    def __init__(self, input_dim: int, *, k: int = 4, hidden_size: int = 128, n_layers: int = 2) -> None:
+        super().__init__()
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.memory_length = k - 1
+        self.record_shape = (input_dim,)
+        self.output_dim = hidden_size
+        self.net = mlp(k * input_dim + k - 1, hidden_size, n_layers)
+
+    def _features(self, x: Tensor, window: Tensor, valid: Tensor) -> Tensor:
+        """``x`` ``[..., D]``, ``window`` ``[..., k-1, D]``, ``valid`` ``[..., k-1]``."""
+        masked = window * valid.unsqueeze(-1).to(window.dtype)
+        return torch.cat([masked.flatten(-2), valid.to(x.dtype), x], dim=-1)
+
+    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+        valid = reset_window(state["valid"], as_bool(episode_start))
+        y = self.net(self._features(x, state["memory"], valid))
+        return y, {"memory": push_window(state["memory"], x),
+                   "valid": push_window(valid, valid.new_ones(valid.shape[0]))}
+
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        T = x.shape[0]
+        starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
+        records = x.transpose(0, 1)  # [B, T, D]
+        steps = torch.arange(T + 1, device=x.device)
+        windows, valid = window_before(state["memory"], state["valid"], records, starts, steps)
+        valid_now = valid[:, :T] & ~starts.unsqueeze(-1)  # apply each step's own episode start
+        y = self.net(self._features(records, windows[:, :T], valid_now))
+        return y.transpose(0, 1), {"memory": windows[:, T], "valid": valid[:, T]}, {}
+
+
+class MLPMemoryless(FrameStack):
+    """The memoryless baseline: an MLP of the current input only (``FrameStack`` with ``k = 1``)."""
+
+    def __init__(self, input_dim: int, *, hidden_size: int = 128, n_layers: int = 2) -> None:
+        super().__init__(input_dim, k=1, hidden_size=hidden_size, n_layers=n_layers)

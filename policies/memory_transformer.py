@@ -1,0 +1,136 @@
+"""What Transformer-XL-style backbones share: the memory of per-depth inputs, the banded
+causal mask, and the key/value caches that make a rollout step cost O(M).
+
+A subclass defines the depth computation (:meth:`MemoryTransformer._depth`): a stack of
+distinct blocks (TrXL, TrXL-I, GTrXL) or one shared block applied with ACT halting
+(Universal Transformer). Depth ``n`` attends to memory slot ``n``: the inputs that depth
+``n`` received at each of the last ``M`` steps of the episode (Dai et al. 2019, Sec. 3.2:
+each layer caches its own input).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from policies.attention import KeysValues
+from policies.backbone import Aux, MemoryBackbone, as_bool
+from policies.blocks import TransformerXLBlock
+from policies.memory import State, attention_mask, push_window, reset_window, window_before
+from policies.positional import RelativeDistances
+
+POSITIONS = ("relative", "none")
+
+
+class MemoryTransformer(MemoryBackbone):
+    """Base of the Transformer memories: input projection, memory, masks and caches.
+
+    The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each
+    of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys`` and
+    ``cache_values`` ``[B, n_depth, H, M, d_head]``, computed once from ``memory`` and then
+    rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
+    caches were computed with; any parameter update invalidates them.
+    """
+
+    def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
+                 memory_length: int, n_depth: int, position: str) -> None:
+        super().__init__()
+        if memory_length < 1:
+            raise ValueError(f"memory_length must be >= 1, got {memory_length}")
+        if position not in POSITIONS:
+            raise ValueError(f"unknown position {position!r}; valid positions: {', '.join(POSITIONS)}")
+        if d_head is None:
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_head")
+            d_head = d_model // n_heads
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
+        self.memory_length = memory_length
+        self.output_dim = d_model
+        self.record_shape = (n_depth, d_model)
+        self.relative = position == "relative"
+        self.embed = nn.Linear(input_dim, d_model)
+        self.distances = RelativeDistances(d_model, memory_length) if self.relative else None
+        self._position_cache: tuple[int, list[Tensor | None]] | None = None
+
+    @property
+    @abstractmethod
+    def memory_blocks(self) -> list[TransformerXLBlock]:
+        """The block that reads memory slot ``n``, for every depth ``n``."""
+
+    @abstractmethod
+    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
+               position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+        """Run every depth on the segment ``h`` ``[B, T, D]``.
+
+        Returns the output ``[B, T, D]``, the records ``[B, T, n_depth, D]`` (input of each
+        depth), the segment's keys and values per depth, and auxiliary terms per position
+        ``[B, T]``.
+        """
+
+    # -- positions -------------------------------------------------------------------------
+    def _position_keys(self) -> list[Tensor | None]:
+        """``W_kR R`` of every depth's block (computed once per distinct block)."""
+        if self.distances is None:
+            return [None] * len(self.memory_blocks)
+        table = self.distances()
+        by_block: dict[int, Tensor] = {}
+        for block in self.memory_blocks:
+            if id(block) not in by_block:
+                by_block[id(block)] = block.attn.position_keys(table)
+        return [by_block[id(block)] for block in self.memory_blocks]
+
+    def _parameter_stamp(self) -> int:
+        """A fingerprint that changes whenever a parameter is updated in place or replaced."""
+        return hash(tuple((p.data_ptr(), p._version) for p in self.parameters())) & (2**62 - 1)
+
+    def _cached_position_keys(self, stamp: int) -> list[Tensor | None]:
+        """Position keys for rollout steps, recomputed only when the parameters change."""
+        if self._position_cache is None or self._position_cache[0] != stamp:
+            with torch.no_grad():
+                self._position_cache = (stamp, self._position_keys())
+        return self._position_cache[1]
+
+    # -- the two execution paths -----------------------------------------------------------
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
+        memory, valid = state["memory"], state["valid"]
+        mask = attention_mask(valid, starts, self.memory_length)
+        memory_kv = self._memory_kv(memory)
+        y, records, _, aux = self._depth(self.embed(x.transpose(0, 1)), memory_kv, mask, self._position_keys())
+        T = torch.tensor([x.shape[0]], device=x.device)
+        new_memory, new_valid = window_before(memory, valid, records.detach(), starts, T)
+        aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
+        return y.transpose(0, 1), {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}, aux
+
+    def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
+        """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""
+        return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
+
+    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+        stamp = self._parameter_stamp()
+        keys, values = self._caches(state, stamp)  # [B, n_depth, H, M, d_head]
+        valid = reset_window(state["valid"], as_bool(episode_start))
+        mask = torch.cat([valid, valid.new_ones(valid.shape[0], 1)], dim=1).unsqueeze(1)  # [B, 1, M+1]
+        memory_kv = [(keys[:, n], values[:, n]) for n in range(keys.shape[1])]
+        y, records, segment_kv, _ = self._depth(self.embed(x).unsqueeze(1), memory_kv, mask,
+                                                self._cached_position_keys(stamp))
+        new_keys = torch.stack([k for k, _ in segment_kv], dim=1)  # [B, n_depth, H, 1, d_head]
+        new_values = torch.stack([v for _, v in segment_kv], dim=1)
+        return y[:, 0], {
+            "memory": push_window(state["memory"], records[:, 0]),
+            "valid": push_window(valid, valid.new_ones(valid.shape[0])),
+            "cache_keys": torch.cat([keys[:, :, :, 1:], new_keys], dim=3),
+            "cache_values": torch.cat([values[:, :, :, 1:], new_values], dim=3),
+            "cache_stamp": state["valid"].new_full((valid.shape[0],), stamp, dtype=torch.long),
+        }
+
+    def _caches(self, state: State, stamp: int) -> tuple[Tensor, Tensor]:
+        """The state's key/value caches, rebuilt from ``memory`` when missing or stale."""
+        cached = state.get("cache_stamp")
+        if cached is not None and bool((cached == stamp).all()):
+            return state["cache_keys"], state["cache_values"]
+        with torch.no_grad():
+            memory_kv = self._memory_kv(state["memory"])
+        return torch.stack([k for k, _ in memory_kv], dim=1), torch.stack([v for _, v in memory_kv], dim=1)

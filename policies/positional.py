@@ -1,0 +1,68 @@
+"""Positional information: sinusoidal and learned absolute encodings, and the sinusoid
+table of relative distances used by Transformer-XL attention."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
+    """Sinusoids of Vaswani et al. (2017): ``[sin(p ω_i), cos(p ω_i)]``, ``ω_i = 10000^(-2i/d)``.
+
+    Transformer-XL (Dai et al. 2019, Sec. 3.3) uses the same table, evaluated at relative
+    distances, as ``R``. ``positions``: ``[N]`` (any float or int dtype); returns ``[N, dim]``.
+    """
+    if dim % 2:
+        raise ValueError(f"sinusoidal encodings need an even dimension, got {dim}")
+    dtype = positions.dtype if positions.is_floating_point() else torch.get_default_dtype()
+    inv_freq = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=dtype)
+                         * (-math.log(10000.0) / dim))
+    angles = positions.to(dtype).unsqueeze(-1) * inv_freq
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Absolute sinusoidal encoding added to the input, ``x_p + PE(p)`` (Vaswani et al. 2017)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """``x``: ``[..., N, dim]``, ``positions``: ``[N]``."""
+        return x + sinusoid_table(positions, self.dim).to(x.dtype)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """Absolute learned encoding, one trainable vector per position (Gehring et al. 2017)."""
+
+    def __init__(self, dim: int, max_positions: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        self.table = nn.Embedding(max_positions, dim)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """``x``: ``[..., N, dim]``, ``positions``: ``[N]`` integers below ``max_positions``."""
+        return x + self.table(positions)
+
+
+class RelativeDistances(nn.Module):
+    """The sinusoid table ``R_d`` for distances ``d = 0..max_distance`` (Dai et al. 2019).
+
+    Distances beyond ``max_distance`` are clamped to it (TrXL's ``clamp_len``); with the
+    banded causal mask they are never attended to, so the clamp only bounds the table.
+    """
+
+    def __init__(self, dim: int, max_distance: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.max_distance = max_distance
+        self.register_buffer("table", sinusoid_table(torch.arange(max_distance + 1.0), dim), persistent=False)
+
+    def forward(self) -> Tensor:
+        """``[max_distance + 1, dim]``, row ``d`` encodes distance ``d``."""
+        return self.table

@@ -1,0 +1,55 @@
+"""Transformer-XL memories for RL: TrXL, TrXL-I and GTrXL (Parisotto et al. 2020)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from policies.attention import KeysValues
+from policies.backbone import Aux
+from policies.blocks import TransformerXLBlock
+from policies.memory_transformer import MemoryTransformer
+
+
+class TransformerXL(MemoryTransformer):
+    """A stack of ``n_layers`` Transformer-XL blocks over an episode memory of ``memory_length`` steps.
+
+    Layer ``l`` attends, from each step, to its own input at the last ``M`` steps of the
+    episode (kept without gradient) and to the current step, with relative positions
+    (Dai et al. 2019). The three RL variants differ only in the block:
+
+    - ``trxl``: ``layout="post-ln"``, residual connections (fails to learn in RL per the GTrXL paper);
+    - ``trxl-i``: ``layout="identity-map"``, residual connections;
+    - ``gtrxl``: ``layout="identity-map"`` with a gate (``gru`` by default, ``b_g = 2``).
+
+    Examples:
+        >>> backbone = TransformerXL(8, d_model=32, n_layers=2, n_heads=2, memory_length=16)
+        >>> state = backbone.initial_state(n_envs=4)
+        >>> y, state = backbone.step(torch.randn(4, 8), state, torch.ones(4, dtype=torch.bool))
+        >>> y.shape
+        torch.Size([4, 32])
+    """
+
+    def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
+                 d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
+                 layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
+                 position: str = "relative", dropout: float = 0.0) -> None:
+        super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
+                         memory_length=memory_length, n_depth=n_layers, position=position)
+        self.layers = nn.ModuleList(
+            TransformerXLBlock(d_model, n_heads, self.d_head, d_inner or 4 * d_model, layout=layout, gate=gate,
+                               gate_bias=gate_bias, relative=self.relative, dropout=dropout)
+            for _ in range(n_layers))
+
+    @property
+    def memory_blocks(self) -> list[TransformerXLBlock]:
+        return list(self.layers)
+
+    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
+               position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+        records, segment_kv = [], []
+        for layer, kv, pos in zip(self.layers, memory_kv, position_keys, strict=True):
+            records.append(h)
+            h, kv_seg = layer(h, kv, mask, pos)
+            segment_kv.append(kv_seg)
+        return h, torch.stack(records, dim=2), segment_kv, {}

@@ -1,0 +1,135 @@
+"""Invariant 4 (relative attention equals the naive four-term computation), the relative
+shift, the banded mask and the absence of NaN at episode starts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policies.attention import MultiHeadAttention, RelativeMultiHeadAttention, rel_shift
+from policies.memory import attention_mask, window_before
+from policies.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoid_table
+
+B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
+
+
+def naive_relative_attention(attn: RelativeMultiHeadAttention, h, memory, mask):
+    """The four TrXL terms written out per (query, key), O(T·(M+T)) Python loops."""
+    context = torch.cat([memory, h], dim=1)  # [B, M+T, D]
+    W_q = attn.q_net.weight.view(H, DH, D)
+    W_k, W_v = (w.view(H, DH, D) for w in attn.kv_net.weight.chunk(2, dim=0))
+    W_r = attn.r_net.weight.view(H, DH, D)
+    out = torch.zeros(B, T, H, DH, dtype=h.dtype)
+    for b in range(B):
+        for n in range(H):
+            for i in range(T):
+                q = W_q[n] @ h[b, i]
+                scores = []
+                for j in range(M + T):
+                    k = W_k[n] @ context[b, j]
+                    distance = M + i - j
+                    r = W_r[n] @ sinusoid_table(torch.tensor([max(distance, 0)], dtype=h.dtype), D)[0]
+                    a = q @ k                   # (a) content
+                    b_term = q @ r              # (b) content-dependent position
+                    c = attn.u[n] @ k           # (c) global content bias
+                    d = attn.v[n] @ r           # (d) global position bias
+                    score = (a + b_term + c + d) / math.sqrt(DH)
+                    scores.append(score if mask[b, i, j] else torch.tensor(float("-inf"), dtype=h.dtype))
+                weights = torch.softmax(torch.stack(scores), dim=0)
+                values = torch.stack([W_v[n] @ context[b, j] for j in range(M + T)])
+                out[b, i, n] = weights @ values
+    return attn.out_net(out.reshape(B, T, H * DH))
+
+
+def test_relative_attention_equals_the_four_terms():
+    torch.manual_seed(0)
+    attn = RelativeMultiHeadAttention(D, H, DH).double()
+    with torch.no_grad():  # non-trivial u, v so terms (c) and (d) matter
+        attn.u.normal_()
+        attn.v.normal_()
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    valid = torch.tensor([[False, True, True, True, True], [True] * M])
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[1, 4] = True
+    mask = attention_mask(valid, starts, M)
+    table = sinusoid_table(torch.arange(M + 1.0, dtype=torch.float64), D)
+    with torch.no_grad():
+        fast, _ = attn(h, attn.keys_values(memory), mask, attn.position_keys(table))
+        slow = naive_relative_attention(attn, h, memory, mask)
+    torch.testing.assert_close(fast, slow, atol=1e-10, rtol=0)
+
+
+def test_rel_shift_aligns_every_row_to_its_distances():
+    K = M + T
+    distances = torch.arange(K - 1, -1, -1.0)  # the raw layout: column k holds distance K-1-k
+    raw = distances.expand(T, K).clone()
+    shifted = rel_shift(raw)
+    for i in range(T):
+        for j in range(i + M + 1):  # every key not in the future
+            assert shifted[i, j] == M + i - j
+
+
+def test_content_attention_masks_memory_and_is_scaled_by_head_dim():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(D, H, DH).double()
+    h, memory = torch.randn(1, 1, D, dtype=torch.float64), torch.randn(1, M, D, dtype=torch.float64)
+    mask = torch.ones(1, 1, M + 1, dtype=torch.bool)
+    mask[..., :2] = False
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask)
+        q = attn._heads(attn.q_net(h))
+        k, v = attn.keys_values(torch.cat([memory[:, 2:], h], dim=1))
+        expected = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(DH), dim=-1) @ v
+        expected = attn.out_net(expected.transpose(1, 2).reshape(1, 1, -1))
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_first_step_of_an_episode_has_no_nan(relative):
+    """Every memory slot invalid (episode start): the query still sees itself, output finite."""
+    attn = (RelativeMultiHeadAttention if relative else MultiHeadAttention)(D, H, DH)
+    valid = torch.zeros(B, M, dtype=torch.bool)
+    starts = torch.ones(B, T, dtype=torch.bool)  # every step starts a new one-step episode
+    mask = attention_mask(valid, starts, M)
+    assert mask.sum(-1).eq(1).all()
+    table = sinusoid_table(torch.arange(M + 1.0), D)
+    out, _ = attn(torch.randn(B, T, D), attn.keys_values(torch.randn(B, M, D) * 1e6), mask,
+                  attn.position_keys(table))
+    assert torch.isfinite(out).all()
+
+
+def test_mask_is_banded_causal_and_episode_aware():
+    valid = torch.ones(1, 3, dtype=torch.bool)
+    starts = torch.tensor([[False, False, True, False]])
+    mask = attention_mask(valid, starts, memory_length=3)[0].int()
+    expected = torch.tensor([
+        # memory m0 m1 m2 | segment s0 s1 s2 s3
+        [1, 1, 1, 1, 0, 0, 0],  # s0 sees 3 memory slots and itself
+        [0, 1, 1, 1, 1, 0, 0],  # s1: m0 is 4 steps back, outside the window
+        [0, 0, 0, 0, 0, 1, 0],  # s2 starts an episode
+        [0, 0, 0, 0, 0, 1, 1],
+    ])
+    assert torch.equal(mask, expected)
+
+
+def test_window_before_rebuilds_states_by_index():
+    memory = torch.arange(3.0).view(1, 3, 1)  # records of times -3, -2, -1
+    valid = torch.tensor([[False, True, True]])
+    records = torch.arange(10.0, 14.0).view(1, 4, 1)  # times 0..3
+    starts = torch.tensor([[False, False, True, False]])
+    windows, window_valid = window_before(memory, valid, records, starts, torch.arange(5))
+    assert windows[0, :, :, 0].tolist() == [[0, 1, 2], [1, 2, 10], [2, 10, 11], [10, 11, 12], [11, 12, 13]]
+    assert window_valid[0].int().tolist() == [[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 1, 1]]
+
+
+def test_absolute_positional_encodings():
+    x = torch.zeros(2, 4, 6)
+    positions = torch.arange(4)
+    sinusoidal = SinusoidalPositionalEncoding(6)(x, positions)
+    frequencies = torch.tensor([1.0, 10000 ** (-1 / 3), 10000 ** (-2 / 3)])
+    torch.testing.assert_close(sinusoidal[0, 1, :3], torch.sin(frequencies))
+    torch.testing.assert_close(sinusoidal[0, 2, 3:], torch.cos(2 * frequencies))
+    learned = LearnedPositionalEncoding(6, max_positions=8)
+    torch.testing.assert_close(learned(x, positions)[1], learned.table.weight[:4])

@@ -1,0 +1,229 @@
+"""The memory contract and invariants 1, 2 (DESIGN.md) for every backbone of the registry."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policies import BACKBONES, make_backbone
+from policies.memory import strip_cache
+
+INPUT_DIM = 5
+MEMORY = 4
+TRANSFORMERS = ("trxl", "trxl-i", "gtrxl", "ut-act")
+SMALL = {"d_model": 16, "n_heads": 2, "memory_length": MEMORY}
+OPTIONS = {
+    **{name: SMALL for name in TRANSFORMERS},
+    "lstm": {"hidden_size": 12, "n_layers": 2},
+    "gru": {"hidden_size": 12, "n_layers": 2},
+    "mlp": {"hidden_size": 12},
+    "framestack": {"k": 3, "hidden_size": 12},
+}
+
+
+def build(name: str, dtype: torch.dtype = torch.float32, **extra: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return make_backbone(name, INPUT_DIM, **{**OPTIONS[name], **extra}).to(dtype)
+
+
+def starts_pattern(T: int, B: int) -> torch.Tensor:
+    """Episode starts at t=0 for all, then mid-sequence and mid-batch (env-specific)."""
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[0] = True
+    starts[6, 1] = True
+    starts[9, 0] = True
+    starts[9, 2] = True
+    starts[10, 2] = True  # a one-step episode
+    return starts
+
+
+def run_steps(backbone, x, state, starts):
+    outputs = []
+    with torch.no_grad():
+        for t in range(x.shape[0]):
+            y, state = backbone.step(x[t], state, starts[t])
+            outputs.append(y)
+    return torch.stack(outputs), state
+
+
+def random_state(backbone, B: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """A state as left by an earlier episode: random records, every slot valid."""
+    state = backbone.initial_state(B)
+    state["memory"] = torch.randn_like(state["memory"])
+    state["valid"] = torch.ones_like(state["valid"])
+    return state
+
+
+def test_every_registered_backbone_is_covered():
+    assert set(OPTIONS) == set(BACKBONES)
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_step_equals_sequence(name, dtype, atol):
+    """Invariant 1: stepping equals the whole sequence (T > M, starts mid-sequence and mid-batch),
+    and equals the sequence cut into two segments with the state carried between them."""
+    backbone = build(name, dtype)
+    T, B = 3 * MEMORY + 2, 3
+    x = torch.randn(T, B, INPUT_DIM, dtype=dtype)
+    starts = starts_pattern(T, B)
+    starts[0, 0] = False  # env 0 continues the episode of the random state
+    state0 = random_state(backbone, B, dtype)
+    y_step, state_step = run_steps(backbone, x, state0, starts)
+    with torch.no_grad():
+        y_seq, state_seq, _ = backbone.forward_sequence(x, state0, starts)
+        y_a, state_a, _ = backbone.forward_sequence(x[:5], state0, starts[:5])
+        y_b, state_b, _ = backbone.forward_sequence(x[5:], state_a, starts[5:])
+    assert y_step.dtype == dtype and y_seq.shape == (T, B, backbone.output_dim)
+    torch.testing.assert_close(y_step, y_seq, atol=atol, rtol=0)
+    torch.testing.assert_close(torch.cat([y_a, y_b]), y_seq, atol=atol, rtol=0)
+    for key in ("memory", "valid"):
+        torch.testing.assert_close(state_step[key], state_seq[key], atol=atol, rtol=0)
+        torch.testing.assert_close(state_b[key], state_seq[key], atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+@pytest.mark.parametrize("mode", ["step", "sequence"])
+def test_episode_isolation(name, mode):
+    """Invariant 2: after env 0's episode starts at t=6, neither what env 0 saw before (inputs or
+    the state it carried in) nor anything the other envs see changes env 0's outputs."""
+    backbone = build(name)
+    T, B, start = 3 * MEMORY + 2, 3, 6
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[start, 0] = True
+    starts[4, 1] = True
+    x = torch.randn(T, B, INPUT_DIM)
+    state = random_state(backbone, B)
+    x_other, state_other = x.clone(), {k: v.clone() for k, v in state.items()}
+    x_other[:start, 0] = torch.randn(start, INPUT_DIM) * 3
+    x_other[:, 1:] = torch.randn(T, B - 1, INPUT_DIM) * 3
+    state_other["memory"] = torch.randn_like(state["memory"]) * 3
+
+    def outputs(inputs, state0):
+        if mode == "step":
+            return run_steps(backbone, inputs, state0, starts)[0]
+        with torch.no_grad():
+            return backbone.forward_sequence(inputs, state0, starts)[0]
+
+    y, y_other = outputs(x, state), outputs(x_other, state_other)
+    torch.testing.assert_close(y[start:, 0], y_other[start:, 0], atol=1e-5, rtol=0)
+    if name != "mlp":  # the perturbation itself is visible to every memory before the start
+        assert not torch.allclose(y[:start, 0], y_other[:start, 0], atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["trxl", "trxl-i", "gtrxl", "ut-act"])
+def test_window_is_exactly_memory_length(name):
+    """An input exactly M steps back still changes a 1-layer transformer's output; one M+1 back does not."""
+    extra = {"max_steps": 1} if name == "ut-act" else {"n_layers": 1}
+    backbone = build(name, **extra)
+    T, B = MEMORY + 3, 1
+    x = torch.randn(T, B, INPUT_DIM)
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[0] = True
+    state = backbone.initial_state(B)
+    last = T - 1
+
+    def final_output(inputs):
+        with torch.no_grad():
+            return backbone.forward_sequence(inputs, state, starts)[0][last]
+
+    base = final_output(x)
+    for back, changes in ((MEMORY, True), (MEMORY + 1, False)):
+        perturbed = x.clone()
+        perturbed[last - back] += 5.0
+        y = final_output(perturbed)
+        assert (not torch.allclose(y, base, atol=1e-4)) == changes, f"{back} steps back"
+        y_step = run_steps(backbone, perturbed, state, starts)[0][last]
+        torch.testing.assert_close(y_step, y, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_gradients_reach_every_parameter(name):
+    backbone = build(name, **({"gate": "gru"} if name in ("gtrxl", "ut-act") else {}))
+    T, B = 3 * MEMORY + 2, 3
+    x = torch.randn(T, B, INPUT_DIM)
+    y, state, aux = backbone.forward_sequence(x, random_state(backbone, B), starts_pattern(T, B))
+    loss = y.square().mean() + sum(value.mean() for value in aux.values())
+    loss.backward()
+    missing = [n for n, p in backbone.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, f"no gradient for {missing}"
+    assert not any(t.requires_grad for t in state.values()), "memory must be kept without gradient"
+
+
+@pytest.mark.parametrize("name", ["gtrxl", "ut-act"])
+@pytest.mark.parametrize("gate", ["input", "output", "highway", "sigmoid-tanh", "gru"])
+def test_every_gate_reaches_its_bias(name, gate):
+    backbone = build(name, gate=gate)
+    x = torch.randn(6, 2, INPUT_DIM)
+    y, _, _ = backbone.forward_sequence(x, backbone.initial_state(2), torch.zeros(6, 2, dtype=torch.bool))
+    y.square().mean().backward()
+    biases = [p for n, p in backbone.named_parameters() if n.endswith("gate.bias")]
+    assert biases and all(p.grad is not None and p.grad.abs().sum() > 0 for p in biases)
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_step_caches_follow_parameter_updates(name):
+    """Rollout caches (keys/values, projected distances) are rebuilt after an optimizer step."""
+    backbone = build(name)
+    B, T = 2, MEMORY + 3
+    x = torch.randn(2 * T, B, INPUT_DIM)
+    starts = torch.zeros(2 * T, B, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+    optimizer = torch.optim.Adam(backbone.parameters(), lr=0.05)
+    y, _, _ = backbone.forward_sequence(x[:T], backbone.initial_state(B), starts[:T])
+    y.square().mean().backward()
+    optimizer.step()
+    y_step, _ = run_steps(backbone, x[T:], state, starts[T:])
+    with torch.no_grad():
+        y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
+    torch.testing.assert_close(y_step, y_seq, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_state_is_env_major_and_indexable(name):
+    """A learner can slice and concatenate states per env without knowing the backbone."""
+    backbone = build(name)
+    B = 4
+    x = torch.randn(12, B, INPUT_DIM)
+    starts = starts_pattern(12, B)
+    _, state = run_steps(backbone, x, backbone.initial_state(B), starts)
+    assert all(t.shape[0] == B for t in state.values())
+    halves = [{k: v[i:i + 2] for k, v in state.items()} for i in (0, 2)]
+    joined = {k: torch.cat([h[k] for h in halves]) for k in state}
+    x_next = torch.randn(B, INPUT_DIM)
+    no_start = torch.zeros(B, dtype=torch.bool)
+    with torch.no_grad():
+        y_joined, _ = backbone.step(x_next, joined, no_start)
+        y_parts = torch.cat([backbone.step(x_next[i:i + 2], half, no_start[:2])[0]
+                             for i, half in zip((0, 2), halves, strict=True)])
+        y_full, _ = backbone.step(x_next, state, no_start)
+    torch.testing.assert_close(y_joined, y_full)
+    torch.testing.assert_close(y_parts, y_full, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_state_follows_module_dtype_and_device(name):
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        backbone = build(name, torch.float64).to(device)
+        state = backbone.initial_state(3)
+        assert state["memory"].dtype == torch.float64 and state["memory"].device.type == device
+        y, state = backbone.step(torch.randn(3, INPUT_DIM, dtype=torch.float64, device=device), state,
+                                 torch.ones(3, dtype=torch.bool, device=device))
+        assert y.dtype == torch.float64 and y.device.type == device
+        assert all(t.device.type == device for t in state.values())
+
+
+def test_unknown_backbone_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown backbone 'gtrx'.*gtrxl.*lstm"):
+        make_backbone("gtrx", 4)
+
+
+def test_unknown_option_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"'memory_len'.*valid options: .*memory_length"):
+        make_backbone("gtrxl", 4, memory_len=8)
+    with pytest.raises(ValueError, match=r"'gate'.*trxl-i"):
+        make_backbone("trxl-i", 4, gate="gru")
+    with pytest.raises(ValueError, match=r"unknown gate 'lstm'; valid gates: residual, input"):
+        make_backbone("gtrxl", 4, gate="lstm")
