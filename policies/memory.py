@@ -14,11 +14,13 @@ Every backbone's state is a dict of tensors with the env axis first:
 A step is processed in three moves, shared by every backbone: episode starts invalidate
 the window (:func:`reset_window`), the step reads the valid slots, and its record is pushed
 (:func:`push_window`). Training rebuilds the window before any step of a stored rollout
-from the window at the rollout start plus the per-step records (:func:`window_before`):
+from the window at the rollout start plus the per-step records (:func:`gather_windows`):
 no per-step copies of the window are ever stored.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -63,45 +65,55 @@ def episode_ids(episode_starts: Tensor) -> Tensor:
     return episode_starts.long().cumsum(dim=1)
 
 
+class WindowHistory(NamedTuple):
+    """The window at a segment's start followed by every record of the segment.
+
+    ``memory``: ``[B, M + T, *record]``; ``valid``: ``[B, M + T]`` (the start window's validity,
+    then ``True``); ``episode``: ``[B, M + T]`` episode counter (0 on the start window, then the
+    running count of episode starts). Any window inside the segment is a slice of it.
+    """
+
+    memory: Tensor
+    valid: Tensor
+    episode: Tensor
+
+
+def window_history(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor) -> WindowHistory:
+    """Concatenate the start window ``[B, M, *record]`` and the records ``[B, T, *record]``."""
+    B, T = episode_starts.shape
+    episode = episode_ids(episode_starts)
+    return WindowHistory(memory=torch.cat([memory, records.to(memory.dtype)], dim=1),
+                         valid=torch.cat([valid, valid.new_ones(B, T)], dim=1),
+                         episode=torch.cat([episode.new_zeros(B, valid.shape[1]), episode], dim=1))
+
+
+def gather_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> tuple[Tensor, Tensor]:
+    """The window entering step ``t[n]`` of env ``env[n]``, rebuilt by index.
+
+    Returns ``(memory, valid)`` of shapes ``[N, M, *record]`` and ``[N, M]``: the state *before*
+    that step's episode start is applied, exactly what ``step`` received. A slot is valid when
+    its record was valid and no episode started after it, up to and including step ``t - 1``.
+    ``t`` ranges over ``0..T`` (``T`` gives the state after the segment).
+    """
+    slots = t.unsqueeze(1) + torch.arange(memory_length, device=t.device)  # [N, M] history indices
+    rows = env.unsqueeze(1)
+    memory = history.memory[rows, slots]
+    last = history.episode[env, (memory_length + t - 1).clamp(min=0)]  # episode of step t-1
+    last = torch.where(t > 0, last, torch.zeros_like(last))
+    valid = history.valid[rows, slots] & (history.episode[rows, slots] == last.unsqueeze(1))
+    return memory, valid
+
+
 def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor,
                   t: Tensor) -> tuple[Tensor, Tensor]:
-    """The window entering step ``t`` of a segment, rebuilt from records by index.
-
-    Args:
-        memory: ``[B, M, *record]`` the window when the segment began, ``valid`` ``[B, M]``.
-        records: ``[B, T, *record]`` the record each step of the segment pushed.
-        episode_starts: ``[B, T]`` episode-start flags of the segment.
-        t: ``[N]`` or ``[B, N]`` step indices in ``0..T`` (``T`` gives the state after the segment).
-
-    Returns:
-        ``(memory_t, valid_t)`` of shapes ``[B, N, M, *record]`` and ``[B, N, M]``: the state
-        *before* ``episode_starts[t]`` is applied, exactly what ``step`` would have received.
-        A slot is valid when its record was valid and no episode started after it, up to and
-        including step ``t - 1``.
-    """
+    """The windows entering steps ``t`` ``[N]`` of a segment, for every env: ``[B, N, M, *record]``
+    and ``[B, N, M]``. ``records``: ``[B, T, *record]``; ``episode_starts``: ``[B, T]``."""
     B, M = valid.shape
-    T = records.shape[1]
-    if t.dim() == 1:
-        t = t.unsqueeze(0).expand(B, -1)
-    history = torch.cat([memory, records.to(memory.dtype)], dim=1)  # [B, M+T, *record]
-    base_valid = torch.cat([valid, valid.new_ones(B, T)], dim=1)  # [B, M+T]
-    # episode counter at every slot of the history: 0 on the memory, cumsum on the segment
-    counter = torch.cat([episode_ids(episode_starts).new_zeros(B, M), episode_ids(episode_starts)], dim=1)
-    slots = t.unsqueeze(-1) + torch.arange(M, device=t.device)  # [B, N, M] indices into history
-    flat = slots.reshape(B, -1)
-    gathered = history.gather(1, _expand_index(flat, history)).reshape(*slots.shape, *history.shape[2:])
-    # the episode that the most recent step (t - 1) belongs to; history index of step t-1 is M+t-1
-    last = counter.gather(1, (M + t - 1).clamp(min=0))  # [B, N]
-    last = torch.where(t > 0, last, torch.zeros_like(last))
-    slot_valid = base_valid.gather(1, flat).view_as(slots) & (counter.gather(1, flat).view_as(slots)
-                                                              == last.unsqueeze(-1))
-    return gathered, slot_valid
-
-
-def _expand_index(index: Tensor, source: Tensor) -> Tensor:
-    """Broadcast a ``[B, N]`` time index over the trailing record dimensions of ``source``."""
-    extra = source.shape[2:]
-    return index.view(*index.shape, *([1] * len(extra))).expand(*index.shape, *extra)
+    N = t.shape[0]
+    history = window_history(memory, valid, records, episode_starts)
+    env = torch.arange(B, device=t.device).repeat_interleave(N)
+    windows, window_valid = gather_windows(history, env, t.repeat(B), M)
+    return windows.view(B, N, *windows.shape[1:]), window_valid.view(B, N, M)
 
 
 def attention_mask(valid: Tensor, episode_starts: Tensor, memory_length: int) -> Tensor:

@@ -1,0 +1,145 @@
+"""Rollout buffer for memory backbones: each step's record stored once, windows rebuilt by index.
+
+A Transformer-XL memory of ``M`` steps seen from every step of a rollout would cost
+``n_steps · n_envs · layers · M · d`` floats if stored per step (as sb3-contrib stores LSTM
+states). Here the buffer keeps, per backbone, the window carried into the rollout and the
+record each step pushed — ``(M + n_steps) · n_envs · layers · d`` floats — in one history
+tensor, and gathers the window entering any step when a minibatch asks for it
+(:func:`policies.memory.gather_windows`).
+
+Minibatches are segments of ``segment_length`` consecutive steps of one env, time-major:
+``T = 1`` gives every step its own sample with its stored window; ``T > 1`` lets the learner
+recompute the segment with gradients inside it (Transformer-XL training), starting from the
+stored window before the segment. Episode starts inside a segment are handled by the
+backbone's masks, so segments are never cut or padded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.type_aliases import PyTorchObs
+from torch import Tensor
+
+from policies.memory import State, WindowHistory, episode_ids, gather_windows
+
+PolicyState = dict[str, State]
+
+
+class MemoryBatch(NamedTuple):
+    """A minibatch of ``N`` segments of ``T`` steps; per-step fields are flattened time-major
+    (row ``t · N + n`` is step ``t`` of segment ``n``)."""
+
+    observations: PyTorchObs
+    actions: Tensor
+    old_values: Tensor
+    old_log_prob: Tensor
+    advantages: Tensor
+    returns: Tensor
+    episode_starts: Tensor  # [T, N]
+    states: PolicyState  # the window entering each segment, per backbone, [N, M, ...]
+
+
+class _MemoryStorage:
+    """What a memory buffer adds to SB3's rollout buffers: per-backbone window histories and
+    segment sampling. Mixed into :class:`RolloutBuffer` and :class:`DictRolloutBuffer`, whose
+    storage, ``add`` and GAE (``compute_returns_and_advantage``) are reused unchanged."""
+
+    buffer_size: int
+    n_envs: int
+    device: torch.device
+    observations: np.ndarray | dict[str, np.ndarray]
+    actions: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    advantages: np.ndarray
+    returns: np.ndarray
+    episode_starts: np.ndarray
+    pos: int
+    full: bool
+    to_torch: Callable[[np.ndarray], Tensor]
+
+    def start_rollout(self, state: PolicyState) -> None:
+        """Store the windows carried into the rollout (the prefix of every history)."""
+        self.histories: dict[str, WindowHistory] = {}
+        self.memory_lengths: dict[str, int] = {}
+        for name, backbone_state in state.items():
+            memory, valid = backbone_state["memory"], backbone_state["valid"]
+            M = valid.shape[1]
+            history = memory.new_zeros(self.n_envs, M + self.buffer_size, *memory.shape[2:], device=self.device)
+            history[:, :M] = memory
+            history_valid = torch.ones(self.n_envs, M + self.buffer_size, dtype=torch.bool, device=self.device)
+            history_valid[:, :M] = valid
+            self.histories[name] = WindowHistory(history, history_valid, torch.empty(0))
+            self.memory_lengths[name] = M
+
+    def add_records(self, records: dict[str, Tensor]) -> None:
+        """Store the record each backbone pushed at the current step (call before ``add``)."""
+        for name, record in records.items():
+            self.histories[name].memory[:, self.memory_lengths[name] + self.pos] = record
+
+    def bytes_per_step(self) -> int:
+        """Memory-state bytes stored per env step (the prefix amortised over the rollout)."""
+        total = sum(h.memory.element_size() * h.memory[0].numel() + h.valid[0].numel()
+                    for h in self.histories.values())
+        return total // self.buffer_size
+
+    def compute_returns_and_advantage(self, last_values: Tensor, dones: np.ndarray) -> None:
+        """SB3's GAE, then the episode counters that window validity is computed from."""
+        super().compute_returns_and_advantage(last_values, dones)  # type: ignore[misc]
+        starts = torch.as_tensor(self.episode_starts, device=self.device).bool().T  # [E, n_steps]
+        episodes = episode_ids(starts)
+        for name, history in self.histories.items():
+            counter = torch.cat([episodes.new_zeros(self.n_envs, self.memory_lengths[name]), episodes], dim=1)
+            self.histories[name] = history._replace(episode=counter)
+
+    def segments(self, batch_size: int, segment_length: int) -> Iterator[MemoryBatch]:
+        """Shuffled minibatches of ``batch_size`` steps, in segments of ``segment_length`` steps."""
+        if not self.full:
+            raise RuntimeError("the rollout buffer is not full yet")
+        T = segment_length
+        per_env = self.buffer_size // T
+        seg_env = np.repeat(np.arange(self.n_envs), per_env)
+        seg_t0 = np.tile(np.arange(per_env) * T, self.n_envs)
+        order = np.random.permutation(len(seg_env))
+        per_batch = batch_size // T
+        for first in range(0, len(order), per_batch):
+            chosen = order[first:first + per_batch]
+            yield self._segment_batch(seg_env[chosen], seg_t0[chosen], T)
+
+    def _segment_batch(self, env: np.ndarray, t0: np.ndarray, T: int) -> MemoryBatch:
+        t = t0[None, :] + np.arange(T)[:, None]  # [T, N]
+        e = np.broadcast_to(env[None, :], t.shape)
+
+        def take(array: np.ndarray) -> Tensor:
+            return self.to_torch(array[t, e].reshape(T * len(env), *array.shape[2:]))  # [T*N, ...]
+
+        observations = ({key: take(obs) for key, obs in self.observations.items()}
+                        if isinstance(self.observations, dict) else take(self.observations))
+        env_t, t0_t = torch.as_tensor(env, device=self.device), torch.as_tensor(t0, device=self.device)
+        states = {}
+        for name, history in self.histories.items():
+            memory, valid = gather_windows(history, env_t, t0_t, self.memory_lengths[name])
+            states[name] = {"memory": memory, "valid": valid}
+        return MemoryBatch(
+            observations=observations,
+            actions=take(self.actions).float(),
+            old_values=take(self.values),
+            old_log_prob=take(self.log_probs),
+            advantages=take(self.advantages),
+            returns=take(self.returns),
+            episode_starts=torch.as_tensor(self.episode_starts[t, e], device=self.device).bool(),
+            states=states,
+        )
+
+
+class MemoryRolloutBuffer(_MemoryStorage, RolloutBuffer):
+    """SB3's :class:`RolloutBuffer` plus episode-memory histories and segment sampling."""
+
+
+class MemoryDictRolloutBuffer(_MemoryStorage, DictRolloutBuffer):
+    """SB3's :class:`DictRolloutBuffer` plus episode-memory histories and segment sampling."""

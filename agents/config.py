@@ -1,0 +1,283 @@
+"""Run configuration: defaults < YAML file < command-line flags < ``-p key=value`` overrides.
+
+A YAML file holds the run settings (the fields of :class:`RunConfig`) and, under a key named
+after an algorithm (``ppo``) or a backbone (``gtrxl``), that component's options, so one file
+can carry options for several backbones and ``--backbone`` picks one::
+
+    algo: ppo
+    backbone: gtrxl
+    env: TMaze-v0
+    env_kwargs: {length: 10}
+    ppo: {n_steps: 128, learning_rate: 3.0e-4}
+    gtrxl: {memory_length: 32, d_model: 64}
+    lstm: {hidden_size: 64}
+
+Every key and value is checked; a bad one raises :class:`ConfigError` naming it and the
+valid choices. Values are parsed safely (``ast.literal_eval`` / YAML), never evaluated.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from stable_baselines3.common.utils import LinearSchedule
+from torch import nn
+
+from policies.registry import BACKBONES
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
+POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
+                  "log_std_init": 0.0, "normalize_images": True}
+
+
+class ConfigError(ValueError):
+    """A bad configuration key or value; the message names it and the valid choices."""
+
+
+@dataclass
+class RunConfig:
+    """Everything one training run needs. Field docs double as ``--help`` text."""
+
+    algo: str = "ppo"
+    """learner: a key of ``agents.ALGOS``"""
+    backbone: str = "gtrxl"
+    """memory backbone: a key of ``policies.BACKBONES``"""
+    env: str = "TMaze-v0"
+    """environment id (engram, gymnasium MiniGrid-*, popgym-*)"""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """keyword arguments of the environment"""
+    n_envs: int = 16
+    """parallel environment copies"""
+    seed: int = 0
+    """random seed of the run"""
+    total_timesteps: int = 100_000
+    """environment steps to train for"""
+    device: str = "auto"
+    """torch device: auto, cpu, cuda, cuda:1, ..."""
+    threads: int = 1
+    """torch CPU threads (1 per run avoids oversubscription)"""
+    log_dir: str = "runs"
+    """parent directory of run directories"""
+    eval_freq: int = 10_000
+    """evaluate every this many environment steps (0: only at the end)"""
+    n_eval_episodes: int = 20
+    """episodes per evaluation"""
+    n_eval_envs: int = 4
+    """parallel environment copies used for evaluation"""
+    checkpoint_freq: int = 10_000
+    """save a checkpoint every this many environment steps (0: none)"""
+    success_threshold: float = 0.9
+    """success rate that counts as solving the task (for summaries)"""
+    policy: dict[str, Any] = field(default_factory=dict)
+    """policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"""
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """options per algorithm or backbone name (YAML keys named after them)"""
+
+    def algo_options(self) -> dict[str, Any]:
+        return dict(self.options.get(self.algo, {}))
+
+    def backbone_options(self) -> dict[str, Any]:
+        return dict(self.options.get(self.backbone, {}))
+
+    def run_name(self) -> str:
+        return f"{self.env}__{self.algo}-{self.backbone}__{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
+        data.update(self.options)
+        return data
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options"}
+
+
+def algo_defaults(name: str) -> dict[str, Any]:
+    """The options of an algorithm with their defaults (from its constructor)."""
+    from agents import ALGOS
+
+    params = inspect.signature(ALGOS[name].__init__).parameters
+    skip = {"self", "policy", "env", "policy_kwargs", "tensorboard_log", "verbose", "seed", "device",
+            "_init_setup_model"}
+    return {k: p.default for k, p in params.items() if k not in skip and p.default is not inspect.Parameter.empty}
+
+
+def section_defaults(name: str) -> dict[str, Any]:
+    """Options of the algorithm or backbone ``name``."""
+    from agents import ALGOS
+
+    if name in ALGOS:
+        return algo_defaults(name)
+    return BACKBONES[name].options()
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: a Python literal (``1e-3``, ``[64, 64]``, ``{'a': 1}``), a YAML
+    scalar (``true``, ``null``), or else the string itself. Never evaluated as code."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, bool | type(None)) else text
+
+
+def coerce(key: str, value: Any, default: Any) -> Any:
+    """Check ``value`` against the type of ``default``; numbers written as strings are converted."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+    if isinstance(default, int) and not isinstance(value, bool):
+        number = _number(value)
+        if isinstance(number, float) and number.is_integer():
+            number = int(number)
+        if isinstance(number, int):
+            return number
+        raise ConfigError(f"{key}={value!r}: expected an integer")
+    if isinstance(default, float) or (default is None and _number(value) is not None):
+        if isinstance(value, str) and value.startswith("lin_"):
+            start = _number(value[4:])
+            if start is None:
+                raise ConfigError(f"{key}={value!r}: a linear schedule is written lin_<initial value>, e.g. lin_3e-4")
+            return LinearSchedule(float(start), 0.0, 1.0)
+        number = _number(value)
+        if number is None and not (default is None and value is None):
+            raise ConfigError(f"{key}={value!r}: expected a number (or lin_<number> for a linear schedule)")
+        return None if number is None else float(number)
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{key}={value!r}: expected a string")
+    if isinstance(default, dict) and not isinstance(value, dict):
+        raise ConfigError(f"{key}={value!r}: expected a mapping")
+    return value
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _valid_top_level() -> list[str]:
+    from agents import ALGOS
+
+    return [*FIELDS, *ALGOS, *BACKBONES]
+
+
+def apply(config: RunConfig, key: str, value: Any) -> None:
+    """Set a dotted ``key`` (``seed``, ``env_kwargs.length``, ``gtrxl.memory_length``, ``policy.net_arch``)."""
+    from agents import ALGOS
+
+    head, _, rest = key.partition(".")
+    if head in FIELDS:
+        spec = FIELDS[head]
+        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
+        if isinstance(default, dict):
+            if not rest:
+                for sub, sub_value in coerce(head, value, default).items():
+                    apply(config, f"{head}.{sub}", sub_value)
+                return
+            if head == "policy":
+                if rest not in POLICY_OPTIONS:
+                    raise ConfigError(f"unknown policy option {rest!r}; valid options: {', '.join(POLICY_OPTIONS)}")
+                if rest == "activation_fn" and value not in ACTIVATIONS:
+                    raise ConfigError(f"policy.activation_fn={value!r}; valid: {', '.join(ACTIVATIONS)}")
+            _set_nested(getattr(config, head), rest, value)
+            return
+        if rest:
+            raise ConfigError(f"{key!r}: {head} has no sub-keys")
+        value = coerce(key, value, default)
+        if head == "algo" and value not in ALGOS:
+            raise ConfigError(f"unknown algo {value!r}; valid algos: {', '.join(ALGOS)}")
+        if head == "backbone" and value not in BACKBONES:
+            raise ConfigError(f"unknown backbone {value!r}; valid backbones: {', '.join(BACKBONES)}")
+        setattr(config, head, value)
+        return
+    if head in ALGOS or head in BACKBONES:
+        valid = section_defaults(head)
+        if not rest:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{head!r} holds the options of {head} and must be a mapping, got {value!r}")
+            for sub, sub_value in value.items():
+                apply(config, f"{head}.{sub}", sub_value)
+            return
+        if rest not in valid:
+            raise ConfigError(f"unknown option {rest!r} for {head}; valid options: {', '.join(valid)}")
+        config.options.setdefault(head, {})[rest] = coerce(key, value, valid[rest])
+        return
+    raise ConfigError(f"unknown configuration key {head!r}; valid keys: {', '.join(_valid_top_level())}")
+
+
+def _set_nested(target: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        target = target.setdefault(part, {})
+    target[last] = value
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` → ``(key, parsed value)``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {text!r} is not of the form dotted.key=value")
+    return key.strip(), parse_value(value.strip())
+
+
+def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = None,
+                 overrides: list[str] | None = None) -> RunConfig:
+    """Defaults < YAML ``file`` < ``flags`` (already typed) < ``overrides`` (``key=value`` strings)."""
+    config = RunConfig()
+    for key, value in (load_yaml(file) if file else {}).items():
+        apply(config, key, value)
+    for key, value in (flags or {}).items():
+        apply(config, key, value)
+    for text in overrides or []:
+        apply(config, *parse_override(text))
+    return config
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    """Write the resolved configuration (schedules as their initial value)."""
+    data = config.to_dict()
+    path.write_text(yaml.safe_dump(_plain(data), sort_keys=False))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, LinearSchedule):
+        return f"lin_{value.start}"
+    return value

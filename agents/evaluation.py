@@ -1,0 +1,184 @@
+"""Evaluation and checkpoints for training runs: nothing written is ever half-written.
+
+Files are written to a temporary name and renamed into place (``os.replace`` is atomic on
+POSIX), so a run killed at any moment leaves the previous checkpoint, CSV row or summary
+intact.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecEnv
+
+EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds"]
+CHECKPOINT_PREFIX = "model_"
+
+
+@dataclass
+class EvalResult:
+    """Per-episode returns, lengths and successes (``None`` where the task reports none)."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    successes: np.ndarray | None
+
+    @property
+    def success_rate(self) -> float | None:
+        return None if self.successes is None else float(self.successes.mean())
+
+    def row(self, timesteps: int, wall_seconds: float) -> dict[str, Any]:
+        return {"timesteps": timesteps, "mean_return": float(self.returns.mean()),
+                "std_return": float(self.returns.std()), "mean_length": float(self.lengths.mean()),
+                "success_rate": "" if self.success_rate is None else self.success_rate,
+                "wall_seconds": round(wall_seconds, 2)}
+
+
+def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: bool = True) -> EvalResult:
+    """Run ``n_episodes`` with SB3's ``evaluate_policy`` (memory state carried by ``predict``)."""
+    successes: list[float] = []
+
+    def record_success(local: dict[str, Any], _: dict[str, Any]) -> None:
+        if local["done"] and "is_success" in local["info"]:
+            successes.append(float(local["info"]["is_success"]))
+
+    returns, lengths = evaluate_policy(model, env, n_eval_episodes=n_episodes, deterministic=deterministic,
+                                       return_episode_rewards=True, callback=record_success, warn=False)
+    return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.float64),
+                      np.asarray(successes) if successes else None)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_model_atomic(model: BaseAlgorithm, path: Path) -> None:
+    """``model.save`` to a temporary file, then rename over ``path`` (a ``.zip``)."""
+    tmp = path.with_name(f".{path.stem}.tmp.zip")
+    model.save(tmp)
+    os.replace(tmp, path)
+
+
+def latest_checkpoint(directory: Path) -> tuple[Path, int] | None:
+    """The checkpoint with the most timesteps, as ``(path, timesteps)``."""
+    found = []
+    for path in directory.glob(f"{CHECKPOINT_PREFIX}*_steps.zip"):
+        steps = path.stem.removeprefix(CHECKPOINT_PREFIX).removesuffix("_steps")
+        if steps.isdigit():
+            found.append((int(steps), path))
+    if not found:
+        return None
+    steps, path = max(found)
+    return path, steps
+
+
+class EvalLog:
+    """``evaluations.csv``: one row per evaluation, flushed as it is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def truncate_after(self, timesteps: int) -> None:
+        """Drop rows newer than a checkpoint being resumed from (that training is redone)."""
+        if not self.path.exists():
+            return
+        rows = [r for r in self.rows() if int(float(r["timesteps"])) <= timesteps]
+        with self.path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, EVAL_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def append(self, row: dict[str, Any]) -> None:
+        new = not self.path.exists()
+        with self.path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, EVAL_COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def rows(self) -> list[dict[str, str]]:
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="") as f:
+            return list(csv.DictReader(f))
+
+
+class RunCallback(BaseCallback):
+    """Periodic evaluation (``evaluations.csv``, ``eval/*`` in tensorboard, ``best_model.zip``),
+    periodic checkpoints (``checkpoints/model_<steps>_steps.zip``) and ``progress.json``.
+
+    Frequencies count environment steps (not calls per env, unlike SB3's callbacks). The
+    evaluation row of a step is written before its checkpoint; resuming from a checkpoint drops
+    rows newer than it, which the resumed training evaluates again.
+    """
+
+    def __init__(self, run_dir: Path, eval_env: VecEnv | None, eval_freq: int, n_eval_episodes: int,
+                 checkpoint_freq: int, wall_offset: float = 0.0) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.eval_env = eval_env
+        self.eval_freq, self.n_eval_episodes, self.checkpoint_freq = eval_freq, n_eval_episodes, checkpoint_freq
+        self.eval_log = EvalLog(run_dir / "evaluations.csv")
+        self.checkpoints = run_dir / "checkpoints"
+        self.wall_offset = wall_offset
+        self.started = time.time()
+        self.best_return = -np.inf
+        self._next_eval = self._next_checkpoint = 0
+
+    def _on_training_start(self) -> None:
+        now = self.num_timesteps
+        self._next_eval = _next_multiple(now, self.eval_freq)
+        self._next_checkpoint = _next_multiple(now, self.checkpoint_freq)
+        best = [float(r["mean_return"]) for r in self.eval_log.rows()]
+        self.best_return = max(best, default=-np.inf)
+
+    def wall_seconds(self) -> float:
+        return self.wall_offset + time.time() - self.started
+
+    def _on_step(self) -> bool:
+        if self.eval_env is not None and self.eval_freq and self.num_timesteps >= self._next_eval:
+            self.evaluate()
+            self._next_eval = _next_multiple(self.num_timesteps, self.eval_freq)
+        if self.checkpoint_freq and self.num_timesteps >= self._next_checkpoint:
+            self.save_checkpoint()
+            self._next_checkpoint = _next_multiple(self.num_timesteps, self.checkpoint_freq)
+        return True
+
+    def save_checkpoint(self) -> None:
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        save_model_atomic(self.model, self.checkpoints / f"{CHECKPOINT_PREFIX}{self.num_timesteps}_steps.zip")
+        write_atomic(self.run_dir / "progress.json",
+                     json.dumps({"timesteps": self.num_timesteps, "wall_seconds": self.wall_seconds()}))
+
+    def evaluate(self) -> EvalResult:
+        assert self.eval_env is not None
+        result = evaluate(self.model, self.eval_env, self.n_eval_episodes)
+        row = result.row(self.num_timesteps, self.wall_seconds())
+        self.logger.record("eval/mean_reward", row["mean_return"])
+        self.logger.record("eval/mean_ep_length", row["mean_length"])
+        if result.success_rate is not None:
+            self.logger.record("eval/success_rate", result.success_rate)
+        self.logger.dump(self.num_timesteps)
+        if row["mean_return"] > self.best_return:
+            self.best_return = row["mean_return"]
+            save_model_atomic(self.model, self.run_dir / "best_model.zip")
+        self.eval_log.append(row)
+        return result
+
+
+def _next_multiple(now: int, every: int) -> int:
+    return (now // every + 1) * every if every else 0

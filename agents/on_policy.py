@@ -1,0 +1,176 @@
+"""What MemoryPPO and V-MPO share: memory-carrying rollouts, the segment buffer, auxiliary
+losses of the backbone, and the guard against non-finite losses, gradients and parameters."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.utils import obs_as_tensor
+from stable_baselines3.common.vec_env import VecEnv
+from torch import Tensor
+
+from agents.buffer import MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
+from policies.backbone import Aux
+from policies.memory import strip_cache
+from policies.policy import MemoryActorCriticPolicy
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a NaN or infinity; the message says where it first appeared."""
+
+
+class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
+    """An SB3 on-policy algorithm whose policy carries an episode memory.
+
+    Rollouts step the backbone with its memory state (kept across rollout boundaries, cleared
+    by episode starts), store each step's memory record once (:mod:`agents.buffer`), and
+    bootstrap truncated episodes from the terminal observation seen through the memory.
+    Subclasses implement ``train``; :meth:`_segments` yields minibatches of stored segments
+    and :meth:`_optimize` takes a guarded gradient step.
+
+    :param segment_length: steps per training segment ``T``; ``T = 1`` makes every step its own
+        sample with its stored window, ``T > 1`` recomputes segments with gradients inside them.
+        ``n_steps`` and ``batch_size`` must be multiples of it.
+    :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
+        ``{"ponder_cost": 0.01}``); defaults to the backbone's ``aux_loss_coefs``.
+    """
+
+    policy: MemoryActorCriticPolicy
+    rollout_buffer: MemoryRolloutBuffer | MemoryDictRolloutBuffer
+
+    def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
+                 segment_length: int, aux_coefs: dict[str, float] | None, **kwargs: Any) -> None:
+        for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name, value in (("n_steps", n_steps), ("batch_size", batch_size)):
+            if value % segment_length:
+                raise ValueError(f"{name}={value} is not a multiple of segment_length={segment_length}")
+        self.batch_size = batch_size
+        self.segment_length = segment_length
+        self.aux_coefs = aux_coefs
+        self._last_state: PolicyState | None = None
+        super().__init__(policy, env, n_steps=n_steps, use_sde=False, sde_sample_freq=-1,
+                         supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
+                                                  spaces.MultiBinary), **kwargs)
+
+    def _setup_model(self) -> None:
+        self.rollout_buffer_class = (MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
+                                     else MemoryRolloutBuffer)
+        super()._setup_model()
+        if not isinstance(self.policy, MemoryActorCriticPolicy):
+            raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy, got {type(self.policy).__name__}")
+        if self.aux_coefs is None:
+            self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
+        self._last_state = self.policy.initial_state(self.n_envs)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_last_state"]
+
+    # -- rollouts ------------------------------------------------------------------------
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer,
+                         n_rollout_steps: int) -> bool:
+        assert self._last_obs is not None and self._last_state is not None
+        buffer = self.rollout_buffer
+        self.policy.set_training_mode(False)
+        buffer.reset()
+        buffer.start_rollout({name: strip_cache(s) for name, s in self._last_state.items()})
+        callback.on_rollout_start()
+        n_steps = 0
+        while n_steps < n_rollout_steps:
+            with torch.inference_mode():
+                obs_tensor = obs_as_tensor(self._last_obs, self.device)
+                starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()
+                actions, values, log_probs, state = self.policy(obs_tensor, self._last_state, starts)
+            actions = actions.cpu().numpy()
+            clipped = actions
+            if isinstance(self.action_space, spaces.Box):
+                clipped = np.clip(actions, self.action_space.low, self.action_space.high)
+            new_obs, rewards, dones, infos = env.step(clipped)
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            n_steps += 1
+            if isinstance(self.action_space, spaces.Discrete):
+                actions = actions.reshape(-1, 1)
+            rewards = self._bootstrap_truncated(rewards, dones, infos, state)
+            buffer.add_records(self.policy.records(state))
+            buffer.add(self._last_obs, actions, rewards, self._last_episode_starts, values, log_probs)
+            self._last_obs, self._last_episode_starts, self._last_state = new_obs, dones, state
+        with torch.inference_mode():
+            last_values = self.policy.predict_values(obs_as_tensor(new_obs, self.device), self._last_state,
+                                                     torch.as_tensor(dones, device=self.device).bool())
+        buffer.compute_returns_and_advantage(last_values=last_values, dones=dones)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def _bootstrap_truncated(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict],
+                             state: PolicyState) -> np.ndarray:
+        """Add ``γ V(terminal observation)`` for episodes cut by a time limit (SB3 issue #633),
+        the terminal observation being the next step of the episode's memory."""
+        cut = [i for i, done in enumerate(dones) if done and infos[i].get("terminal_observation") is not None
+               and infos[i].get("TimeLimit.truncated", False)]
+        if not cut:
+            return rewards
+        terminal = [infos[i]["terminal_observation"] for i in cut]
+        obs = ({k: np.stack([o[k] for o in terminal]) for k in terminal[0]} if isinstance(terminal[0], dict)
+               else np.stack(terminal))
+        index = torch.as_tensor(cut, device=self.device)
+        sliced = {name: {k: v[index] for k, v in s.items()} for name, s in state.items()}
+        with torch.inference_mode():
+            obs_tensor = self.policy.obs_to_tensor(obs)[0]
+            values = self.policy.predict_values(obs_tensor, sliced, torch.zeros(len(cut), dtype=torch.bool,
+                                                                                device=self.device))
+        rewards = rewards.copy()
+        rewards[cut] += self.gamma * values.flatten().cpu().numpy()
+        return rewards
+
+    # -- training helpers -------------------------------------------------------------------
+    def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
+        """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""
+        total: Tensor | float = 0.0
+        assert self.aux_coefs is not None
+        for name, value in aux.items():
+            mean = value.mean()
+            logs[f"aux/{name}"].append(mean.item())
+            coef = self.aux_coefs.get(name.removeprefix("vf/"), 0.0)
+            if coef:
+                total = total + coef * mean
+        return total
+
+    def _optimize(self, loss: Tensor, terms: dict[str, Tensor]) -> float:
+        """One guarded gradient step; returns the gradient norm before clipping."""
+        if not torch.isfinite(loss):
+            bad = [name for name, value in terms.items() if not torch.isfinite(torch.as_tensor(value)).all()]
+            raise NonFiniteError(f"non-finite loss ({loss.item()}) at update {self._n_updates}, "
+                                 f"timestep {self.num_timesteps}; non-finite terms: {', '.join(bad) or 'none'}")
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        parameters = list(self.policy.parameters())
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+        if not torch.isfinite(grad_norm):
+            bad = [n for n, p in self.policy.named_parameters()
+                   if p.grad is not None and not torch.isfinite(p.grad).all()]
+            raise NonFiniteError(f"non-finite gradient at update {self._n_updates}, timestep {self.num_timesteps}, "
+                                 f"in: {', '.join(bad)}")
+        torch.nn.utils.clip_grads_with_norm_(parameters, self.max_grad_norm, grad_norm)
+        self.policy.optimizer.step()
+        if not torch.isfinite(torch.stack(torch._foreach_norm(parameters))).all():
+            bad = [n for n, p in self.policy.named_parameters() if not torch.isfinite(p).all()]
+            raise NonFiniteError(f"non-finite parameters after update {self._n_updates}, "
+                                 f"timestep {self.num_timesteps}: {', '.join(bad)}")
+        return grad_norm.item()
+
+    def _record_logs(self, logs: dict[str, list[float]]) -> None:
+        for key, values in logs.items():
+            self.logger.record(f"train/{key}", float(np.mean(values)))

@@ -1,0 +1,134 @@
+"""MemoryPPO: PPO (Schulman et al. 2017) for policies with a Transformer or RNN memory."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import FloatSchedule, explained_variance
+
+from agents.on_policy import MemoryOnPolicyAlgorithm
+from policies.policy import MemoryActorCriticPolicy
+
+SelfMemoryPPO = TypeVar("SelfMemoryPPO", bound="MemoryPPO")
+
+
+class MemoryPPO(MemoryOnPolicyAlgorithm):
+    """PPO with the clipped surrogate ``L = −E[min(r A, clip(r, 1±ε) A)] + c_v L_V − c_e H + Σ c_k aux_k``.
+
+    The options and defaults are those of sb3-contrib's ``RecurrentPPO`` (``n_steps``,
+    ``batch_size``, ``n_epochs``, ``gamma``, ``gae_lambda``, ``clip_range`` and ``clip_range_vf``
+    (schedules allowed), ``normalize_advantage``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
+    ``target_kl``), plus the memory options of :class:`MemoryOnPolicyAlgorithm`
+    (``segment_length``, ``aux_coefs``). The backbone is chosen in ``policy_kwargs``:
+    ``MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gtrxl",
+    "backbone_kwargs": {"memory_length": 64}})``.
+
+    ``train/rollout_logp_gap`` logs ``max |log π_recomputed − log π_rollout|`` on the first
+    minibatch of each update, before any gradient step: it is ~1e-7 when memory is rebuilt
+    exactly as in the rollout (DESIGN.md invariant 3) and large when it is not.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
+
+    def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: GymEnv | str,
+                 learning_rate: float | Schedule = 3e-4, n_steps: int = 128, batch_size: int = 128,
+                 n_epochs: int = 10, gamma: float = 0.99, gae_lambda: float = 0.95,
+                 clip_range: float | Schedule = 0.2, clip_range_vf: float | Schedule | None = None,
+                 normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
+                 max_grad_norm: float = 0.5, target_kl: float | None = None, segment_length: int = 16,
+                 aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
+                 tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None,
+                 verbose: int = 0, seed: int | None = None, device: torch.device | str = "auto",
+                 _init_setup_model: bool = True) -> None:
+        if n_epochs < 1:
+            raise ValueError(f"n_epochs must be >= 1, got {n_epochs}")
+        self.n_epochs = n_epochs
+        self.clip_range = clip_range
+        self.clip_range_vf = clip_range_vf
+        self.normalize_advantage = normalize_advantage
+        self.target_kl = target_kl
+        super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
+                         segment_length=segment_length, aux_coefs=aux_coefs, gamma=gamma, gae_lambda=gae_lambda,
+                         ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
+                         stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
+                         policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
+                         _init_setup_model=_init_setup_model)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.clip_range = FloatSchedule(self.clip_range)
+        if self.clip_range_vf is not None:
+            self.clip_range_vf = FloatSchedule(self.clip_range_vf)
+
+    def train(self) -> None:
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip_range = self.clip_range(self._current_progress_remaining)
+        clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(self._current_progress_remaining)
+        logs: defaultdict[str, list[float]] = defaultdict(list)
+        continue_training = True
+        for epoch in range(self.n_epochs):
+            for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
+                actions = batch.actions
+                if isinstance(self.action_space, spaces.Discrete):
+                    actions = actions.long().flatten()
+                values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
+                                                                          batch.episode_starts)
+                log_prob = distribution.log_prob(actions)
+                if epoch == 0 and "rollout_logp_gap" not in logs:
+                    logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
+                advantages = batch.advantages
+                if self.normalize_advantage and len(advantages) > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                ratio = torch.exp(log_prob - batch.old_log_prob)
+                policy_loss = -torch.min(advantages * ratio,
+                                         advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+                values_pred = values if clip_range_vf is None else batch.old_values + torch.clamp(
+                    values - batch.old_values, -clip_range_vf, clip_range_vf)
+                value_loss = (batch.returns - values_pred).square().mean()
+                entropy = distribution.entropy()
+                entropy_loss = -(entropy.mean() if entropy is not None else -log_prob.mean())
+                aux_loss = self._aux_loss(aux, logs)
+                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss + aux_loss
+                with torch.no_grad():
+                    log_ratio = log_prob - batch.old_log_prob
+                    approx_kl = ((torch.exp(log_ratio) - 1) - log_ratio).mean().item()
+                logs["policy_gradient_loss"].append(policy_loss.item())
+                logs["value_loss"].append(value_loss.item())
+                logs["entropy_loss"].append(entropy_loss.item())
+                logs["clip_fraction"].append(((ratio - 1).abs() > clip_range).float().mean().item())
+                logs["approx_kl"].append(approx_kl)
+                if self.target_kl is not None and approx_kl > 1.5 * self.target_kl:
+                    continue_training = False
+                    if self.verbose >= 1:
+                        print(f"Early stopping at epoch {epoch} due to reaching max kl: {approx_kl:.4f}")
+                    break
+                logs["grad_norm"].append(self._optimize(loss, {"policy_loss": policy_loss, "value_loss": value_loss,
+                                                               "entropy_loss": entropy_loss, "aux_loss": aux_loss}))
+                logs["loss"].append(loss.item())
+            self._n_updates += 1
+            if not continue_training:
+                break
+        self._record_logs(logs)
+        buffer = self.rollout_buffer
+        self.logger.record("train/explained_variance",
+                           explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", torch.exp(self.policy.log_std).mean().item())
+
+    def learn(self: SelfMemoryPPO, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
+              tb_log_name: str = "MemoryPPO", reset_num_timesteps: bool = True,
+              progress_bar: bool = False) -> SelfMemoryPPO:
+        return super().learn(total_timesteps=total_timesteps, callback=callback, log_interval=log_interval,
+                             tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps,
+                             progress_bar=progress_bar)
+

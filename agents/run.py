@@ -1,0 +1,122 @@
+"""One training run from a :class:`RunConfig`, in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/``:
+
+- ``config.yaml``: the resolved configuration;
+- ``MemoryPPO_1/`` (or the learner's name): tensorboard events;
+- ``evaluations.csv``: timesteps, mean/std return, mean length, success rate, wall seconds;
+- ``checkpoints/model_<steps>_steps.zip`` and ``progress.json``: for ``--resume``;
+- ``best_model.zip`` (best evaluation), ``model.zip`` (final) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents import ALGOS
+from agents.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, save_config
+from agents.evaluation import RunCallback, evaluate, latest_checkpoint, save_model_atomic, write_atomic
+from envs import make_vec_env
+
+EVAL_SEED_OFFSET = 10_000
+
+
+def run_dir(config: RunConfig) -> Path:
+    return Path(config.log_dir) / config.run_name()
+
+
+def make_envs(config: RunConfig) -> tuple[Any, Any]:
+    """Training and evaluation VecEnvs; bad ids or kwargs become :class:`ConfigError`."""
+    try:
+        env = make_vec_env(config.env, config.n_envs, config.seed, **config.env_kwargs)
+        eval_env = make_vec_env(config.env, config.n_eval_envs, config.seed + EVAL_SEED_OFFSET, **config.env_kwargs)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ConfigError(str(error)) from error
+    return env, eval_env
+
+
+def policy_kwargs(config: RunConfig) -> dict[str, Any]:
+    options = dict(config.policy)
+    if "activation_fn" in options:
+        options["activation_fn"] = ACTIVATIONS[options["activation_fn"]]
+    return {"backbone": config.backbone, "backbone_kwargs": config.backbone_options(), **options}
+
+
+def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
+    try:
+        return ALGOS[config.algo]("MemoryPolicy", env, policy_kwargs=policy_kwargs(config), seed=config.seed,
+                                  device=config.device, tensorboard_log=tensorboard_log, **config.algo_options())
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"cannot build {config.algo} with backbone {config.backbone}: {error}") from error
+
+
+def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0) -> dict[str, Any]:
+    """Train (or resume) the run and return its summary."""
+    torch.set_num_threads(config.threads)
+    directory = run_dir(config)
+    resumed = latest_checkpoint(directory / "checkpoints") if resume else None
+    if resume and (directory / "config.yaml").exists():
+        _check_same_config(config, directory / "config.yaml")
+    if not resume and (directory / "summary.json").exists():
+        raise ConfigError(f"run directory {str(directory)!r} already holds a finished run; "
+                          "use --resume to extend it, or another --seed / --log-dir")
+    directory.mkdir(parents=True, exist_ok=True)
+    save_config(config, directory / "config.yaml")
+    env, eval_env = make_envs(config)
+    wall_offset = 0.0
+    if resumed is not None:
+        path, steps = resumed
+        model = ALGOS[config.algo].load(path, env=env, device=config.device)
+        model.tensorboard_log = str(directory)
+        progress = directory / "progress.json"
+        wall_offset = json.loads(progress.read_text())["wall_seconds"] if progress.exists() else 0.0
+        callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes,
+                               config.checkpoint_freq, wall_offset)
+        callback.eval_log.truncate_after(steps)
+    else:
+        model = build_model(config, env, str(directory))
+        callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq)
+    model.verbose = verbose
+    started, steps_before = time.time(), model.num_timesteps
+    remaining = config.total_timesteps - model.num_timesteps
+    if remaining > 0:
+        model.learn(remaining, callback=callback, progress_bar=progress_bar, tb_log_name=type(model).__name__,
+                    reset_num_timesteps=resumed is None)
+    else:
+        callback.init_callback(model)
+    elapsed = time.time() - started
+    save_model_atomic(model, directory / "model.zip")
+    callback.save_checkpoint()
+    final = evaluate(model, eval_env, config.n_eval_episodes)
+    summary = {
+        "run": config.run_name(), "env": config.env, "algo": config.algo, "backbone": config.backbone,
+        "seed": config.seed, "env_steps": int(model.num_timesteps),
+        "final_mean_return": float(final.returns.mean()), "final_std_return": float(final.returns.std()),
+        "final_success_rate": final.success_rate,
+        "solved": None if final.success_rate is None else final.success_rate >= config.success_threshold,
+        "n_eval_episodes": config.n_eval_episodes,
+        "wall_seconds": round(wall_offset + elapsed, 2),
+        "steps_per_second": round((model.num_timesteps - steps_before) / max(elapsed, 1e-9), 1),
+        "resumed_from": None if resumed is None else resumed[1],
+        "parameters": int(sum(p.numel() for p in model.policy.parameters())),
+        "torch_threads": config.threads, "device": str(model.device),
+    }
+    write_atomic(directory / "summary.json", json.dumps(summary, indent=2))
+    env.close()
+    eval_env.close()
+    return summary
+
+
+def _check_same_config(config: RunConfig, saved: Path) -> None:
+    previous = load_yaml(saved)
+    current = json.loads(json.dumps(config.to_dict(), default=str))
+    previous = json.loads(json.dumps(previous, default=str))
+    ignored = {"total_timesteps", "device", "threads"}
+    changed = sorted(k for k in set(previous) | set(current)
+                     if k not in ignored and previous.get(k) != current.get(k))
+    if changed:
+        raise ConfigError(f"--resume with a configuration that differs from {str(saved)!r} in: {', '.join(changed)}")
+

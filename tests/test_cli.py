@@ -1,0 +1,136 @@
+"""train_rl.py: bad input exits with status 2 and names it; runs write their directory; --resume
+after a killed run finishes the requested steps without losing logs or evaluations."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import train_rl
+from agents.config import ConfigError, build_config, coerce, parse_value
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eval-freq", "64",
+        "--n-eval-episodes", "4", "--checkpoint-freq", "64",
+        "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4",
+        "gtrxl.memory_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2", "n_eval_envs=2"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--algo", "dqn"], "invalid choice: 'dqn'"),
+    (["--backbone", "transformer"], "invalid choice: 'transformer'"),
+    (["--env", "TMaze-v9"], "TMaze-v9"),
+    (["--env-kwargs", "lenght=5"], "lenght"),
+    (["-p", "ppo.learning_rat=1e-3"], "unknown option 'learning_rat' for ppo; valid options: learning_rate"),
+    (["-p", "ppo.n_steps=many"], "ppo.n_steps='many': expected an integer"),
+    (["-p", "gtrxl.gate=lstm"], "unknown gate 'lstm'; valid gates"),
+    (["-p", "gtrxl.memory_len=8"], "unknown option 'memory_len' for gtrxl; valid options: d_model"),
+    (["-p", "colour=blue"], "unknown configuration key 'colour'; valid keys: algo"),
+    (["-p", "seed"], "not of the form dotted.key=value"),
+    (["-p", "ppo.batch_size=30"], "batch_size=30 is not a multiple of segment_length"),
+    (["-p", "policy.activation_fn=swish"], "policy.activation_fn='swish'; valid: tanh"),
+    (["--config", "configs/missing.yaml"], "config file 'configs/missing.yaml' does not exist"),
+    (["-n", "0", "--n-envs", "0"], "n_envs must be >= 1"),
+])
+def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(train_rl.main([*TINY, "--log-dir", str(tmp_path), *argv]))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_values_are_parsed_safely():
+    assert parse_value("1e-3") == 0.001 and parse_value("[64, 64]") == [64, 64]
+    assert parse_value("true") is True and parse_value("null") is None
+    assert parse_value("__import__('os').system('echo pwned')") == "__import__('os').system('echo pwned')"
+    assert coerce("x", "3e-4", 0.1) == 3e-4 and coerce("n", 1e5, 1) == 100000
+    assert coerce("lr", "lin_1e-3", 0.1)(0.5) == pytest.approx(5e-4)
+    with pytest.raises(ConfigError, match="expected true or false"):
+        coerce("flag", "yes please", True)
+
+
+def test_precedence_defaults_file_flags_overrides(tmp_path):
+    file = tmp_path / "run.yaml"
+    file.write_text(yaml.safe_dump({"seed": 3, "n_envs": 8, "gtrxl": {"memory_length": 16, "d_model": 32},
+                                    "lstm": {"hidden_size": 32}}))
+    config = build_config(file, {"n_envs": 4, "backbone": "lstm"}, ["lstm.hidden_size=64"])
+    assert (config.seed, config.n_envs, config.backbone) == (3, 4, "lstm")
+    assert config.backbone_options() == {"hidden_size": 64}
+    assert config.options["gtrxl"] == {"memory_length": 16, "d_model": 32}
+
+
+def test_every_shipped_config_is_valid():
+    configs = sorted((REPO / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        build_config(path)
+
+
+def test_run_directory_layout(tmp_path):
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "128"]) == 0
+    run = tmp_path / "TMaze-v0__ppo-gtrxl__0"
+    for name in ("config.yaml", "evaluations.csv", "model.zip", "best_model.zip", "summary.json", "progress.json"):
+        assert (run / name).exists(), name
+    assert list(run.glob("MemoryPPO_1/events.out.tfevents.*"))
+    assert list((run / "checkpoints").glob("model_*_steps.zip"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 128 and 0.0 <= summary["final_success_rate"] <= 1.0
+    assert {"final_mean_return", "final_std_return", "wall_seconds", "steps_per_second"} <= set(summary)
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["gtrxl"]["memory_length"] == 4 and resolved["env_kwargs"] == {"length": 3}
+    assert [int(r["timesteps"]) for r in csv.DictReader((run / "evaluations.csv").open())] == [64, 128]
+
+
+def test_finished_run_is_not_overwritten(tmp_path, capsys):
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0"]) == 0
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0"]) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
+
+
+def test_resume_after_kill_loses_nothing(tmp_path):
+    """Kill a run (SIGKILL) after its first checkpoints, resume it, and check it reaches the
+    requested steps with every evaluation row and tensorboard event file kept."""
+    total = 2048
+    argv = [sys.executable, str(REPO / "train_rl.py"), *TINY, "--log-dir", str(tmp_path), "-n", str(total)]
+    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = tmp_path / "TMaze-v0__ppo-gtrxl__0"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((run / "checkpoints").glob("model_*_steps.zip"))) < 2:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run / "summary.json").exists(), "the run finished before it could be killed"
+    rows_before = list(csv.DictReader((run / "evaluations.csv").open()))
+    events_before = set(run.glob("MemoryPPO_1/events.out.tfevents.*"))
+    assert rows_before and events_before
+
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", str(total), "--resume"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == total and summary["resumed_from"] >= 64
+    steps = [int(r["timesteps"]) for r in csv.DictReader((run / "evaluations.csv").open())]
+    assert steps == list(range(64, total + 1, 64))
+    assert events_before <= set(run.glob("MemoryPPO_1/events.out.tfevents.*")), "resumed in the same tensorboard run"
+    assert not list(run.glob("MemoryPPO_2"))
+
+
+def test_resume_refuses_a_changed_configuration(tmp_path, capsys):
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0"]) == 0
+    code = train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "128", "--resume", "-p", "gtrxl.d_model=32"])
+    assert code == 2 and "differs" in capsys.readouterr().err
+
+
+def test_non_finite_training_exits_3_and_keeps_checkpoints(tmp_path, capsys):
+    code = train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "4096", "-p", "ppo.learning_rate=1e30",
+                          "ppo.max_grad_norm=1e30"])
+    assert code == 3
+    assert "non-finite" in capsys.readouterr().err
+    run = tmp_path / "TMaze-v0__ppo-gtrxl__0"
+    assert not (run / "summary.json").exists() and not (run / "model.zip").exists()

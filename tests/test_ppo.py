@@ -1,0 +1,238 @@
+"""MemoryPPO: invariants 3 (rollout == training), 7 (save/load, predict with state) and 8
+(same seed → same updates), the SB3 API, observation and action spaces, and the NaN guard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
+from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+from stable_baselines3.common.envs import (
+    FakeImageEnv,
+    IdentityEnv,
+    IdentityEnvBox,
+    IdentityEnvMultiDiscrete,
+    SimpleMultiObsEnv,
+)
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from agents import MemoryPPO, NonFiniteError
+from envs import make_vec_env
+from policies import BACKBONES
+
+SMALL = {
+    "trxl": {"d_model": 16, "n_heads": 2, "memory_length": 6},
+    "trxl-i": {"d_model": 16, "n_heads": 2, "memory_length": 6},
+    "gtrxl": {"d_model": 16, "n_heads": 2, "memory_length": 6},
+    "ut-act": {"d_model": 16, "n_heads": 2, "memory_length": 6, "max_steps": 3},
+    "lstm": {"hidden_size": 16},
+    "gru": {"hidden_size": 16},
+    "mlp": {"hidden_size": 16},
+    "framestack": {"k": 3, "hidden_size": 16},
+}
+
+
+def tmaze(n_envs: int = 4, seed: int = 0, length: int = 3):
+    """Episodes of length + 1 steps: several end inside every rollout."""
+    return make_vec_env("TMaze-v0", n_envs=n_envs, seed=seed, length=length)
+
+
+def small_model(backbone: str, env=None, **kwargs) -> MemoryPPO:
+    options = {"n_steps": 16, "batch_size": 32, "n_epochs": 2, "segment_length": 4, "seed": 0, **kwargs}
+    return MemoryPPO("MemoryPolicy", env if env is not None else tmaze(),
+                     policy_kwargs={"backbone": backbone, "backbone_kwargs": SMALL[backbone]}, **options)
+
+
+class LogpGaps(BaseCallback):
+    """Collects ``train/rollout_logp_gap`` of every update (logged before the next rollout's dump)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gaps: list[float] = []
+
+    def _on_rollout_start(self) -> None:
+        if "train/rollout_logp_gap" in self.logger.name_to_value:
+            self.gaps.append(self.logger.name_to_value["train/rollout_logp_gap"])
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_every_backbone_is_covered():
+    assert set(SMALL) == set(BACKBONES)
+
+
+@pytest.mark.parametrize("backbone", list(BACKBONES))
+@pytest.mark.parametrize("segment_length", [1, 4])
+def test_rollout_equals_training(backbone, segment_length):
+    """Invariant 3: before any gradient step of an update, recomputed log-probs equal the rollout's.
+
+    Four updates, so windows cross rollout boundaries; TMaze length 3 ends episodes inside rollouts.
+    """
+    model = small_model(backbone, segment_length=segment_length)
+    gaps = LogpGaps()
+    model.learn(5 * 16 * 4, callback=gaps)
+    assert len(gaps.gaps) == 4
+    assert max(gaps.gaps) < 1e-5, gaps.gaps
+
+
+def test_rollout_equals_training_on_the_buffer_directly():
+    """The same check without the learner's logging: every minibatch of a fresh buffer."""
+    model = small_model("gtrxl", segment_length=4)
+    model.learn(3 * 16 * 4)  # windows now carry memory from earlier rollouts
+    _, callback = model._setup_learn(16 * 4, None, reset_num_timesteps=False)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, 16)
+    assert model.rollout_buffer.episode_starts[1:].any(), "episode starts must occur inside the rollout"
+    for batch in model.rollout_buffer.segments(32, 4):
+        with torch.no_grad():
+            values, distribution, _ = model.policy.evaluate_segments(batch.observations, batch.actions.long().flatten(),
+                                                                     batch.states, batch.episode_starts)
+        torch.testing.assert_close(distribution.log_prob(batch.actions.long().flatten()), batch.old_log_prob,
+                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(values, batch.old_values, atol=1e-5, rtol=0)
+
+
+def test_buffer_stores_records_not_windows():
+    model = small_model("gtrxl", n_steps=16)
+    model.learn(16 * 4)
+    history = model.rollout_buffer.histories["pi"]
+    M, L, D = 6, 2, 16
+    assert history.memory.shape == (4, M + 16, L, D)
+    # per (env, step): the window prefix amortised over the rollout plus one record, float32 + validity bytes
+    assert model.rollout_buffer.bytes_per_step() == ((M + 16) * L * D * 4 + (M + 16)) // 16
+
+
+@pytest.mark.parametrize("backbone", ["gtrxl", "lstm"])
+def test_save_load_and_predict_with_state(backbone, tmp_path):
+    """Invariant 7: a loaded model acts the same, and a running episode's memory carried
+    through ``predict(obs, state, episode_start)`` continues identically after loading."""
+    env = tmaze(n_envs=2, length=5)
+    model = small_model(backbone, env=env)
+    model.learn(16 * 2 * 2)
+    model.save(tmp_path / "model.zip")
+    loaded = MemoryPPO.load(tmp_path / "model.zip")
+    assert loaded.policy.backbone_name == backbone
+    obs = env.reset()
+    state, starts = None, np.ones(2, dtype=bool)
+    for _ in range(3):  # an episode in progress
+        actions, state = model.predict(obs, state=state, episode_start=starts, deterministic=True)
+        obs, _, dones, _ = env.step(actions)
+        starts = dones
+    state_copy = {k: {n: v.copy() for n, v in s.items()} for k, s in state.items()}
+    a_model, _ = model.predict(obs, state=state, episode_start=starts, deterministic=True)
+    a_loaded, _ = loaded.predict(obs, state=state_copy, episode_start=starts, deterministic=True)
+    np.testing.assert_array_equal(a_model, a_loaded)
+    for (name, params), (_, loaded_params) in zip(model.policy.state_dict().items(),
+                                                  loaded.policy.state_dict().items(), strict=True):
+        torch.testing.assert_close(params, loaded_params, msg=name)
+
+
+def test_predict_carries_memory():
+    """With the same observation, the policy's output depends on the memory carried in."""
+    model = small_model("gtrxl", env=tmaze(n_envs=1, length=5))
+    policy = model.policy
+    obs = np.zeros((1, 2), dtype=np.float32)
+    _, fresh = model.predict(obs, state=None, episode_start=np.ones(1, dtype=bool))
+    _, remembered = model.predict(obs + 1, state=fresh, episode_start=np.zeros(1, dtype=bool))
+    _, reset = model.predict(obs + 1, state=fresh, episode_start=np.ones(1, dtype=bool))
+    assert remembered["pi"]["valid"].sum() == 2 and reset["pi"]["valid"].sum() == 1
+    logits = {}
+    for name, state, start in (("remembered", remembered, 0), ("reset", reset, 1)):
+        torch_state = {k: {n: torch.as_tensor(v) for n, v in s.items()} for k, s in state.items()}
+        with torch.no_grad():
+            distribution, _ = policy.get_distribution(torch.as_tensor(obs), torch_state,
+                                                      torch.tensor([start], dtype=torch.bool))
+        logits[name] = distribution.distribution.logits
+    assert not torch.allclose(logits["remembered"], logits["reset"])
+
+
+def test_same_seed_same_updates():
+    """Invariant 8: the same seed gives the same parameters after two updates; another seed does not."""
+    def trained(seed: int) -> list[torch.Tensor]:
+        model = small_model("gtrxl", env=tmaze(seed=seed), seed=seed)
+        model.learn(2 * 16 * 4)
+        return [p.detach().clone() for p in model.policy.parameters()]
+
+    first, again, other = trained(0), trained(0), trained(1)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def test_gate_biases_survive_policy_construction():
+    """SB3's ortho_init must not overwrite the GTrXL gate bias b_g."""
+    model = small_model("gtrxl")
+    biases = [p for n, p in model.policy.named_parameters() if n.endswith("gate.bias")]
+    assert len(biases) == 4 and all(p.detach().eq(2.0).all() for p in biases)
+
+
+def test_sb3_evaluate_policy_eval_callback_progress_bar_and_tensorboard(tmp_path):
+    model = small_model("gtrxl", tensorboard_log=str(tmp_path))
+    eval_callback = EvalCallback(tmaze(n_envs=2), n_eval_episodes=4, eval_freq=16, log_path=str(tmp_path),
+                                 best_model_save_path=str(tmp_path), verbose=0)
+    model.learn(2 * 16 * 4, callback=eval_callback, progress_bar=True)
+    assert (tmp_path / "evaluations.npz").exists() and (tmp_path / "best_model.zip").exists()
+    assert list(tmp_path.glob("MemoryPPO_1/events.out.tfevents.*"))
+    mean, std = evaluate_policy(model, tmaze(n_envs=3), n_eval_episodes=6)
+    assert np.isfinite(mean) and np.isfinite(std)
+
+
+@pytest.mark.parametrize("env_class", [IdentityEnv, IdentityEnvBox, IdentityEnvMultiDiscrete, FakeImageEnv,
+                                       SimpleMultiObsEnv])
+def test_observation_and_action_spaces(env_class):
+    """Discrete, Box and MultiDiscrete actions; vector, image (NatureCNN) and Dict observations."""
+    kwargs = {"dim": 4} if env_class is IdentityEnv else {}
+    env = sb3_make_vec_env(env_class, n_envs=2, seed=0, env_kwargs=kwargs)
+    model = small_model("gtrxl", env=env, n_steps=8, batch_size=8)
+    model.learn(2 * 8 * 2)
+    gaps = LogpGaps()
+    model.learn(3 * 8 * 2, callback=gaps, reset_num_timesteps=False)
+    assert gaps.gaps and max(gaps.gaps) < 1e-5
+    actions, _ = model.predict(env.reset(), deterministic=True)
+    assert env.action_space.contains(actions[0])
+
+
+def test_auxiliary_losses_are_added_and_logged():
+    model = small_model("ut-act", aux_coefs={"ponder_cost": 0.5})
+    model.learn(2 * 16 * 4)
+    logged = model.logger.name_to_value
+    assert logged["train/aux/ponder_cost"] > 1.0 and 1.0 <= logged["train/aux/ponder_steps"] <= 3.0
+    assert small_model("ut-act").aux_coefs == {"ponder_cost": 0.01}
+
+
+class Poison(BaseCallback):
+    """Makes one thing non-finite once the first rollout is collected."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def _on_rollout_end(self) -> None:
+        policy = self.model.policy
+        u = policy.backbone.layers[0].attn.u
+        if self.where == "loss":
+            self.model.rollout_buffer.advantages[3, 1] = np.nan
+        elif self.where == "gradient":
+            u.register_hook(lambda grad: grad * float("nan"))
+        elif self.where == "parameter":
+            policy.optimizer.register_step_post_hook(lambda *_: u.data.fill_(float("inf")))
+
+    def _on_step(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("where,message", [
+    ("loss", r"non-finite loss .* non-finite terms: policy_loss"),
+    ("gradient", r"non-finite gradient at update 0, timestep 64, in: backbone.layers.0.attn.u"),
+    ("parameter", r"non-finite parameters after update \d+, timestep 64: backbone.layers.0.attn.u"),
+])
+def test_non_finite_training_stops_and_says_where(where, message):
+    with pytest.raises(NonFiniteError, match=message):
+        small_model("gtrxl").learn(2 * 16 * 4, callback=Poison(where))
+
+
+def test_bad_options_name_the_value():
+    with pytest.raises(ValueError, match="batch_size=30 is not a multiple of segment_length=4"):
+        small_model("gtrxl", batch_size=30)
+    with pytest.raises(ValueError, match="unknown backbone 'gtrx'"):
+        MemoryPPO("MemoryPolicy", tmaze(), policy_kwargs={"backbone": "gtrx"})
