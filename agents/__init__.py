@@ -1,8 +1,9 @@
-"""Learners for memory policies: MemoryPPO (and the shared rollout machinery and buffer)."""
+"""Learners for memory policies: MemoryPPO and V-MPO on one rollout machinery and buffer."""
 
 from agents.on_policy import NonFiniteError
 from agents.ppo import MemoryPPO
+from agents.vmpo import VMPO
 
-ALGOS = {"ppo": MemoryPPO}
+ALGOS = {"ppo": MemoryPPO, "vmpo": VMPO}
 
-__all__ = ["ALGOS", "MemoryPPO", "NonFiniteError"]
+__all__ = ["ALGOS", "VMPO", "MemoryPPO", "NonFiniteError"]

@@ -42,6 +42,7 @@ class MemoryBatch(NamedTuple):
     returns: Tensor
     episode_starts: Tensor  # [T, N]
     states: PolicyState  # the window entering each segment, per backbone, [N, M, ...]
+    extras: dict[str, Tensor]  # what the learner stored per step with add_extras, [T·N, ...]
 
 
 class _MemoryStorage:
@@ -76,11 +77,19 @@ class _MemoryStorage:
             history_valid[:, :M] = valid
             self.histories[name] = WindowHistory(history, history_valid, torch.empty(0))
             self.memory_lengths[name] = M
+        self.extras: dict[str, Tensor] = getattr(self, "extras", {})
 
     def add_records(self, records: dict[str, Tensor]) -> None:
         """Store the record each backbone pushed at the current step (call before ``add``)."""
         for name, record in records.items():
             self.histories[name].memory[:, self.memory_lengths[name] + self.pos] = record
+
+    def add_extras(self, extras: dict[str, Tensor]) -> None:
+        """Store learner-specific per-step tensors ``[n_envs, ...]`` (e.g. V-MPO's old distribution)."""
+        for name, value in extras.items():
+            if name not in self.extras:
+                self.extras[name] = value.new_zeros(self.buffer_size, *value.shape, device=self.device)
+            self.extras[name][self.pos] = value
 
     def bytes_per_step(self) -> int:
         """Memory-state bytes stored per env step (the prefix amortised over the rollout)."""
@@ -113,7 +122,7 @@ class _MemoryStorage:
 
     def _segment_batch(self, env: np.ndarray, t0: np.ndarray, T: int) -> MemoryBatch:
         t = t0[None, :] + np.arange(T)[:, None]  # [T, N]
-        e = np.broadcast_to(env[None, :], t.shape)
+        e = np.repeat(env[None, :], T, axis=0)  # [T, N]
 
         def take(array: np.ndarray) -> Tensor:
             return self.to_torch(array[t, e].reshape(T * len(env), *array.shape[2:]))  # [T*N, ...]
@@ -121,6 +130,8 @@ class _MemoryStorage:
         observations = ({key: take(obs) for key, obs in self.observations.items()}
                         if isinstance(self.observations, dict) else take(self.observations))
         env_t, t0_t = torch.as_tensor(env, device=self.device), torch.as_tensor(t0, device=self.device)
+        t_t, e_t = torch.as_tensor(t, device=self.device), torch.as_tensor(e, device=self.device)
+        extras = {name: value[t_t, e_t].flatten(0, 1) for name, value in self.extras.items()}
         states = {}
         for name, history in self.histories.items():
             memory, valid = gather_windows(history, env_t, t0_t, self.memory_lengths[name])
@@ -134,6 +145,7 @@ class _MemoryStorage:
             returns=take(self.returns),
             episode_starts=torch.as_tensor(self.episode_starts[t, e], device=self.device).bool(),
             states=states,
+            extras=extras,
         )
 
 

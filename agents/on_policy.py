@@ -19,7 +19,7 @@ from torch import Tensor
 from agents.buffer import MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
 from policies.backbone import Aux
 from policies.memory import strip_cache
-from policies.policy import MemoryActorCriticPolicy
+from policies.policy import MemoryActorCriticPolicy, PolicyStep
 
 
 class NonFiniteError(RuntimeError):
@@ -88,7 +88,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             with torch.inference_mode():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)
                 starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()
-                actions, values, log_probs, state = self.policy(obs_tensor, self._last_state, starts)
+                step = self.policy(obs_tensor, self._last_state, starts)
+                actions, values, log_probs, state = step.actions, step.values, step.log_prob, step.state
             actions = actions.cpu().numpy()
             clipped = actions
             if isinstance(self.action_space, spaces.Box):
@@ -104,6 +105,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 actions = actions.reshape(-1, 1)
             rewards = self._bootstrap_truncated(rewards, dones, infos, state)
             buffer.add_records(self.policy.records(state))
+            self._store_step(step)
             buffer.add(self._last_obs, actions, rewards, self._last_episode_starts, values, log_probs)
             self._last_obs, self._last_episode_starts, self._last_state = new_obs, dones, state
         with torch.inference_mode():
@@ -113,6 +115,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _store_step(self, step: PolicyStep) -> None:
+        """Store what the learner needs of a rollout step besides SB3's fields (PPO: nothing)."""
 
     def _bootstrap_truncated(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict],
                              state: PolicyState) -> np.ndarray:

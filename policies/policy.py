@@ -6,12 +6,19 @@ memory backbone (episode memory) → SB3 ``MlpExtractor`` → action and value h
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import (
+    BernoulliDistribution,
+    CategoricalDistribution,
+    DiagGaussianDistribution,
+    Distribution,
+    MultiCategoricalDistribution,
+)
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import CombinedExtractor, MlpExtractor, NatureCNN
@@ -20,9 +27,20 @@ from torch import Tensor
 
 from policies.backbone import Aux, MemoryBackbone
 from policies.memory import State
+from policies.popart import PopArtValueHead
 from policies.registry import make_backbone
 
 PolicyState = dict[str, State]
+
+
+class PolicyStep(NamedTuple):
+    """What one rollout step of the policy produces."""
+
+    actions: Tensor
+    values: Tensor
+    log_prob: Tensor
+    state: PolicyState
+    distribution: Distribution
 
 
 class MemoryActorCriticPolicy(ActorCriticPolicy):
@@ -41,12 +59,14 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     :param backbone: name in ``policies.registry.BACKBONES``.
     :param backbone_kwargs: options of that backbone (``make_backbone``).
     :param share_backbone: one backbone for actor and critic.
+    :param popart: a PopArt value head (:mod:`policies.popart`) with statistics step size ``popart_beta``.
     Other parameters are those of SB3's ``ActorCriticPolicy``.
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, *,
                  backbone: str = "gtrxl", backbone_kwargs: dict[str, Any] | None = None,
-                 share_backbone: bool = True, **kwargs: Any) -> None:
+                 share_backbone: bool = True, popart: bool = False, popart_beta: float = 1e-3,
+                 **kwargs: Any) -> None:
         if not kwargs.get("share_features_extractor", True):
             raise ValueError("MemoryActorCriticPolicy needs share_features_extractor=True; "
                              "use share_backbone=False for a separate critic memory")
@@ -60,7 +80,13 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         self.backbone_name = backbone
         self.backbone_kwargs = dict(backbone_kwargs or {})
         self.share_backbone = share_backbone
+        self.popart, self.popart_beta = popart, popart_beta
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        super()._build(lr_schedule)
+        if self.popart:  # wraps the same nn.Linear, so the optimizer already holds its parameters
+            self.value_net = PopArtValueHead(self.value_net, beta=self.popart_beta)
 
     def _build_mlp_extractor(self) -> None:
         self.backbone = make_backbone(self.backbone_name, self.features_dim, **self.backbone_kwargs)
@@ -72,7 +98,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(backbone=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
-                    share_backbone=self.share_backbone)
+                    share_backbone=self.share_backbone, popart=self.popart, popart_beta=self.popart_beta)
         return data
 
     # -- memory --------------------------------------------------------------------------
@@ -101,13 +127,35 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     # -- acting ----------------------------------------------------------------------------
     def forward(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor,  # type: ignore[override]
-                deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, PolicyState]:
-        """One rollout step: actions, values, log-probabilities and the next state."""
+                deterministic: bool = False) -> PolicyStep:
+        """One rollout step: actions, values, log-probabilities, the next state and the distribution."""
         latent_pi, latent_vf, new_state = self._latents_step(obs, state, episode_starts)
         distribution = self._get_action_dist_from_latent(latent_pi)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
-        return actions.reshape((-1, *self.action_space.shape)), self.value_net(latent_vf), log_prob, new_state
+        return PolicyStep(actions.reshape((-1, *self.action_space.shape)), self.value_net(latent_vf), log_prob,
+                          new_state, distribution)
+
+    def distribution_params(self, distribution: Distribution) -> Tensor:
+        """All parameters of an action distribution as one ``[B, P]`` tensor: logits (categorical,
+        multi-categorical, Bernoulli) or mean and log-std (diagonal Gaussian)."""
+        torch_dist = distribution.distribution
+        if isinstance(distribution, DiagGaussianDistribution):
+            return torch.cat([torch_dist.mean, torch_dist.stddev.log()], dim=-1)
+        if isinstance(distribution, MultiCategoricalDistribution):
+            return torch.cat([d.logits for d in torch_dist], dim=-1)
+        if isinstance(distribution, CategoricalDistribution | BernoulliDistribution):
+            return torch_dist.logits
+        raise ValueError(f"unsupported action distribution {type(distribution).__name__}")
+
+    def distribution_from_params(self, params: Tensor) -> Distribution:
+        """The distribution that :meth:`distribution_params` flattened, as a new object (SB3's
+        ``proba_distribution`` overwrites and returns ``self.action_dist``)."""
+        distribution = copy.copy(self.action_dist)
+        if isinstance(distribution, DiagGaussianDistribution):
+            mean, log_std = params.chunk(2, dim=-1)
+            return distribution.proba_distribution(mean, log_std)
+        return distribution.proba_distribution(action_logits=params)
 
     def get_distribution(self, obs: PyTorchObs, state: PolicyState,  # type: ignore[override]
                          episode_starts: Tensor) -> tuple[Distribution, PolicyState]:

@@ -1,0 +1,194 @@
+"""V-MPO (Song et al. 2020) for policies with a Transformer or RNN memory, discrete or Gaussian."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import explained_variance
+from torch import Tensor, nn
+
+from agents.on_policy import MemoryOnPolicyAlgorithm, NonFiniteError
+from agents.vmpo_losses import (
+    gaussian_kl_covariance,
+    gaussian_kl_mean,
+    policy_loss,
+    temperature_loss,
+    top_half,
+    trust_region_loss,
+)
+from policies.policy import MemoryActorCriticPolicy, PolicyStep
+from policies.popart import PopArtValueHead
+
+SelfVMPO = TypeVar("SelfVMPO", bound="VMPO")
+DUAL_MIN = 1e-8
+
+
+class Duals(nn.Module):
+    """The Lagrange multipliers: temperature ``η`` and trust-region ``α`` (``α_μ``, ``α_Σ`` for
+    Gaussian policies), kept raw and projected to ``≥ 1e-8`` after every step (as in the paper)."""
+
+    def __init__(self, eta: float, alphas: dict[str, float]) -> None:
+        super().__init__()
+        self.eta = nn.Parameter(torch.tensor(float(eta)))
+        self.alphas = nn.ParameterDict({name: nn.Parameter(torch.tensor(float(v))) for name, v in alphas.items()})
+
+    @torch.no_grad()
+    def project(self) -> None:
+        for parameter in self.parameters():
+            parameter.clamp_(min=DUAL_MIN)
+
+
+class VMPO(MemoryOnPolicyAlgorithm):
+    """V-MPO: ``L = L_π + L_η + L_α + c_v L_V + Σ c_k aux_k`` (:mod:`agents.vmpo_losses`).
+
+    - Value targets: n-step returns bootstrapped from the online value function at the rollout
+      end, terminations cutting the bootstrap (GAE with λ = 1), optionally PopArt-normalised.
+    - Policy: weighted maximum likelihood on the top half of each minibatch's advantages.
+    - Trust region: ``KL(π_old ‖ π_θ)`` over the whole minibatch, ``π_old`` being the distribution
+      recorded when acting (all its parameters are stored, not just log-probabilities). Gaussian
+      policies get decoupled mean and covariance KLs with multipliers ``α_μ``, ``α_Σ``.
+    - ``η`` and ``α`` are learned by their own Adam (``dual_learning_rate``) and kept ``≥ 1e-8``.
+
+    Defaults follow the paper and REFERENCE.md §6: η₀ = 1; α₀ = 5 (discrete) or α_μ₀ = α_Σ₀ = 1
+    (Gaussian); ε_η = 0.01 (state inputs); ε_α = 0.01; ε_αμ = 0.0075, ε_αΣ = 1e-5. The paper uses
+    no entropy bonus and no importance weighting; Adam at 1e-4 for millions of steps — for the
+    small budgets here the policy learning rate defaults to 3e-4 and the duals' to 1e-2.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
+
+    def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: GymEnv | str,
+                 learning_rate: float | Schedule = 3e-4, n_steps: int = 128, batch_size: int = 128,
+                 n_epochs: int = 4, gamma: float = 0.99, vf_coef: float = 0.5, max_grad_norm: float = 0.5,
+                 epsilon_eta: float = 0.01, epsilon_alpha: float = 0.01, epsilon_alpha_mu: float = 0.0075,
+                 epsilon_alpha_sigma: float = 1e-5, eta_init: float = 1.0, alpha_init: float | None = None,
+                 dual_learning_rate: float = 1e-2, normalize_advantage: bool = True, popart: bool = False,
+                 popart_beta: float = 1e-3, segment_length: int = 16, aux_coefs: dict[str, float] | None = None,
+                 stats_window_size: int = 100, tensorboard_log: str | None = None,
+                 policy_kwargs: dict[str, Any] | None = None, verbose: int = 0, seed: int | None = None,
+                 device: torch.device | str = "auto", _init_setup_model: bool = True) -> None:
+        for name, value in (("epsilon_eta", epsilon_eta), ("epsilon_alpha", epsilon_alpha),
+                            ("epsilon_alpha_mu", epsilon_alpha_mu), ("epsilon_alpha_sigma", epsilon_alpha_sigma),
+                            ("eta_init", eta_init), ("dual_learning_rate", dual_learning_rate)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if alpha_init is not None and not alpha_init > 0:
+            raise ValueError(f"alpha_init must be > 0, got {alpha_init}")
+        if n_epochs < 1:
+            raise ValueError(f"n_epochs must be >= 1, got {n_epochs}")
+        self.n_epochs = n_epochs
+        self.epsilon_eta, self.epsilon_alpha = epsilon_eta, epsilon_alpha
+        self.epsilon_alpha_mu, self.epsilon_alpha_sigma = epsilon_alpha_mu, epsilon_alpha_sigma
+        self.eta_init, self.alpha_init = eta_init, alpha_init
+        self.dual_learning_rate = dual_learning_rate
+        self.normalize_advantage = normalize_advantage
+        self.popart, self.popart_beta = popart, popart_beta
+        super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
+                         segment_length=segment_length, aux_coefs=aux_coefs, gamma=gamma, gae_lambda=1.0,
+                         ent_coef=0.0, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
+                         stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
+                         policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
+                         _init_setup_model=_init_setup_model)
+
+    def _setup_model(self) -> None:
+        self.policy_kwargs = {**self.policy_kwargs, "popart": self.popart, "popart_beta": self.popart_beta}
+        super()._setup_model()
+        self.gaussian = isinstance(self.policy.action_dist, DiagGaussianDistribution)
+        if self.gaussian:
+            alpha = 1.0 if self.alpha_init is None else self.alpha_init
+            alphas = {"mu": alpha, "sigma": alpha}
+        else:
+            alphas = {"kl": 5.0 if self.alpha_init is None else self.alpha_init}
+        self.duals = Duals(self.eta_init, alphas).to(self.device)
+        self.dual_optimizer = torch.optim.Adam(self.duals.parameters(), lr=self.dual_learning_rate)
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, tensors = super()._get_torch_save_params()
+        return [*state_dicts, "duals", "dual_optimizer"], tensors
+
+    def _store_step(self, step: PolicyStep) -> None:
+        """π_old: every parameter of the acting distribution."""
+        self.rollout_buffer.add_extras({"old_distribution": self.policy.distribution_params(step.distribution)})
+
+    def _trust_region(self, old: Distribution, new: Distribution, logs: defaultdict[str, list[float]]) -> Tensor:
+        """``L_α`` (or ``L_αμ + L_αΣ``) with KL(π_old ‖ π_θ) averaged over the minibatch."""
+        if not self.gaussian:
+            kl = torch.distributions.kl_divergence(old.distribution, new.distribution)
+            if kl.dim() > 1:  # independent components (multi-discrete, Bernoulli)
+                kl = kl.sum(dim=-1)
+            logs["kl"].append(kl.mean().item())
+            return trust_region_loss(kl, self.duals.alphas["kl"], self.epsilon_alpha)
+        mean_old, std_old = old.distribution.mean, old.distribution.stddev
+        kl_mu = gaussian_kl_mean(mean_old, std_old, new.distribution.mean)
+        kl_sigma = gaussian_kl_covariance(std_old, new.distribution.stddev)
+        logs["kl_mu"].append(kl_mu.mean().item())
+        logs["kl_sigma"].append(kl_sigma.mean().item())
+        return (trust_region_loss(kl_mu, self.duals.alphas["mu"], self.epsilon_alpha_mu)
+                + trust_region_loss(kl_sigma, self.duals.alphas["sigma"], self.epsilon_alpha_sigma))
+
+    def train(self) -> None:
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        logs: defaultdict[str, list[float]] = defaultdict(list)
+        value_head = self.policy.value_net
+        for epoch in range(self.n_epochs):
+            for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
+                actions = batch.actions.long().flatten() if isinstance(self.action_space, spaces.Discrete) \
+                    else batch.actions
+                if isinstance(value_head, PopArtValueHead):
+                    value_head.update(batch.returns)
+                values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
+                                                                          batch.episode_starts)
+                old = self.policy.distribution_from_params(batch.extras["old_distribution"])
+                log_prob = distribution.log_prob(actions)
+                if epoch == 0 and "rollout_logp_gap" not in logs:
+                    logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
+                advantages = batch.advantages
+                if self.normalize_advantage and len(advantages) > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                top = top_half(advantages)
+                eta = self.duals.eta
+                pi = policy_loss(log_prob[top], advantages[top], eta)
+                eta_loss = temperature_loss(advantages[top], eta, self.epsilon_eta)
+                alpha_loss = self._trust_region(old, distribution, logs)
+                errors = values - batch.returns
+                if isinstance(value_head, PopArtValueHead):  # the loss of the normalised head
+                    errors = errors / value_head.scale
+                value_loss = 0.5 * errors.square().mean()
+                aux_loss = self._aux_loss(aux, logs)
+                loss = pi.loss + eta_loss + alpha_loss + self.vf_coef * value_loss + aux_loss
+                self.dual_optimizer.zero_grad()
+                logs["grad_norm"].append(self._optimize(loss, {"policy_loss": pi.loss, "temperature_loss": eta_loss,
+                                                               "trust_region_loss": alpha_loss,
+                                                               "value_loss": value_loss, "aux_loss": aux_loss}))
+                self.dual_optimizer.step()
+                self.duals.project()
+                if not all(torch.isfinite(p) for p in self.duals.parameters()):
+                    raise NonFiniteError(f"non-finite Lagrange multipliers at update {self._n_updates}: "
+                                         f"{ {n: p.item() for n, p in self.duals.named_parameters()} }")
+                logs["policy_loss"].append(pi.loss.item())
+                logs["temperature_loss"].append(eta_loss.item())
+                logs["value_loss"].append(value_loss.item())
+                logs["psi_effective_sample_size"].append(pi.effective_sample_size.item())
+                logs["top_half_threshold"].append(advantages[top].min().item())
+                logs["loss"].append(loss.item())
+            self._n_updates += 1
+        self._record_logs(logs)
+        self.logger.record("train/eta", self.duals.eta.item())
+        for name, alpha in self.duals.alphas.items():
+            self.logger.record(f"train/alpha_{name}" if self.gaussian else "train/alpha", alpha.item())
+        self.logger.record("train/explained_variance", explained_variance(self.rollout_buffer.values.flatten(),
+                                                                          self.rollout_buffer.returns.flatten()))
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    def learn(self: SelfVMPO, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
+              tb_log_name: str = "VMPO", reset_num_timesteps: bool = True, progress_bar: bool = False) -> SelfVMPO:
+        return super().learn(total_timesteps=total_timesteps, callback=callback, log_interval=log_interval,
+                             tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps,
+                             progress_bar=progress_bar)
