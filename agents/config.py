@@ -145,10 +145,7 @@ def coerce(key: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"{key}={value!r}: expected an integer")
     if isinstance(default, float) or (default is None and _number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_"):
-            start = _number(value[4:])
-            if start is None:
-                raise ConfigError(f"{key}={value!r}: a linear schedule is written lin_<initial value>, e.g. lin_3e-4")
-            return LinearSchedule(float(start), 0.0, 1.0)
+            return _linear_schedule(key, value)
         number = _number(value)
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={value!r}: expected a number (or lin_<number> for a linear schedule)")
@@ -158,6 +155,15 @@ def coerce(key: str, value: Any, default: Any) -> Any:
     if isinstance(default, dict) and not isinstance(value, dict):
         raise ConfigError(f"{key}={value!r}: expected a mapping")
     return value
+
+
+def _linear_schedule(key: str, text: str) -> LinearSchedule:
+    """``lin_<start>`` (to 0) or ``lin_<start>_<end>``: linear in the training progress (rl-zoo style)."""
+    parts = [_number(part) for part in text[4:].split("_")]
+    if len(parts) not in (1, 2) or any(part is None for part in parts):
+        raise ConfigError(f"{key}={text!r}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
+                          "e.g. lin_3e-4 or lin_2.75e-4_1e-5")
+    return LinearSchedule(float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0, 1.0)
 
 
 def _number(value: Any) -> int | float | None:
@@ -268,7 +274,7 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
 
 
 def save_config(config: RunConfig, path: Path) -> None:
-    """Write the resolved configuration (schedules as their initial value)."""
+    """Write the resolved configuration (schedules as ``lin_<start>_<end>``)."""
     data = config.to_dict()
     path.write_text(yaml.safe_dump(_plain(data), sort_keys=False))
 
@@ -279,5 +285,5 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, LinearSchedule):
-        return f"lin_{value.start}"
+        return f"lin_{value.start}_{value.end}"
     return value

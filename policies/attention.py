@@ -82,7 +82,8 @@ class MultiHeadAttention(nn.Module):
             position_keys: what :meth:`position_keys` returned for the distance table.
 
         Returns:
-            The output ``[B, T, D]`` and the segment's own keys and values (for caches).
+            The output ``[B, T, D]`` and the keys and values of ``[memory; segment]``
+            ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
         """
         q = self._heads(self.q_net(h))
         k_seg, v_seg = self.keys_values(h)
@@ -95,7 +96,7 @@ class MultiHeadAttention(nn.Module):
                                              dropout_p=self.dropout if self.training else 0.0,
                                              scale=self.scale)
         B, _, T, _ = out.shape
-        return self.out_net(out.transpose(1, 2).reshape(B, T, -1)), (k_seg, v_seg)
+        return self.out_net(out.transpose(1, 2).reshape(B, T, -1)), (k, v)
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
@@ -116,8 +117,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self.v = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)
 
     def position_keys(self, distances: Tensor) -> Tensor:
-        """``W_kR R`` for the table ``[D_max + 1, d_model]`` → ``[H, D_max + 1, d_head]``."""
-        return self.r_net(distances).view(-1, self.n_heads, self.d_head).transpose(0, 1)
+        """``W_kR R`` for the table ``[D_max + 1, d_model]`` (row ``d`` = distance ``d``), returned as
+        ``[H, D_max + 1, d_head]`` in descending distance order ``D_max, ..., 0``: the order of the
+        keys of a rollout step (``M`` memory slots, then the step itself)."""
+        return self.r_net(distances.flip(0)).view(-1, self.n_heads, self.d_head).transpose(0, 1)
 
     def content_query(self, q: Tensor) -> Tensor:
         return q + self.u.unsqueeze(1)
@@ -126,8 +129,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if position_keys is None:
             raise ValueError("relative attention needs the projected distance table (position_keys)")
         max_distance = position_keys.shape[1] - 1
-        # distance list K-1, ..., 0 for the raw scores, clamped: longer ones are masked anyway
-        order = (n_keys - 1 - torch.arange(n_keys, device=q.device)).clamp(max=max_distance)
-        raw = (q + self.v.unsqueeze(1)) @ position_keys[:, order].transpose(-1, -2)  # [B, H, T, K]
+        if n_keys != max_distance + 1:
+            # raw column k holds distance K-1-k, clamped: longer distances are masked anyway
+            distance = (n_keys - 1 - torch.arange(n_keys, device=q.device)).clamp(max=max_distance)
+            position_keys = position_keys[:, max_distance - distance]
+        raw = torch.einsum("bhtd,hkd->bhtk", q + self.v.unsqueeze(1), position_keys)  # [B, H, T, K]
         shifted = raw if q.shape[2] == 1 else rel_shift(raw)  # one query: already aligned
         return shifted * self.scale

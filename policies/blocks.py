@@ -57,14 +57,21 @@ class TransformerXLBlock(nn.Module):
         self.ff_gate = make_gate(gate, d_model, gate_bias)
         self.drop = nn.Dropout(dropout)
 
+    def memory_parameters(self) -> list[nn.Parameter]:
+        """The parameters that keys, values and position keys of the memory depend on."""
+        modules = [self.attn.kv_net, *([self.attn_norm] if self.identity_map else [])]
+        if isinstance(self.attn, RelativeMultiHeadAttention):
+            modules.append(self.attn.r_net)
+        return [p for module in modules for p in module.parameters()]
+
     def memory_kv(self, memory: Tensor) -> KeysValues:
         """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
         return self.attn.keys_values(self.attn_norm(memory) if self.identity_map else memory)
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_keys: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        """``h``: ``[B, T, D]`` this layer's input for the segment; returns its output and the
-        segment's keys and values."""
+        """``h``: ``[B, T, D]`` this layer's input for the segment; returns its output and the keys
+        and values of ``[memory; segment]``."""
         if self.identity_map:
             y, kv = self.attn(self.attn_norm(h), memory_kv, mask, position_keys)
             stream = self.attn_gate(h, self.drop(y).relu())

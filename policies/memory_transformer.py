@@ -28,10 +28,10 @@ class MemoryTransformer(MemoryBackbone):
     """Base of the Transformer memories: input projection, memory, masks and caches.
 
     The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each
-    of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys`` and
-    ``cache_values`` ``[B, n_depth, H, M, d_head]``, computed once from ``memory`` and then
-    rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
-    caches were computed with; any parameter update invalidates them.
+    of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys_<n>`` and
+    ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth ``n``, computed once from ``memory`` and
+    then rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
+    caches were computed with; any update of those parameters invalidates them.
     """
 
     def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
@@ -65,7 +65,7 @@ class MemoryTransformer(MemoryBackbone):
         """Run every depth on the segment ``h`` ``[B, T, D]``.
 
         Returns the output ``[B, T, D]``, the records ``[B, T, n_depth, D]`` (input of each
-        depth), the segment's keys and values per depth, and auxiliary terms per position
+        depth), the keys and values of ``[memory; segment]`` per depth, and auxiliary terms per position
         ``[B, T]``.
         """
 
@@ -82,8 +82,11 @@ class MemoryTransformer(MemoryBackbone):
         return [by_block[id(block)] for block in self.memory_blocks]
 
     def _parameter_stamp(self) -> int:
-        """A fingerprint that changes whenever a parameter is updated in place or replaced."""
-        return hash(tuple((p.data_ptr(), p._version) for p in self.parameters())) & (2**62 - 1)
+        """A fingerprint of the parameters the caches depend on; it changes whenever one of them is
+        updated in place (optimizer steps, ``load_state_dict``) or moved (``.to``)."""
+        blocks = {id(block): block for block in self.memory_blocks}.values()
+        parameters = [p for block in blocks for p in block.memory_parameters()]
+        return hash(tuple((p.data_ptr(), p._version) for p in parameters)) & (2**62 - 1)
 
     def _cached_position_keys(self, stamp: int) -> list[Tensor | None]:
         """Position keys for rollout steps, recomputed only when the parameters change."""
@@ -110,27 +113,24 @@ class MemoryTransformer(MemoryBackbone):
 
     def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
         stamp = self._parameter_stamp()
-        keys, values = self._caches(state, stamp)  # [B, n_depth, H, M, d_head]
+        memory_kv = self._caches(state, stamp)
         valid = reset_window(state["valid"], as_bool(episode_start))
         mask = torch.cat([valid, valid.new_ones(valid.shape[0], 1)], dim=1).unsqueeze(1)  # [B, 1, M+1]
-        memory_kv = [(keys[:, n], values[:, n]) for n in range(keys.shape[1])]
-        y, records, segment_kv, _ = self._depth(self.embed(x).unsqueeze(1), memory_kv, mask,
-                                                self._cached_position_keys(stamp))
-        new_keys = torch.stack([k for k, _ in segment_kv], dim=1)  # [B, n_depth, H, 1, d_head]
-        new_values = torch.stack([v for _, v in segment_kv], dim=1)
-        return y[:, 0], {
+        y, records, window_kv, _ = self._depth(self.embed(x).unsqueeze(1), memory_kv, mask,
+                                               self._cached_position_keys(stamp))
+        new_state = {
             "memory": push_window(state["memory"], records[:, 0]),
             "valid": push_window(valid, valid.new_ones(valid.shape[0])),
-            "cache_keys": torch.cat([keys[:, :, :, 1:], new_keys], dim=3),
-            "cache_values": torch.cat([values[:, :, :, 1:], new_values], dim=3),
             "cache_stamp": state["valid"].new_full((valid.shape[0],), stamp, dtype=torch.long),
         }
+        for n, (keys, values) in enumerate(window_kv):  # [B, H, M+1, d]: drop the oldest slot
+            new_state[f"cache_keys_{n}"], new_state[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
+        return y[:, 0], new_state
 
-    def _caches(self, state: State, stamp: int) -> tuple[Tensor, Tensor]:
-        """The state's key/value caches, rebuilt from ``memory`` when missing or stale."""
+    def _caches(self, state: State, stamp: int) -> list[KeysValues]:
+        """The state's key/value caches per depth, rebuilt from ``memory`` when missing or stale."""
         cached = state.get("cache_stamp")
         if cached is not None and bool((cached == stamp).all()):
-            return state["cache_keys"], state["cache_values"]
+            return [(state[f"cache_keys_{n}"], state[f"cache_values_{n}"]) for n in range(self.record_shape[0])]
         with torch.no_grad():
-            memory_kv = self._memory_kv(state["memory"])
-        return torch.stack([k for k, _ in memory_kv], dim=1), torch.stack([v for _, v in memory_kv], dim=1)
+            return self._memory_kv(state["memory"])

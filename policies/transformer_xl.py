@@ -47,9 +47,9 @@ class TransformerXL(MemoryTransformer):
 
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
                position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
-        records, segment_kv = [], []
+        records, window_kv = [], []
         for layer, kv, pos in zip(self.layers, memory_kv, position_keys, strict=True):
             records.append(h)
-            h, kv_seg = layer(h, kv, mask, pos)
-            segment_kv.append(kv_seg)
-        return h, torch.stack(records, dim=2), segment_kv, {}
+            h, layer_kv = layer(h, kv, mask, pos)
+            window_kv.append(layer_kv)
+        return h, torch.stack(records, dim=2), window_kv, {}

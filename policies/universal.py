@@ -54,14 +54,14 @@ class UniversalTransformerACT(MemoryTransformer):
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
                position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
         records: list[Tensor] = []
-        segment_kv: list[KeysValues] = []
+        window_kv: list[KeysValues] = []
 
         def ponder_step(n: int, state: Tensor) -> tuple[Tensor, Tensor]:
             inputs = state + self.step_encoding[n]
             records.append(inputs)
             out, kv = self.block(inputs, memory_kv[n], mask, position_keys[n])
-            segment_kv.append(kv)
+            window_kv.append(kv)
             return inputs, out
 
         y, ponder = self.act(h, ponder_step)
-        return y, torch.stack(records, dim=2), segment_kv, {"ponder_cost": ponder.cost, "ponder_steps": ponder.steps}
+        return y, torch.stack(records, dim=2), window_kv, {"ponder_cost": ponder.cost, "ponder_steps": ponder.steps}

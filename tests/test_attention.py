@@ -10,7 +10,12 @@ import torch
 
 from policies.attention import MultiHeadAttention, RelativeMultiHeadAttention, rel_shift
 from policies.memory import attention_mask, window_before
-from policies.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoid_table
+from policies.positional import (
+    LearnedPositionalEncoding,
+    RelativeDistances,
+    SinusoidalPositionalEncoding,
+    sinusoid_table,
+)
 
 B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
 
@@ -122,6 +127,13 @@ def test_window_before_rebuilds_states_by_index():
     windows, window_valid = window_before(memory, valid, records, starts, torch.arange(5))
     assert windows[0, :, :, 0].tolist() == [[0, 1, 2], [1, 2, 10], [2, 10, 11], [10, 11, 12], [11, 12, 13]]
     assert window_valid[0].int().tolist() == [[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 1, 1]]
+
+
+def test_relative_distance_table_is_the_sinusoid_of_each_distance():
+    table = RelativeDistances(D, M)()
+    torch.testing.assert_close(table, sinusoid_table(torch.arange(M + 1.0), D))
+    frequencies = 10000 ** (-torch.arange(0, D, 2.0) / D)
+    torch.testing.assert_close(table[3, : D // 2], torch.sin(3 * frequencies))
 
 
 def test_absolute_positional_encodings():

@@ -7,6 +7,7 @@ import torch
 
 from policies import BACKBONES, make_backbone
 from policies.memory import strip_cache
+from policies.positional import sinusoid_table
 
 INPUT_DIM = 5
 MEMORY = 4
@@ -46,11 +47,14 @@ def run_steps(backbone, x, state, starts):
     return torch.stack(outputs), state
 
 
-def random_state(backbone, B: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
-    """A state as left by an earlier episode: random records, every slot valid."""
+def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -> dict[str, torch.Tensor]:
+    """A state as left by earlier steps: random records, every slot valid; with ``partial``, env b's
+    episode began only ``M - b`` steps ago, so its oldest ``b`` slots hold another episode's records."""
     state = backbone.initial_state(B)
     state["memory"] = torch.randn_like(state["memory"])
-    state["valid"] = torch.ones_like(state["valid"])
+    M = state["valid"].shape[1]
+    older = torch.arange(B).view(-1, 1) if partial else torch.zeros(B, 1, dtype=torch.long)
+    state["valid"] = torch.arange(M).view(1, -1) >= older
     return state
 
 
@@ -68,7 +72,8 @@ def test_step_equals_sequence(name, dtype, atol):
     x = torch.randn(T, B, INPUT_DIM, dtype=dtype)
     starts = starts_pattern(T, B)
     starts[0, 0] = False  # env 0 continues the episode of the random state
-    state0 = random_state(backbone, B, dtype)
+    starts[0, 1] = False  # env 1 continues an episode that began M - 1 steps before the segment
+    state0 = random_state(backbone, B, dtype, partial=True)
     y_step, state_step = run_steps(backbone, x, state0, starts)
     with torch.no_grad():
         y_seq, state_seq, _ = backbone.forward_sequence(x, state0, starts)
@@ -213,6 +218,19 @@ def test_state_follows_module_dtype_and_device(name):
                                  torch.ones(3, dtype=torch.bool, device=device))
         assert y.dtype == torch.float64 and y.device.type == device
         assert all(t.device.type == device for t in state.values())
+
+
+def test_ut_adds_the_step_encoding_of_each_ponder_step():
+    """With halting probabilities ≈ 0 the state does not move before the last ponder step, so the
+    inputs recorded for ponder steps n and 0 differ exactly by P_n − P_0 (sinusoids of n)."""
+    backbone = build("ut-act", max_steps=3)
+    with torch.no_grad():
+        backbone.act.halting.weight.zero_()
+        backbone.act.halting.bias.fill_(-40.0)
+        _, state = backbone.step(torch.randn(2, INPUT_DIM), backbone.initial_state(2), torch.ones(2, dtype=torch.bool))
+    records = state["memory"][:, -1]  # [B, n_depth, D]
+    encoding = sinusoid_table(torch.arange(3), SMALL["d_model"])
+    torch.testing.assert_close(records - records[:, :1], (encoding - encoding[:1]).expand(2, -1, -1))
 
 
 def test_unknown_backbone_names_the_valid_ones():

@@ -53,6 +53,9 @@ def test_values_are_parsed_safely():
     assert parse_value("__import__('os').system('echo pwned')") == "__import__('os').system('echo pwned')"
     assert coerce("x", "3e-4", 0.1) == 3e-4 and coerce("n", 1e5, 1) == 100000
     assert coerce("lr", "lin_1e-3", 0.1)(0.5) == pytest.approx(5e-4)
+    assert coerce("lr", "lin_2e-3_1e-3", 0.1)(0.0) == pytest.approx(1e-3)
+    with pytest.raises(ConfigError, match="lin_<start> or lin_<start>_<end>"):
+        coerce("lr", "lin_fast", 0.1)
     with pytest.raises(ConfigError, match="expected true or false"):
         coerce("flag", "yes please", True)
 
