@@ -4,17 +4,30 @@ Settings come from, in increasing precedence: defaults, ``--config FILE.yaml``, 
 ``-p dotted.key=value`` overrides (e.g. ``-p gtrxl.memory_length=32 ppo.learning_rate=1e-3``).
 Exit status: 0 done, 2 bad input (the message names it and the valid choices), 3 training
 stopped on a non-finite loss, gradient or parameter (the last good checkpoint is kept).
+
+Seed studies (see agents/README_STUDY.md): several backbones or seeds, ``--study NAME`` or a study
+file run every combination as an independent run under ``{log_dir}/{study}/``, in parallel, and
+write a report; rerunning the same command resumes the study. Exit status 3 there means some runs
+diverged or failed (the report counts them), 130 that the study was interrupted::
+
+    python train_rl.py --backbone gtrxl trxl-i lstm --seed 0 1 2 3 4 --env TMaze-v0 --workers 2
+    python train_rl.py study configs/studies/demo.yaml [--launcher ray --ray-address auto]
+    python train_rl.py report runs/TMaze-v0__ppo
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Any
 
 from agents import ALGOS, NonFiniteError
-from agents.config import FIELDS, ConfigError, RunConfig, build_config, parse_override
+from agents.config import FIELDS, ConfigError, RunConfig, parse_override
+from agents.launchers import LAUNCHERS, LauncherError
+from agents.report import DEFAULT_REPS, build_report
 from agents.run import run_dir, train
+from agents.study import Grid, run_study
 from policies.registry import BACKBONES
 
 # flag → RunConfig field; the help text is the field's docstring
@@ -48,8 +61,12 @@ def _field_help() -> dict[str, str]:
     return docs
 
 
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
+    """The training parser; with ``study_file``, that of ``train_rl.py study FILE``."""
+    parser = argparse.ArgumentParser(prog="train_rl.py study" if study_file else None, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    if study_file:
+        parser.add_argument("file", help="study file (YAML: name, config, settings, tasks, backbones, seeds)")
     docs = _field_help()
     parser.add_argument("--config", "-c", help="YAML file (see configs/)")
     for flag, (name, extra) in FLAGS.items():
@@ -57,47 +74,92 @@ def make_parser() -> argparse.ArgumentParser:
         default = FIELDS[name].default
         parser.add_argument(*names, dest=name, default=None, help=f"{docs.get(name, '')} (default: {default})",
                             **extra)
-    parser.add_argument("--env-kwargs", nargs="+", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="environment keyword arguments")
-    parser.add_argument("-p", "--param", nargs="+", default=[], metavar="KEY=VALUE",
+    parser.add_argument("-p", "--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="dotted overrides, e.g. gtrxl.memory_length=32 ppo.learning_rate=1e-3")
     parser.add_argument("--resume", action="store_true", help="continue the run from its last checkpoint")
     parser.add_argument("--progress", "-P", action="store_true", help="show a progress bar")
     parser.add_argument("--verbose", "-v", type=int, default=0, help="SB3 verbosity (0, 1, 2)")
+    study = parser.add_argument_group("seed studies (several backbones or seeds, --study, or a study file)")
+    study.add_argument("--study", help="study name: runs go to {log_dir}/{study}/ (default: {env}__{algo}, or "
+                                       "the study file's name)")
+    study.add_argument("--workers", type=int, help="parallel runs of the local launcher, one torch thread each "
+                                                   "(default: one per run, at most one per CPU core)")
+    study.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                       help="local: a process pool on this machine; ray: Ray tasks (pip install '.[ray]')")
+    study.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local Ray)")
+    study.add_argument("--retry-failed", action="store_true", help="rerun runs that diverged or failed")
+    study.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
+    study.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap resamples of the report")
     return parser
 
 
-def configs_from_args(args: argparse.Namespace) -> list[RunConfig]:
-    """One configuration per (backbone, seed) combination."""
+def make_report_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="train_rl.py report", description=(
+        "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
+    parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
+    parser.add_argument("--out", help="where to write the report (default: the study directory)")
+    parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap resamples (default: %(default)s)")
+    parser.add_argument("--solve-threshold", type=float,
+                        help="score that counts as solving a task (default: the runs' success_threshold)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
+    return parser
+
+
+def grid_from_args(args: argparse.Namespace) -> Grid:
+    """The runs asked for: flags over the study file (if any); --backbone and --seed make the grid."""
     flags = {name: getattr(args, name) for _, (name, _) in FLAGS.items()
              if getattr(args, name) is not None and name not in ("backbone", "seed")}
     flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
-    base = build_config(args.config, flags, args.param)
-    backbones = args.backbone or [base.backbone]
-    seeds = args.seed or [base.seed]
-    configs = []
-    for backbone in backbones:
-        for seed in seeds:
-            configs.append(build_config(args.config, {**flags, "backbone": backbone, "seed": seed}, args.param))
-    return configs
+    chosen = {"config_file": args.config, "flags": flags, "params": args.param, "backbones": args.backbone or [],
+              "seeds": args.seed or [], "name": args.study}
+    return Grid.from_file(args.file, **chosen) if hasattr(args, "file") else Grid(**chosen)
+
+
+def train_one(config: RunConfig, args: argparse.Namespace) -> None:
+    """A single run, in this process."""
+    summary = train(config, resume=args.resume, progress_bar=args.progress, verbose=args.verbose)
+    directory = run_dir(config)
+    rate = summary["final_success_rate"]
+    print(f"{config.run_name()}: mean return {summary['final_mean_return']:.3f}"
+          + ("" if rate is None else f", success rate {rate:.2f}")
+          + f" after {summary['env_steps']} steps ({summary['steps_per_second']:.0f} steps/s)")
+    print(f"  summary:     {directory / 'summary.json'}")
+    print(f"  tensorboard: tensorboard --logdir {directory}")
+
+
+def report_main(argv: list[str]) -> int:
+    """``train_rl.py report DIRECTORY``."""
+    options = make_report_parser().parse_args(argv)
+    try:
+        path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
     try:
-        configs = configs_from_args(args)
-        for config in configs:
-            summary = train(config, resume=args.resume, progress_bar=args.progress, verbose=args.verbose)
-            directory = run_dir(config)
-            rate = summary["final_success_rate"]
-            print(f"{config.run_name()}: mean return {summary['final_mean_return']:.3f}"
-                  + ("" if rate is None else f", success rate {rate:.2f}")
-                  + f" after {summary['env_steps']} steps ({summary['steps_per_second']:.0f} steps/s)")
-            print(f"  summary:     {directory / 'summary.json'}")
-            print(f"  tensorboard: tensorboard --logdir {directory}")
+        study_file = argv[:1] == ["study"]
+        args = make_parser(study_file).parse_args(argv[1:] if study_file else argv)
+        grid = grid_from_args(args)
+        configs = grid.configs()
+        if study_file or args.study or len(configs) > 1:
+            return run_study(grid, shlex.join(["python", "train_rl.py", *argv]), args.launcher, args.workers,
+                             args.ray_address, args.retry_failed, args.report, args.reps, args.verbose)
+        train_one(configs[0], args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except LauncherError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except NonFiniteError as error:
         print(f"training stopped: {error}\nthe last good checkpoint is kept in the run's checkpoints/ directory",
               file=sys.stderr)

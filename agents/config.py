@@ -149,7 +149,9 @@ def coerce(key: str, value: Any, default: Any) -> Any:
         number = _number(value)
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={value!r}: expected a number (or lin_<number> for a linear schedule)")
-        return None if number is None else float(number)
+        if number is None or default is None:  # optional options keep ints as ints (d_head, d_inner)
+            return number
+        return float(number)
     if isinstance(default, str) and not isinstance(value, str):
         raise ConfigError(f"{key}={value!r}: expected a string")
     if isinstance(default, dict) and not isinstance(value, dict):
@@ -276,14 +278,15 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
 def save_config(config: RunConfig, path: Path) -> None:
     """Write the resolved configuration (schedules as ``lin_<start>_<end>``)."""
     data = config.to_dict()
-    path.write_text(yaml.safe_dump(_plain(data), sort_keys=False))
+    path.write_text(yaml.safe_dump(plain(data), sort_keys=False))
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A configuration value as YAML writes it back (schedules as ``lin_<start>_<end>``)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, LinearSchedule):
         return f"lin_{value.start}_{value.end}"
     return value

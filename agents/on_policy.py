@@ -4,19 +4,20 @@ losses of the backbone, and the guard against non-finite losses, gradients and p
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
-from agents.buffer import MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
+from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
 from policies.backbone import Aux
 from policies.memory import strip_cache
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
@@ -24,6 +25,17 @@ from policies.policy import MemoryActorCriticPolicy, PolicyStep
 
 class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity; the message says where it first appeared."""
+
+
+class Evaluation(NamedTuple):
+    """A minibatch recomputed with the current parameters."""
+
+    actions: Tensor
+    values: Tensor
+    distribution: Distribution
+    log_prob: Tensor
+    advantages: Tensor  # normalised per minibatch when the learner asks for it
+    aux_loss: Tensor | float  # weighted sum of the backbone's auxiliary losses
 
 
 class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
@@ -40,13 +52,15 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         ``n_steps`` and ``batch_size`` must be multiples of it.
     :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
         ``{"ponder_cost": 0.01}``); defaults to the backbone's ``aux_loss_coefs``.
+    :param normalize_advantage: standardise advantages per minibatch.
     """
 
     policy: MemoryActorCriticPolicy
     rollout_buffer: MemoryRolloutBuffer | MemoryDictRolloutBuffer
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
-                 segment_length: int, aux_coefs: dict[str, float] | None, **kwargs: Any) -> None:
+                 segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
+                 **kwargs: Any) -> None:
         for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -56,6 +70,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.batch_size = batch_size
         self.segment_length = segment_length
         self.aux_coefs = aux_coefs
+        self.normalize_advantage = normalize_advantage
         self._last_state: PolicyState | None = None
         super().__init__(policy, env, n_steps=n_steps, use_sde=False, sde_sample_freq=-1,
                          supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
@@ -141,6 +156,25 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return rewards
 
     # -- training helpers -------------------------------------------------------------------
+    def _evaluate(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Evaluation:
+        """Recompute a minibatch of segments with gradients.
+
+        On the first minibatch of an update (before any gradient step) this logs
+        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, DESIGN.md's invariant 3.
+        """
+        actions = batch.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = actions.long().flatten()
+        values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
+                                                                  batch.episode_starts)
+        log_prob = distribution.log_prob(actions)
+        if "rollout_logp_gap" not in logs:
+            logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
+        advantages = batch.advantages
+        if self.normalize_advantage and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return Evaluation(actions, values, distribution, log_prob, advantages, self._aux_loss(aux, logs))
+
     def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
         """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""
         total: Tensor | float = 0.0

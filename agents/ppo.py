@@ -6,7 +6,6 @@ from collections import defaultdict
 from typing import Any, ClassVar, TypeVar
 
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance
@@ -50,10 +49,10 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self.n_epochs = n_epochs
         self.clip_range = clip_range
         self.clip_range_vf = clip_range_vf
-        self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
-                         segment_length=segment_length, aux_coefs=aux_coefs, gamma=gamma, gae_lambda=gae_lambda,
+                         segment_length=segment_length, aux_coefs=aux_coefs,
+                         normalize_advantage=normalize_advantage, gamma=gamma, gae_lambda=gae_lambda,
                          ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
                          policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
@@ -74,17 +73,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         continue_training = True
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
-                actions = batch.actions
-                if isinstance(self.action_space, spaces.Discrete):
-                    actions = actions.long().flatten()
-                values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
-                                                                          batch.episode_starts)
-                log_prob = distribution.log_prob(actions)
-                if epoch == 0 and "rollout_logp_gap" not in logs:
-                    logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
-                advantages = batch.advantages
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                values, distribution, log_prob, advantages, aux_loss = self._evaluate(batch, logs)[1:]
                 ratio = torch.exp(log_prob - batch.old_log_prob)
                 policy_loss = -torch.min(advantages * ratio,
                                          advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
@@ -93,7 +82,6 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                 value_loss = (batch.returns - values_pred).square().mean()
                 entropy = distribution.entropy()
                 entropy_loss = -(entropy.mean() if entropy is not None else -log_prob.mean())
-                aux_loss = self._aux_loss(aux, logs)
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss + aux_loss
                 with torch.no_grad():
                     log_ratio = log_prob - batch.old_log_prob

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from agents import ALGOS
-from agents.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, save_config
+from agents.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
 from agents.evaluation import RunCallback, evaluate, latest_checkpoint, save_model_atomic, write_atomic
 from envs import make_vec_env
 
@@ -59,7 +59,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     directory = run_dir(config)
     resumed = latest_checkpoint(directory / "checkpoints") if resume else None
     if resume and (directory / "config.yaml").exists():
-        _check_same_config(config, directory / "config.yaml")
+        check_same_config(config, directory / "config.yaml")
     if not resume and (directory / "summary.json").exists():
         raise ConfigError(f"run directory {str(directory)!r} already holds a finished run; "
                           "use --resume to extend it, or another --seed / --log-dir")
@@ -110,10 +110,10 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     return summary
 
 
-def _check_same_config(config: RunConfig, saved: Path) -> None:
-    previous = load_yaml(saved)
-    current = json.loads(json.dumps(config.to_dict(), default=str))
-    previous = json.loads(json.dumps(previous, default=str))
+def check_same_config(config: RunConfig, saved: Path) -> None:
+    """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys)."""
+    previous = plain(load_yaml(saved))
+    current = plain(config.to_dict())
     ignored = {"total_timesteps", "device", "threads"}
     changed = sorted(k for k in set(previous) | set(current)
                      if k not in ignored and previous.get(k) != current.get(k))

@@ -6,7 +6,6 @@ from collections import defaultdict
 from typing import Any, ClassVar, TypeVar
 
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
@@ -87,10 +86,10 @@ class VMPO(MemoryOnPolicyAlgorithm):
         self.epsilon_alpha_mu, self.epsilon_alpha_sigma = epsilon_alpha_mu, epsilon_alpha_sigma
         self.eta_init, self.alpha_init = eta_init, alpha_init
         self.dual_learning_rate = dual_learning_rate
-        self.normalize_advantage = normalize_advantage
         self.popart, self.popart_beta = popart, popart_beta
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
-                         segment_length=segment_length, aux_coefs=aux_coefs, gamma=gamma, gae_lambda=1.0,
+                         segment_length=segment_length, aux_coefs=aux_coefs,
+                         normalize_advantage=normalize_advantage, gamma=gamma, gae_lambda=1.0,
                          ent_coef=0.0, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
                          policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
@@ -137,21 +136,12 @@ class VMPO(MemoryOnPolicyAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         logs: defaultdict[str, list[float]] = defaultdict(list)
         value_head = self.policy.value_net
-        for epoch in range(self.n_epochs):
+        for _ in range(self.n_epochs):
             for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
-                actions = batch.actions.long().flatten() if isinstance(self.action_space, spaces.Discrete) \
-                    else batch.actions
                 if isinstance(value_head, PopArtValueHead):
                     value_head.update(batch.returns)
-                values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
-                                                                          batch.episode_starts)
+                values, distribution, log_prob, advantages, aux_loss = self._evaluate(batch, logs)[1:]
                 old = self.policy.distribution_from_params(batch.extras["old_distribution"])
-                log_prob = distribution.log_prob(actions)
-                if epoch == 0 and "rollout_logp_gap" not in logs:
-                    logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
-                advantages = batch.advantages
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
                 top = top_half(advantages)
                 eta = self.duals.eta
                 pi = policy_loss(log_prob[top], advantages[top], eta)
@@ -161,7 +151,6 @@ class VMPO(MemoryOnPolicyAlgorithm):
                 if isinstance(value_head, PopArtValueHead):  # the loss of the normalised head
                     errors = errors / value_head.scale
                 value_loss = 0.5 * errors.square().mean()
-                aux_loss = self._aux_loss(aux, logs)
                 loss = pi.loss + eta_loss + alpha_loss + self.vf_coef * value_loss + aux_loss
                 self.dual_optimizer.zero_grad()
                 logs["grad_norm"].append(self._optimize(loss, {"policy_loss": pi.loss, "temperature_loss": eta_loss,

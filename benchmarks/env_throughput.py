@@ -16,13 +16,8 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,11 +25,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import envs  # noqa: E402
-from envs.vec_env import BatchedVecEnv  # noqa: E402
+import envs
+from envs.vec_env import BatchedVecEnv
 
 N_ENVS = (1, 16, 256)
 MINIGRID_ID = "MiniGrid-MemoryS9-v0"
@@ -147,39 +141,21 @@ def minigrid_overhead(seconds: float, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def machine_info() -> dict[str, Any]:
+def machine() -> dict[str, Any]:
+    """:func:`common.machine_info` plus the CPUs this process may use and the MiniGrid version."""
     import minigrid
-    import stable_baselines3
 
-    cpu_model = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu_model = names[0] if names else cpu_model
-    return {
-        "platform": platform.platform(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": platform.python_version(), "numpy": np.__version__, "gymnasium": gym.__version__,
-        "stable_baselines3": stable_baselines3.__version__, "minigrid": minigrid.__version__,
-        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
-
-
-def _loads(loads: list[float] | None) -> str:
-    return "n/a" if loads is None else "/".join(f"{x:.1f}" for x in loads)
+    return {**machine_info(), "minigrid": minigrid.__version__,
+            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
 
 
 def to_markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
-        "# Env throughput: numpy-batched tasks vs DummyVecEnv",
+        *heading("Env throughput: numpy-batched tasks vs DummyVecEnv", report),
+        f"{machine_line(report)} · wall time {report['wall_time_s']:.0f} s",
         "",
-        f"- Command: `{report['command']}`",
-        f"- Date (UTC): {report['date_utc']}; wall time {report['wall_time_s']:.0f} s",
-        f"- Machine: {m['platform']}, {m['cpu_model']}, {m['cpu_count']} CPUs ({m['cpus_usable']} usable), "
-        f"load average (1/5/15 min) at start {_loads(m['load_average_at_start'])}, "
-        f"at end {_loads(m['load_average_at_end'])} (the machine is shared)",
+        f"- Machine: {m['platform']}, {m['cpus_usable']} of {m['cpu_count']} CPUs usable (the machine is shared)",
         f"- Python {m['python']}, numpy {m['numpy']}, gymnasium {m['gymnasium']}, "
         f"SB3 {m['stable_baselines3']}, minigrid {m['minigrid']}",
         f"- Method: random actions, default horizons; each cell is the median of {report['repeats']} "
@@ -229,24 +205,16 @@ def main() -> None:
                         help="path prefix of the .json/.md results (default benchmarks/results/env_throughput)")
     args = parser.parse_args()
     seconds, repeats = (0.05, 2) if args.quick else (0.4, 5)
-    default_output = str(Path(__file__).resolve().parent / "results" / "env_throughput")
-    output = args.output or (None if args.quick else default_output)
+    output = Path(args.output) if args.output else (None if args.quick else RESULTS / "env_throughput")
 
     started = time.perf_counter()
-    report: dict[str, Any] = {
-        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info(), "seconds_per_measurement": seconds, "repeats": repeats,
-    }
+    report: dict[str, Any] = {**provenance(), "machine": machine(),
+                              "seconds_per_measurement": seconds, "repeats": repeats}
     report["batched_vs_dummy"] = batched_vs_dummy(seconds, repeats)
     report["minigrid"] = minigrid_overhead(seconds, repeats)
     report["wall_time_s"] = time.perf_counter() - started
-    report["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output + ".json").write_text(json.dumps(report, indent=2) + "\n")
-        Path(output + ".md").write_text(to_markdown(report))
-        print(f"wrote {output}.json and {output}.md")
+        write_results(output.name, report, to_markdown, output.parent)
 
 
 if __name__ == "__main__":

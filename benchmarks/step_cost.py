@@ -33,13 +33,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
 import math
-import os
-import platform
-import shlex
 import statistics
 import sys
 import time
@@ -49,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from common import heading, machine_info, machine_line, provenance, write_results
 from torch import Tensor
 
 from policies import make_backbone
@@ -262,43 +258,13 @@ def shape(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return summary
 
 
-def cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "load_average_at_start": list(os.getloadavg()),
-    }
-
-
 def render_markdown(result: dict[str, Any]) -> str:
-    s, m = result["settings"], result["machine"]
-    lines = [
-        "# Rollout step cost: cached `step` vs naive recomputation",
-        "",
-        f"Command: `{result['command']}`",
-        "",
-    ]
+    s = result["settings"]
+    lines = heading("Rollout step cost: cached `step` vs naive recomputation", result)
     if s["quick"]:
         lines += ["**Quick smoke run (`--quick`): too few repetitions to report.**", ""]
     lines += [
-        f"{result['date']} · {m['cpu_model']} · {m['cpu_count']} cores · torch {m['torch']} · "
-        f"{m['torch_threads']} torch thread(s) · load average {m['load_average_at_start'][0]:.2f} at start, "
-        f"{m['load_average_at_end'][0]:.2f} at end · {result['wall_seconds']:.0f} s",
+        f"{machine_line(result)} · {result['wall_seconds']:.0f} s",
         "",
         f"{s['n_envs']} envs, input_dim {s['input_dim']}, d_model {s['d_model']}, {s['n_layers']} layers, "
         f"{s['n_heads']} heads; `ut-act`: max_steps={s['n_layers']} (its shared block applied {s['n_layers']} "
@@ -375,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         quick=args.quick,
     )
     torch.set_num_threads(settings.threads)
-    info = machine()
+    info = {**machine_info(), "torch_interop_threads": torch.get_num_interop_threads()}
     began = time.perf_counter()
     cells = []
     for M in settings.memory_lengths:
@@ -385,21 +351,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{name:7s} M={M:5d}  cached {cell['cached']['median_us']:10,.0f} µs  "
                   f"naive {cell['naive']['median_us']:12,.0f} µs  ratio {cell['ratio']:7.1f}  "
                   f"check {cell['check_max_abs_diff']:.1e}", file=sys.stderr, flush=True)
-    info["load_average_at_end"] = list(os.getloadavg())
     result = {
         "benchmark": "step_cost",
-        "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **provenance(),
         "wall_seconds": time.perf_counter() - began,
         "settings": asdict(settings),
         "machine": info,
         "cells": cells,
         "shape": shape(cells),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "step_cost.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "step_cost.md").write_text(render_markdown(result))
-    print(f"wrote {args.out / 'step_cost.json'} and {args.out / 'step_cost.md'}", file=sys.stderr)
+    write_results("step_cost", result, render_markdown, args.out)
     return result
 
 

@@ -77,6 +77,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                 kwargs["features_extractor_class"] = CombinedExtractor
             elif is_image_space(observation_space):
                 kwargs["features_extractor_class"] = NatureCNN
+        adam = kwargs.get("optimizer_class", torch.optim.Adam) is torch.optim.Adam
+        if adam and kwargs.get("optimizer_kwargs") is None:
+            kwargs["optimizer_kwargs"] = {"eps": 1e-5, "foreach": True}  # SB3's eps; one kernel per op on CPU too
         self.backbone_name = backbone
         self.backbone_kwargs = dict(backbone_kwargs or {})
         self.share_backbone = share_backbone

@@ -25,15 +25,15 @@ def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Absolute sinusoidal encoding added to the input, ``x_p + PE(p)`` (Vaswani et al. 2017)."""
+    """Absolute sinusoidal encoding ``PE(p)`` (Vaswani et al. 2017), added to the inputs at position ``p``."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, max_positions: int) -> None:
         super().__init__()
-        self.dim = dim
+        self.register_buffer("table", sinusoid_table(torch.arange(max_positions), dim), persistent=False)
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        """``x``: ``[..., N, dim]``, ``positions``: ``[N]``."""
-        return x + sinusoid_table(positions, self.dim).to(x.dtype)
+    def forward(self, positions: Tensor) -> Tensor:
+        """``positions``: ``[N]`` integers below ``max_positions`` → ``[N, dim]``."""
+        return self.table[positions]
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -41,13 +41,18 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, dim: int, max_positions: int) -> None:
         super().__init__()
-        self.max_positions = max_positions
         self.table = nn.Embedding(max_positions, dim)
         nn.init.normal_(self.table.weight, std=0.02)
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        """``x``: ``[..., N, dim]``, ``positions``: ``[N]`` integers below ``max_positions``."""
-        return x + self.table(positions)
+    def forward(self, positions: Tensor) -> Tensor:
+        """``positions``: ``[N]`` integers below ``max_positions`` → ``[N, dim]``."""
+        return self.table(positions)
+
+
+ABSOLUTE_ENCODINGS: dict[str, type[nn.Module]] = {
+    "sinusoidal": SinusoidalPositionalEncoding,
+    "learned": LearnedPositionalEncoding,
+}
 
 
 class RelativeDistances(nn.Module):

@@ -10,18 +10,18 @@ from policies.attention import KeysValues
 from policies.backbone import Aux
 from policies.blocks import TransformerXLBlock
 from policies.memory_transformer import MemoryTransformer
-from policies.positional import sinusoid_table
+from policies.positional import ABSOLUTE_ENCODINGS
 
 
 class UniversalTransformerACT(MemoryTransformer):
     """One shared-weight gated block applied up to ``max_steps`` times per env step, with ACT.
 
-    At ponder step ``n`` the state of each position gets the sinusoidal step encoding
-    ``P_n`` and goes through the same GTrXL block (identity-map layout, ``gate``), which
-    attends to a Transformer-XL memory: the inputs of ponder step ``n`` at the last ``M``
-    steps of the episode (a position that halted earlier contributes its frozen state, so
-    halted positions keep serving as keys and values). ACT (:mod:`policies.act`) mixes the
-    steps; ``aux`` reports the ponder cost ``N + R`` (a loss, default coefficient
+    At ponder step ``n`` the state of each position gets the step encoding ``P_n`` (sinusoidal
+    or learned, as tensor2tensor's ``add_step_timing_signal``) and goes through the same GTrXL
+    block (identity-map layout, ``gate``), which attends to a Transformer-XL memory: the inputs
+    of ponder step ``n`` at the last ``M`` steps of the episode (a position that halted earlier
+    contributes its frozen state, so halted positions keep serving as keys and values). ACT
+    (:mod:`policies.act`) mixes the steps; ``aux`` reports the ponder cost ``N + R`` (a loss, default coefficient
     ``ponder_cost: 0.01`` as tensor2tensor's ``act_loss_weight``) and the steps taken ``N``,
     per position ``[T, B]``.
     """
@@ -30,15 +30,18 @@ class UniversalTransformerACT(MemoryTransformer):
 
     def __init__(self, input_dim: int, *, d_model: int = 128, n_heads: int = 4, d_head: int | None = None,
                  d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,
-                 epsilon: float = 0.01, halting_bias: float = 1.0, gate: str = "gru",
-                 gate_bias: float | None = None, position: str = "relative", dropout: float = 0.0) -> None:
+                 epsilon: float = 0.01, halting_bias: float = 1.0, step_encoding: str = "sinusoidal",
+                 gate: str = "gru", gate_bias: float | None = None, position: str = "relative",
+                 dropout: float = 0.0) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=max_steps, position=position)
         self.block = TransformerXLBlock(d_model, n_heads, self.d_head, d_inner or 4 * d_model,
                                         layout="identity-map", gate=gate, gate_bias=gate_bias,
                                         relative=self.relative, dropout=dropout)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)
-        self.register_buffer("step_encoding", sinusoid_table(torch.arange(max_steps), d_model), persistent=False)
+        if step_encoding not in ABSOLUTE_ENCODINGS:
+            raise ValueError(f"unknown step_encoding {step_encoding!r}; valid: {', '.join(ABSOLUTE_ENCODINGS)}")
+        self.step_encoding = ABSOLUTE_ENCODINGS[step_encoding](d_model, max_steps)
 
     @property
     def memory_blocks(self) -> list[TransformerXLBlock]:
@@ -55,9 +58,10 @@ class UniversalTransformerACT(MemoryTransformer):
                position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
         records: list[Tensor] = []
         window_kv: list[KeysValues] = []
+        encodings = self.step_encoding(torch.arange(self.act.max_steps, device=h.device))  # [max_steps, D]
 
         def ponder_step(n: int, state: Tensor) -> tuple[Tensor, Tensor]:
-            inputs = state + self.step_encoding[n]
+            inputs = state + encodings[n]
             records.append(inputs)
             out, kv = self.block(inputs, memory_kv[n], mask, position_keys[n])
             window_kv.append(kv)

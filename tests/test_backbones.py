@@ -144,7 +144,7 @@ def test_window_is_exactly_memory_length(name):
 
 @pytest.mark.parametrize("name", list(BACKBONES))
 def test_gradients_reach_every_parameter(name):
-    backbone = build(name, **({"gate": "gru"} if name in ("gtrxl", "ut-act") else {}))
+    backbone = build(name, **({"step_encoding": "learned"} if name == "ut-act" else {}))
     T, B = 3 * MEMORY + 2, 3
     x = torch.randn(T, B, INPUT_DIM)
     y, state, aux = backbone.forward_sequence(x, random_state(backbone, B), starts_pattern(T, B))
@@ -220,16 +220,18 @@ def test_state_follows_module_dtype_and_device(name):
         assert all(t.device.type == device for t in state.values())
 
 
-def test_ut_adds_the_step_encoding_of_each_ponder_step():
+@pytest.mark.parametrize("step_encoding", ["sinusoidal", "learned"])
+def test_ut_adds_the_step_encoding_of_each_ponder_step(step_encoding):
     """With halting probabilities ≈ 0 the state does not move before the last ponder step, so the
-    inputs recorded for ponder steps n and 0 differ exactly by P_n − P_0 (sinusoids of n)."""
-    backbone = build("ut-act", max_steps=3)
+    inputs recorded for ponder steps n and 0 differ exactly by P_n − P_0."""
+    backbone = build("ut-act", max_steps=3, step_encoding=step_encoding)
     with torch.no_grad():
         backbone.act.halting.weight.zero_()
         backbone.act.halting.bias.fill_(-40.0)
         _, state = backbone.step(torch.randn(2, INPUT_DIM), backbone.initial_state(2), torch.ones(2, dtype=torch.bool))
     records = state["memory"][:, -1]  # [B, n_depth, D]
-    encoding = sinusoid_table(torch.arange(3), SMALL["d_model"])
+    encoding = (sinusoid_table(torch.arange(3), SMALL["d_model"]) if step_encoding == "sinusoidal"
+                else backbone.step_encoding.table.weight.detach())
     torch.testing.assert_close(records - records[:, :1], (encoding - encoding[:1]).expand(2, -1, -1))
 
 

@@ -52,6 +52,8 @@ def test_values_are_parsed_safely():
     assert parse_value("true") is True and parse_value("null") is None
     assert parse_value("__import__('os').system('echo pwned')") == "__import__('os').system('echo pwned')"
     assert coerce("x", "3e-4", 0.1) == 3e-4 and coerce("n", 1e5, 1) == 100000
+    assert coerce("d_inner", 256, None) == 256 and isinstance(coerce("d_inner", 256, None), int)
+    assert coerce("target_kl", "0.02", None) == 0.02 and coerce("target_kl", None, None) is None
     assert coerce("lr", "lin_1e-3", 0.1)(0.5) == pytest.approx(5e-4)
     assert coerce("lr", "lin_2e-3_1e-3", 0.1)(0.0) == pytest.approx(1e-3)
     with pytest.raises(ConfigError, match="lin_<start> or lin_<start>_<end>"):
@@ -122,6 +124,12 @@ def test_resume_after_kill_loses_nothing(tmp_path):
     assert steps == list(range(64, total + 1, 64))
     assert events_before <= set(run.glob("MemoryPPO_1/events.out.tfevents.*")), "resumed in the same tensorboard run"
     assert not list(run.glob("MemoryPPO_2"))
+
+
+def test_resume_accepts_the_same_configuration_with_a_schedule(tmp_path):
+    schedule = ["-p", "ppo.learning_rate=lin_1e-3_1e-4", "--eval-freq", "0"]
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "64", *schedule]) == 0
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "128", "--resume", *schedule]) == 0
 
 
 def test_resume_refuses_a_changed_configuration(tmp_path, capsys):

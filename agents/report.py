@@ -1,0 +1,409 @@
+"""The report of a seed study, from the run directories on disk alone (any launcher, any moment).
+
+``build_report(study_dir)`` writes ``report.md`` and PNG figures next to it:
+
+- per task, learning curves per backbone (mean over finished runs with a 95 % bootstrap band,
+  each seed as a thin line, runs that diverged or failed dashed) — ``curves_<task>.png``;
+- per task (and over all tasks when they share a [0, 1] success score), final scores: mean, std,
+  median and IQM with 95 % stratified bootstrap CIs, every run's score, and the probability of
+  improvement between each pair of backbones — ``scores_<task>.png``, ``improvement_<task>.png``;
+- per task, reliability: share of runs that solve the task, runs that diverged or failed, and
+  the dispersion (IQR) and risk (CVaR of the worst 25 %) of the final scores (Chan et al. 2020).
+
+The score of a run is its final evaluation's success rate where the task reports success, else
+its final mean return; a run that diverged or failed is scored by its last evaluation before it
+stopped (left out of the scores when it has none) and never counts as solved. See
+:mod:`agents.stats` for the definitions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from matplotlib.figure import Figure
+
+from agents import stats
+from agents.evaluation import write_atomic
+from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, UNSUCCESSFUL, Run, find_runs
+
+STUDY_FILE = "study.yaml"
+DEFAULT_REPS = 2000
+STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
+
+
+def task_label(config: dict[str, Any]) -> str:
+    kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
+    return f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+@dataclass
+class ScoreStats:
+    """Final-score statistics of one task, or of all tasks together."""
+
+    scores: dict[str, np.ndarray]
+    """backbone → ``(runs × tasks)`` final scores"""
+    estimates: dict[str, dict[str, stats.Estimate]]
+    improvement: dict[tuple[str, str], stats.Estimate]
+
+    @classmethod
+    def compute(cls, scores: dict[str, np.ndarray], reps: int, seed: int) -> ScoreStats:
+        scores = {k: v for k, v in scores.items() if v.size}
+        return cls(scores, stats.aggregate_estimates(scores, reps, seed) if scores else {},
+                   stats.improvement_probabilities(scores, reps, seed))
+
+
+@dataclass
+class Reliability:
+    """Reliability of one backbone on one task (Chan et al. 2020)."""
+
+    runs: int
+    finished: int
+    diverged: int
+    failed: int
+    solved: int
+    iqr: float
+    cvar: float
+    worst: float
+
+    @property
+    def with_result(self) -> int:
+        return self.finished + self.diverged + self.failed
+
+
+@dataclass
+class Task:
+    """Everything the report says about one task (an environment with its keyword arguments)."""
+
+    label: str
+    success: bool
+    """scored by success rate (else by mean return)"""
+    threshold: float
+    runs: dict[str, list[Run]]
+    """backbone → its runs"""
+    stats: ScoreStats
+    reliability: dict[str, Reliability]
+
+    @property
+    def slug(self) -> str:
+        return slug(self.label)
+
+    @property
+    def score_name(self) -> str:
+        return "success rate" if self.success else "mean return"
+
+
+def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
+    values = [s for s in (run.score(success) for run in runs) if s is not None]
+    return np.asarray(values, dtype=np.float64).reshape(-1, 1)
+
+
+def _reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
+    states = [run.state() for run in runs]
+    scores = _score_matrix(runs, success).ravel()
+    finished_scores = [run.score(success) for run, state in zip(runs, states, strict=True) if state == FINISHED]
+    has_scores = scores.size > 0
+    return Reliability(
+        runs=len(runs), finished=states.count(FINISHED), diverged=states.count(DIVERGED), failed=states.count(FAILED),
+        solved=sum(s >= threshold for s in finished_scores),
+        iqr=stats.iqr(scores) if has_scores else float("nan"),
+        cvar=stats.cvar(scores) if has_scores else float("nan"),
+        worst=float(scores.min()) if has_scores else float("nan"))
+
+
+@dataclass
+class Study:
+    """A study directory's runs, grouped by task and backbone, with its statistics."""
+
+    directory: Path
+    record: dict[str, Any]
+    """``study.yaml`` (empty for a plain directory of runs)"""
+    runs: list[Run]
+    tasks: list[Task]
+    overall: ScoreStats | None
+    reps: int
+
+    @classmethod
+    def analyse(cls, directory: Path, reps: int = DEFAULT_REPS, threshold: float | None = None,
+                seed: int = 0) -> Study:
+        """Read every run below ``directory`` and compute the statistics. ``threshold`` (the score
+        that counts as solving a task) defaults to the runs' ``success_threshold``."""
+        directory = Path(directory)
+        record_path = directory / STUDY_FILE
+        record = (yaml.safe_load(record_path.read_text()) or {}) if record_path.exists() else {}
+        runs = _ordered_runs(directory, record.get("runs", []))
+        label = _backbone_labeller(runs)
+        grouped: dict[str, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+        for run in runs:
+            grouped[task_label(run.config)][label(run)].append(run)
+        tasks = []
+        for name, by_backbone in grouped.items():
+            members = [run for group in by_backbone.values() for run in group]
+            with_data = [run for run in members if run.summary is not None or run.evaluations]
+            success = bool(with_data) and all(run.has_success() for run in with_data)
+            task_threshold = threshold if threshold is not None else float(members[0].config.get(
+                "success_threshold", 0.9))
+            scores = {backbone: _score_matrix(group, success) for backbone, group in by_backbone.items()}
+            tasks.append(Task(name, success, task_threshold, dict(by_backbone), ScoreStats.compute(scores, reps, seed),
+                              {b: _reliability(g, success, task_threshold) for b, g in by_backbone.items()}))
+        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), reps)
+
+
+def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
+    """The runs in ``study.yaml``'s order (the grid's), then any other run directory found."""
+    found = {run.directory.relative_to(directory).as_posix(): run for run in find_runs(directory)}
+    order = [name for name in listed if name in found] + [name for name in found if name not in listed]
+    return [found[name] for name in order]
+
+
+def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
+    """Label runs by backbone, or by algorithm and backbone when the study has several algorithms."""
+    several_algos = len({run.config.get("algo") for run in runs}) > 1
+    return lambda run: (f"{run.config.get('algo')}-{run.config.get('backbone')}" if several_algos
+                        else str(run.config.get("backbone")))
+
+
+def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
+    """All tasks together: only when there are several, every one scored by success rate (on the
+    same [0, 1] scale) and every backbone has as many scored runs on each (rliable's matrices)."""
+    if len(tasks) < 2 or not all(task.success for task in tasks):
+        return None
+    backbones = [b for b in tasks[0].stats.scores if all(b in t.stats.scores for t in tasks)]
+    matrices = {}
+    for backbone in backbones:
+        columns = [task.stats.scores[backbone][:, 0] for task in tasks]
+        if len({c.size for c in columns}) != 1:
+            return None
+        matrices[backbone] = np.stack(columns, axis=1)
+    return ScoreStats.compute(matrices, reps, seed) if matrices else None
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+
+
+def _save(figure: Figure, path: Path) -> None:
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    figure.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def _colors(names: list[str]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10"]
+    return {name: palette(i % 10) for i, name in enumerate(names)}
+
+
+def plot_curves(task: Task, path: Path, reps: int, seed: int) -> None:
+    """Mean learning curve of the finished runs with a bootstrap band; seeds as thin lines."""
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = figure.subplots()
+    colors = _colors(list(task.runs))
+    for backbone, runs in task.runs.items():
+        color = colors[backbone]
+        finished = []
+        for run in runs:
+            steps, values = run.curve(task.success)
+            if not steps.size:
+                continue
+            failed = run.state() in UNSUCCESSFUL
+            ax.plot(steps, values, color=color, lw=0.8, alpha=0.35, ls="--" if failed else "-")
+            if failed:
+                ax.plot(steps[-1:], values[-1:], "x", color=color, ms=6)
+            elif run.state() == FINISHED:
+                finished.append((steps, values))
+        if not finished:
+            continue
+        common = finished[0][0]
+        for steps, _ in finished[1:]:
+            common = np.intersect1d(common, steps)
+        if not common.size:
+            continue
+        curves = np.stack([values[np.isin(steps, common)] for steps, values in finished])
+        mean, low, high = stats.curve_band(curves, reps, seed)
+        ax.plot(common, mean, color=color, lw=2, label=f"{backbone} ({len(finished)} runs)")
+        ax.fill_between(common, low, high, color=color, alpha=0.2, lw=0)
+    ax.set(xlabel="environment steps", ylabel=task.score_name, title=task.label)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+    _save(figure, path)
+
+
+def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path) -> None:
+    """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run."""
+    names = list(score_stats.scores)
+    colors = _colors(names)
+    figure = Figure(figsize=(12, 0.5 * len(names) + 1.8), layout="constrained")
+    axes = figure.subplots(1, 4, sharey=True)
+    rows = np.arange(len(names))
+    for ax, aggregate in zip(axes, stats.AGGREGATES, strict=False):
+        for row, name in zip(rows, names, strict=True):
+            estimate = score_stats.estimates[name][aggregate]
+            ax.barh(row, estimate.high - estimate.low, left=estimate.low, height=0.6, color=colors[name], alpha=0.6)
+            ax.vlines(estimate.value, row - 0.3, row + 0.3, color="k", lw=1.5)
+        ax.set_title(aggregate.upper() if aggregate == "iqm" else aggregate.capitalize())
+    rng = np.random.default_rng(0)
+    for row, name in zip(rows, names, strict=True):
+        values = score_stats.scores[name].ravel()
+        axes[3].scatter(values, row + rng.uniform(-0.2, 0.2, values.size), s=14, color=colors[name])
+    axes[3].set_title("every run")
+    axes[0].set_yticks(rows, names)
+    axes[0].invert_yaxis()
+    everything = np.concatenate([*(m.ravel() for m in score_stats.scores.values()),
+                                 *([e.low, e.high] for b in score_stats.estimates.values() for e in b.values())])
+    low, high = everything.min(), everything.max()
+    margin = 0.05 * (high - low) or 0.05
+    for ax in axes:
+        ax.set_xlim(low - margin, high + margin)
+        ax.set_xlabel(score_name)
+        ax.grid(axis="x", alpha=0.3)
+    figure.suptitle(f"{title}: final {score_name}, 95 % stratified bootstrap CIs")
+    _save(figure, path)
+
+
+def plot_improvement(title: str, score_stats: ScoreStats, path: Path) -> None:
+    """P(row > column) for every pair of backbones."""
+    names = list(score_stats.scores)
+    matrix = np.full((len(names), len(names)), np.nan)
+    for (x, y), estimate in score_stats.improvement.items():
+        matrix[names.index(x), names.index(y)] = estimate.value
+    figure = Figure(figsize=(1.1 * len(names) + 2.5, 0.9 * len(names) + 1.5), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(matrix, cmap="RdBu", vmin=0, vmax=1)
+    for (i, j), value in np.ndenumerate(matrix):
+        if np.isfinite(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9,
+                    color="white" if abs(value - 0.5) > 0.3 else "black")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set(xlabel="Y", ylabel="X", title=f"{title}: P(X > Y)")
+    figure.colorbar(image, ax=ax, fraction=0.046)
+    _save(figure, path)
+
+
+# --------------------------------------------------------------------------------------------
+# markdown
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _number(value: float) -> str:
+    return "–" if not np.isfinite(value) else f"{value:.3f}"
+
+
+def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: str, directory: Path) -> list[str]:
+    """Final-score table, P(improvement) table and their figures."""
+    if not score_stats.scores:
+        return ["No run has a score yet.", ""]
+    plot_scores(title, score_stats, score_name, directory / f"scores_{key}.png")
+    rows = []
+    for name, matrix in score_stats.scores.items():
+        estimate = score_stats.estimates[name]
+        runs = matrix.shape[0] if matrix.shape[1] == 1 else f"{matrix.shape[0]} × {matrix.shape[1]} tasks"
+        rows.append([name, runs, estimate["mean"], _number(float(np.std(matrix))), estimate["median"],
+                     estimate["iqm"]])
+    lines = [f"Final {score_name}: point estimate [95 % CI].", "",
+             *_table(["backbone", "runs", "mean", "std", "median", "IQM"], rows), "",
+             f"![final scores](scores_{key}.png)", ""]
+    if score_stats.improvement:
+        plot_improvement(title, score_stats, directory / f"improvement_{key}.png")
+        names = list(score_stats.scores)
+        matrix = [[x, *("–" if x == y else score_stats.improvement[x, y] for y in names)] for x in names]
+        lines += ["Probability of improvement P(row > column) [95 % CI]:", "",
+                  *_table(["X \\ Y", *names], matrix), "", f"![probability of improvement](improvement_{key}.png)", ""]
+    return lines
+
+
+def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str]:
+    plot_curves(task, directory / f"curves_{task.slug}.png", reps, seed)
+    lines = [f"## {task.label}", "", f"Score: final **{task.score_name}**.", "",
+             f"![learning curves](curves_{task.slug}.png)", "", "### Final scores", "",
+             *_score_section(task.label, task.slug, task.stats, task.score_name, directory), "### Reliability", ""]
+    rows = []
+    for backbone, rel in task.reliability.items():
+        share = f"{rel.solved}/{rel.with_result}"
+        if rel.with_result:
+            share += f" ({rel.solved / rel.with_result:.0%})"
+        rows.append([backbone, rel.runs, rel.finished, share, rel.diverged, rel.failed,
+                     rel.runs - rel.with_result, _number(rel.iqr), _number(rel.cvar), _number(rel.worst)])
+    lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "diverged", "failed",
+                     "unfinished", "IQR", "CVaR 25 %", "worst"], rows)
+    return [*lines, ""]
+
+
+def _runs_section(study: Study) -> list[str]:
+    rows = []
+    for run in study.runs:
+        state = run.state()
+        summary = run.summary or {}
+        success = next(task.success for task in study.tasks if task.label == task_label(run.config))
+        score = run.score(success)
+        rows.append([run.directory.relative_to(study.directory).as_posix(), STATE_NAMES.get(state, state),
+                     run.timesteps(), "–" if score is None else f"{score:.3f}",
+                     summary.get("wall_seconds", "–"), summary.get("steps_per_second", "–"),
+                     run.error().splitlines()[0][:100] if run.error() else ""])
+    return ["## Runs", "", *_table(["run", "state", "steps", "score", "wall s", "steps/s", "message"], rows), ""]
+
+
+def render(study: Study, directory: Path, seed: int = 0) -> str:
+    """The markdown of ``report.md``; writes the figures into ``directory``."""
+    states = [run.state() for run in study.runs]
+    counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
+    name = study.record.get("name", study.directory.name)
+    lines = [f"# Seed study: {name}", "",
+             f"{len(study.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + ".", ""]
+    commands = study.record.get("commands", [])
+    if commands:
+        lines += ["Produced by:", "", "```",
+                  *dict.fromkeys(entry["command"] for entry in commands), "```", ""]
+    lines += [
+        "Scores are each run's final evaluation (success rate where the task reports success, else mean return); "
+        "a run that diverged or failed is scored by its last evaluation before it stopped and never counts as "
+        "solved. Intervals are 95 % percentile CIs of a stratified bootstrap over runs "
+        f"({study.reps} resamples; Agarwal et al. 2021). IQM is the mean of the middle 50 % of scores; "
+        "P(X > Y) the probability that a run of X scores higher than a run of Y (ties count ½). "
+        "IQR and CVaR 25 % (mean of the worst quarter of final scores) measure dispersion and risk "
+        "across runs (Chan et al. 2020).", ""]
+    for task in study.tasks:
+        lines += _task_section(task, directory, study.reps, seed)
+    if study.overall is not None:
+        lines += ["## All tasks", "", "Success rates of every task pooled (runs × tasks, stratified by task).", "",
+                  *_score_section("all tasks", "all", study.overall, "success rate", directory)]
+    lines += _runs_section(study)
+    lines += [f"_Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from the run directories by "
+              f"`train_rl.py report`._", ""]
+    return "\n".join(lines)
+
+
+def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps: int = DEFAULT_REPS,
+                 threshold: float | None = None, seed: int = 0) -> Path:
+    """Analyse ``study_dir`` and write ``report.md`` and its figures to ``out_dir`` (default: the
+    study directory). Returns the path of ``report.md``."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise FileNotFoundError(f"study directory {str(study_dir)!r} does not exist")
+    study = Study.analyse(study_dir, reps, threshold, seed)
+    if not study.runs:
+        raise FileNotFoundError(f"no run directory (with a config.yaml) below {str(study_dir)!r}")
+    directory = Path(out_dir) if out_dir is not None else study_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "report.md"
+    write_atomic(path, render(study, directory, seed))
+    return path

@@ -1,0 +1,142 @@
+"""Run directories as studies and reports read them: state, score and learning curve.
+
+Everything here reads the files a run writes (:mod:`agents.run`) plus ``status.json``, which a
+study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
+moment (a study still running, or killed) gives the same answer:
+
+- ``finished``: ``summary.json`` exists (and, when a step target is given, reaches it);
+- ``diverged`` / ``failed``: ``status.json`` says so (a non-finite loss, gradient or parameter,
+  or any other exception, with its message);
+- ``interrupted``: a checkpoint exists but no summary, so the run resumes from it;
+- ``new``: nothing to resume from (at most the logs of a run killed before its first checkpoint).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from agents.evaluation import latest_checkpoint, write_atomic
+
+STATUS_FILE = "status.json"
+FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
+RUNNING = "running"
+"""what a worker writes in ``status.json`` while it trains a run"""
+UNSUCCESSFUL = (DIVERGED, FAILED)
+
+
+def write_status(directory: Path, state: str, **fields: Any) -> None:
+    """Record a run's state (atomically) with the writing process and host."""
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {"state": state, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), **fields}
+    write_atomic(directory / STATUS_FILE, json.dumps(record, indent=2))
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory (read lazily; build a new one to see newer files)."""
+
+    directory: Path
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        path = self.directory / "config.yaml"
+        return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+    @cached_property
+    def summary(self) -> dict[str, Any] | None:
+        return _read_json(self.directory / "summary.json")
+
+    @cached_property
+    def status(self) -> dict[str, Any] | None:
+        return _read_json(self.directory / STATUS_FILE)
+
+    def state(self, total_timesteps: int | None = None) -> str:
+        """``finished``, ``diverged``, ``failed``, ``interrupted`` or ``new`` (see the module doc).
+
+        A finished run whose summary holds a non-finite score counts as diverged; one that stopped
+        short of ``total_timesteps`` (a study extended to more steps) as interrupted.
+        """
+        if self.summary is not None:
+            if not all(math.isfinite(self.summary[k]) for k in ("final_mean_return", "final_std_return")):
+                return DIVERGED
+            if total_timesteps is None or self.summary["env_steps"] >= total_timesteps:
+                return FINISHED
+        elif self.status is not None and self.status["state"] in UNSUCCESSFUL:
+            return self.status["state"]
+        return INTERRUPTED if self.checkpoint() is not None else NEW
+
+    def checkpoint(self) -> tuple[Path, int] | None:
+        return latest_checkpoint(self.directory / "checkpoints")
+
+    def timesteps(self) -> int:
+        """Environment steps done so far (from the summary, else the last checkpoint's progress)."""
+        if self.summary is not None:
+            return int(self.summary["env_steps"])
+        progress = _read_json(self.directory / "progress.json")
+        return 0 if progress is None else int(progress["timesteps"])
+
+    @cached_property
+    def evaluations(self) -> list[dict[str, str]]:
+        path = self.directory / "evaluations.csv"
+        if not path.exists():
+            return []
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+
+    def has_success(self) -> bool:
+        """Whether the task reports success (the final evaluation, else the logged ones, have a rate)."""
+        if self.summary is not None:
+            return self.summary["final_success_rate"] is not None
+        return bool(self.evaluations) and all(row["success_rate"] != "" for row in self.evaluations)
+
+    def curve(self, success: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluation timesteps and scores (success rate or mean return) from ``evaluations.csv``."""
+        column = "success_rate" if success else "mean_return"
+        rows = [r for r in self.evaluations if r[column] != ""]
+        steps = np.array([int(float(r["timesteps"])) for r in rows], dtype=np.int64)
+        return steps, np.array([float(r[column]) for r in rows], dtype=np.float64)
+
+    def score(self, success: bool) -> float | None:
+        """The final score: the summary's final evaluation; for a run that diverged or failed, its
+        last evaluation before it stopped (the policy it leaves); ``None`` when there is none."""
+        state = self.state()
+        if state == FINISHED:
+            assert self.summary is not None
+            return float(self.summary["final_success_rate" if success else "final_mean_return"])
+        if state in UNSUCCESSFUL:
+            _, values = self.curve(success)
+            finite = values[np.isfinite(values)]
+            return float(finite[-1]) if finite.size else None
+        return None
+
+    def error(self) -> str:
+        """The message of a run that diverged or failed (empty otherwise)."""
+        return "" if self.status is None else str(self.status.get("error", ""))
+
+
+def find_runs(directory: Path) -> list[Run]:
+    """Every run directory (one holding ``config.yaml``) at or below ``directory``, sorted."""
+    return [Run(path.parent) for path in sorted(Path(directory).rglob("config.yaml"))]

@@ -1,0 +1,354 @@
+"""Seed studies: every combination of tasks × backbones × seeds as an independent run, in parallel
+(:mod:`agents.launchers`), resumable, with a report at the end (:mod:`agents.report`).
+
+A study lives in ``{log_dir}/{name}/``: one run directory per run, in the layout of single runs
+(``{env}__{algo}-{backbone}__{seed}/``; under a per-task folder when two tasks share an
+environment id), ``study.yaml`` (the grid, the runs and every command that ran the study),
+``report.md`` and the figures. Every run trains with one torch thread.
+
+Rerunning a study skips finished runs (and, unless ``retry_failed``, runs that diverged or failed:
+they are results too), resumes interrupted ones from their last checkpoint and starts the others
+afresh. A run that raises does not stop the study: its ``status.json`` records ``diverged`` (a
+non-finite loss, gradient or parameter) or ``failed`` with the message, and the report counts it.
+Killing the study at any moment loses nothing already written (every file is written atomically).
+
+A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is optional::
+
+    name: memory              # the study directory under log_dir (default: the file's name)
+    config: ../base.yaml      # a run configuration file (relative to this file), as --config
+    settings:                 # run-configuration keys for every run, as in a --config file
+      total_timesteps: 200000
+      ppo: {n_steps: 128}
+    tasks:                    # one entry per task: run-configuration keys (default: one task),
+      - {env: TMaze-v0, env_kwargs: {length: 100}}       # and optionally its own config file
+      - {config: ../minigrid_memory_s9.yaml, total_timesteps: 500000}
+    backbones: [gtrxl, trxl-i, trxl, lstm, mlp]
+    seeds: [0, 1, 2, 3, 4]    # or a count: 5
+
+Precedence, lowest first: defaults, ``config`` (a task's own ``config`` replaces it; both are
+relative to the study file), ``settings``, the task's keys, command-line flags, ``-p`` overrides;
+``--backbone`` and ``--seed`` replace the file's lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from agents import NonFiniteError
+from agents.config import ConfigError, RunConfig, build_config, load_yaml, save_config
+from agents.evaluation import write_atomic
+from agents.launchers import launch
+from agents.report import DEFAULT_REPS, STUDY_FILE, build_report, slug, task_label
+from agents.run import check_same_config, run_dir, train
+from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, RUNNING, UNSUCCESSFUL, Run, write_status
+
+STUDY_KEYS = ("name", "config", "settings", "tasks", "backbones", "seeds")
+EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` over ``base``, merging nested mappings (``env_kwargs``, ``ppo``, ...)."""
+    merged = dict(base)
+    for key, value in update.items():
+        old = merged.get(key)
+        merged[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def _beside(study_file: Path, relative: str) -> str:
+    """A path written in a study file, relative to that file."""
+    return os.path.normpath(study_file.parent / relative)
+
+
+@dataclass
+class Grid:
+    """The runs of a study: tasks × backbones × seeds over one base configuration."""
+
+    config_file: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """run-configuration keys of the study file"""
+    flags: dict[str, Any] = field(default_factory=dict)
+    """command-line flags (already typed), over the tasks' keys"""
+    params: list[str] = field(default_factory=list)
+    """``-p key=value`` overrides, over everything"""
+    tasks: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    backbones: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    name: str | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> Grid:
+        """A grid from a study file (see the module doc); non-empty ``overrides`` replace its fields."""
+        path = Path(path)
+        data = load_yaml(path)
+        unknown = sorted(set(data) - set(STUDY_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown key(s) {', '.join(map(repr, unknown))} in study file {str(path)!r}; "
+                              f"valid keys: {', '.join(STUDY_KEYS)}")
+        seeds = data.get("seeds", [])
+        if isinstance(seeds, int) and not isinstance(seeds, bool):
+            seeds = list(range(seeds))
+        fields = {"settings": data.get("settings", {}), "tasks": data.get("tasks") or [{}],
+                  "backbones": data.get("backbones", []), "seeds": seeds}
+        shapes = {"settings": (dict, "a mapping"), "tasks": (list, "a list of mappings"),
+                  "backbones": (list, "a list"), "seeds": (list, "a list or a count")}
+        for key, (kind, text) in shapes.items():
+            value = fields[key]
+            if not isinstance(value, kind) or (key == "tasks" and not all(isinstance(t, dict) for t in value)):
+                raise ConfigError(f"study file {str(path)!r}: {key!r} must be {text}, got {value!r}")
+        fields["tasks"] = [{**task, "config": _beside(path, task["config"])} if "config" in task else task
+                           for task in fields["tasks"]]
+        config = data.get("config")
+        grid = cls(config_file=None if config is None else _beside(path, config),
+                   name=str(data.get("name", path.stem)), **fields)
+        for key, value in overrides.items():
+            if value:
+                setattr(grid, key, value)
+        return grid
+
+    def configs(self) -> list[RunConfig]:
+        """One resolved configuration per run, task by task, backbone by backbone, seed by seed."""
+        configs = []
+        for task in self.tasks:
+            keys = {k: v for k, v in task.items() if k != "config"}
+            file = task.get("config", self.config_file)
+            layer = _merge(_merge(self.settings, keys), self.flags)
+            base = build_config(file, layer, self.params)
+            for backbone in self.backbones or [base.backbone]:
+                for seed in self.seeds or [base.seed]:
+                    configs.append(build_config(file, {**layer, "backbone": backbone, "seed": seed}, self.params))
+        return configs
+
+    def study_configs(self) -> tuple[Path, list[RunConfig]]:
+        """The study directory and the run configurations placed in it (one torch thread each)."""
+        configs = self.configs()
+        first = configs[0]
+        directory = Path(first.log_dir) / (self.name or f"{first.env}__{first.algo}")
+        shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
+        for config in configs:
+            config.log_dir = str(directory / slug(task_label(config.to_dict())) if shared_env else directory)
+            config.threads = 1
+        names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
+        repeated = [name for name, count in names.items() if count > 1]
+        if repeated:
+            raise ConfigError(f"the study lists run {repeated[0]!r} more than once (repeated seeds or tasks?)")
+        return directory, configs
+
+    def record(self) -> dict[str, Any]:
+        return {"config": self.config_file, "settings": self.settings, "flags": self.flags, "params": self.params,
+                "tasks": self.tasks, "backbones": self.backbones, "seeds": self.seeds}
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """What a worker needs to train one run of a study."""
+
+    config: RunConfig
+    resume: bool
+    """continue from the run's last checkpoint (else start afresh, clearing what a run killed before
+    its first checkpoint left)"""
+    session: str
+    verbose: int = 0
+
+
+def execute(task: RunTask) -> dict[str, Any]:
+    """Train one run (in a worker) and record its outcome in ``status.json``; never raises for a
+    run that fails, so the study goes on."""
+    directory = run_dir(task.config)
+    if not task.resume and directory.exists():
+        shutil.rmtree(directory)
+    write_status(directory, RUNNING, session=task.session)
+    outcome: dict[str, Any] = {"run": task.config.run_name(), "state": FINISHED}
+    try:
+        summary = train(task.config, resume=task.resume, verbose=task.verbose)
+    except NonFiniteError as error:
+        outcome.update(state=DIVERGED, error=str(error))
+    except Exception as error:  # any failure of one run is recorded, never fatal to the study
+        outcome.update(state=FAILED, error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+    else:
+        outcome.update(steps_per_second=summary["steps_per_second"], final_mean_return=summary["final_mean_return"],
+                       final_success_rate=summary["final_success_rate"])
+    write_status(directory, outcome["state"], session=task.session,
+                 **{k: v for k, v in outcome.items() if k in ("error", "traceback")})
+    return outcome
+
+
+def check_consistency(configs: list[RunConfig]) -> None:
+    """Refuse a study whose existing run directories hold other configurations."""
+    for config in configs:
+        saved = run_dir(config) / "config.yaml"
+        if saved.exists():
+            try:
+                check_same_config(config, saved)
+            except ConfigError as error:
+                changed = str(error).rpartition(" in: ")[2]
+                raise ConfigError(f"{str(saved.parent)!r} already holds a run of another configuration (differs in: "
+                                  f"{changed}); choose another --study name or --log-dir") from error
+
+
+def plan(configs: list[RunConfig], session: str, retry_failed: bool = False,
+         verbose: int = 0) -> tuple[list[RunTask], Counter[str]]:
+    """The runs to launch, and the count of every run by state."""
+    tasks, states = [], Counter()
+    for config in configs:
+        run = Run(run_dir(config))
+        state = run.state(config.total_timesteps)
+        states[state] += 1
+        if state == FINISHED or (state in UNSUCCESSFUL and not retry_failed):
+            continue
+        tasks.append(RunTask(config, run.checkpoint() is not None, session, verbose))
+    return tasks, states
+
+
+class Progress:
+    """A compact progress line on ``stream``, from the run directories: runs done / running /
+    failed / queued, environment steps and their rate over this session."""
+
+    def __init__(self, tasks: list[RunTask], stream: TextIO | None = None, every: float = 10.0) -> None:
+        self.tasks, self.stream, self.every = tasks, stream or sys.stderr, every
+        self.directories = [run_dir(task.config) for task in tasks]
+        self.target = sum(task.config.total_timesteps for task in tasks)
+        self.started = time.time()
+        self.steps_at_start = self._steps()
+        self.last_counts: tuple[int, ...] = ()
+        self.last_time = 0.0
+
+    def _steps(self) -> int:
+        return sum(Run(directory).timesteps() for directory in self.directories)
+
+    def counts(self, results: dict[int, dict[str, Any]]) -> tuple[int, int, int, int]:
+        """Runs done, running (a worker of this session has started them), failed and queued."""
+        states = Counter(result["state"] for result in results.values())
+        statuses = [Run(directory).status or {} for directory in self.directories]
+        running = sum(1 for i, status in enumerate(statuses) if i not in results
+                      and status.get("session") == self.tasks[i].session and status.get("state") == RUNNING)
+        return (states[FINISHED], running, states[DIVERGED] + states[FAILED],
+                len(self.tasks) - len(results) - running)
+
+    def line(self, counts: tuple[int, int, int, int]) -> str:
+        steps = self._steps()
+        elapsed = time.time() - self.started
+        rate = (steps - self.steps_at_start) / max(elapsed, 1e-9)
+        eta = (self.target - steps) / rate if rate > 0 and steps < self.target else None
+        done, running, failed, queued = counts
+        return (f"[{_duration(elapsed)}] {done}/{len(self.tasks)} done, {running} running, {failed} failed, "
+                f"{queued} queued | {steps:,}/{self.target:,} steps, {rate:,.0f} steps/s"
+                + ("" if eta is None else f", about {_duration(eta)} left"))
+
+    def update(self, results: dict[int, dict[str, Any]]) -> None:
+        """Print the line when the counts changed, or every ``every`` seconds."""
+        counts = self.counts(results)
+        if counts != self.last_counts or time.time() - self.last_time >= self.every:
+            print(self.line(counts), file=self.stream, flush=True)
+            self.last_counts, self.last_time = counts, time.time()
+
+    def finished(self, task: RunTask, result: dict[str, Any]) -> None:
+        """One line per run as it ends."""
+        if result["state"] == FINISHED:
+            rate = result["final_success_rate"]
+            detail = (f"mean return {result['final_mean_return']:.3f}" + ("" if rate is None else
+                      f", success rate {rate:.2f}") + f", {result['steps_per_second']:.0f} steps/s")
+        else:
+            detail = result["error"].splitlines()[0] if result.get("error") else ""
+        print(f"  {result['state']} {task.config.run_name()}: {detail}", file=self.stream, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+@contextlib.contextmanager
+def _study_lock(directory: Path) -> Iterator[None]:
+    """One process per study directory at a time (the lock goes with the process, even killed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            raise ConfigError(f"study {str(directory)!r} is being run by another process") from error
+        yield
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so the workers are stopped as well."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _write_record(directory: Path, name: str, grid: Grid, configs: list[RunConfig], command: str) -> None:
+    """Update ``study.yaml``: the grid, every run (in grid order, earlier ones kept), the commands."""
+    path = directory / STUDY_FILE
+    record = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    runs = [run_dir(c).relative_to(directory).as_posix() for c in configs]
+    record.update(name=name, grid=grid.record(),
+                  runs=list(dict.fromkeys([*record.get("runs", []), *runs])),
+                  commands=[*record.get("commands", []),
+                            {"command": command, "time": time.strftime("%Y-%m-%d %H:%M:%S")}])
+    write_atomic(path, yaml.safe_dump(record, sort_keys=False))
+
+
+def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | None = None,
+              address: str | None = None, retry_failed: bool = False, report: bool = True,
+              reps: int = DEFAULT_REPS, verbose: int = 0, stream: TextIO | None = None) -> int:
+    """Run (or resume) the study and write its report. Returns the exit status: 0 when every run
+    finished, 3 when some diverged or failed, 130 when interrupted (rerun to resume)."""
+    stream = stream or sys.stderr
+    directory, configs = grid.study_configs()
+    with _study_lock(directory):
+        check_consistency(configs)
+        for config in configs:
+            if not (run_dir(config) / "config.yaml").exists():
+                run_dir(config).mkdir(parents=True, exist_ok=True)
+                save_config(config, run_dir(config) / "config.yaml")
+        _write_record(directory, directory.name, grid, configs, command)
+        session = f"{os.getpid()}-{time.time():.0f}"
+        tasks, states = plan(configs, session, retry_failed, verbose)
+        print(f"study {str(directory)!r}: {len(configs)} runs ("
+              + ", ".join(f"{n} {'unfinished' if s == INTERRUPTED else s}" for s, n in states.items())
+              + f"); launching {len(tasks)} on {launcher}", file=stream, flush=True)
+        results: dict[int, dict[str, Any]] = {}
+        if tasks:
+            progress = Progress(tasks, stream)
+            try:
+                with _terminate_as_interrupt(), contextlib.closing(
+                        launch(execute, tasks, launcher, workers, address, poll=2.0)) as outcomes:
+                    for outcome in outcomes:
+                        if outcome is not None:
+                            results[outcome[0]] = outcome[1]
+                            progress.finished(tasks[outcome[0]], outcome[1])
+                        progress.update(results)
+            except KeyboardInterrupt:
+                print(f"study interrupted; rerun the same command to resume it ({str(directory)!r})",
+                      file=stream, flush=True)
+                return EXIT_INTERRUPTED
+        if report:
+            print(f"report: {build_report(directory, reps=reps)}", file=stream, flush=True)
+        final = Counter(Run(run_dir(c)).state(c.total_timesteps) for c in configs)
+        return EXIT_FAILED_RUNS if final[DIVERGED] + final[FAILED] else EXIT_OK

@@ -1,0 +1,80 @@
+"""What every benchmark records next to its figures: the command, the date and the machine."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def machine_info() -> dict[str, Any]:
+    """Platform, CPU, library versions, torch threads and the load when the run began."""
+    import gymnasium
+    import numpy
+    import stable_baselines3
+    import torch
+
+    return {
+        "platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+        "numpy": numpy.__version__, "gymnasium": gymnasium.__version__,
+        "stable_baselines3": stable_baselines3.__version__,
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+def provenance() -> dict[str, str]:
+    """The command line that produced a result and the UTC date."""
+    return {"command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def write_results(name: str, result: dict[str, Any], markdown: str | Callable[[dict[str, Any]], str],
+                  out: Path = RESULTS) -> None:
+    """``<out>/<name>.json`` and ``<out>/<name>.md``; the load at the end is added to the machine.
+
+    ``markdown`` is the text, or a function of ``result`` that renders it once the load at the end is in.
+    """
+    result.setdefault("machine", {})["load_average_at_end"] = list(os.getloadavg())
+    text = markdown(result) if callable(markdown) else markdown
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{name}.md").write_text(text)
+    print(f"wrote {out / name}.json and {out / name}.md", file=sys.stderr)
+
+
+def _load(loads: list[float]) -> str:
+    return "/".join(f"{x:.1f}" for x in loads)
+
+
+def machine_line(result: dict[str, Any]) -> str:
+    """One Markdown line: date, CPU, cores, torch and threads, load (1/5/15 min) at start and, if known, at end."""
+    m = result["machine"]
+    line = (f"{result['date']} · {m['cpu_model']} · {m['cpu_count']} cores · torch {m['torch']} · "
+            f"{m['torch_threads']} torch thread(s) · load average {_load(m['load_average_at_start'])} at start")
+    if "load_average_at_end" in m:
+        line += f", {_load(m['load_average_at_end'])} at end"
+    return line
+
+
+def heading(title: str, result: dict[str, Any]) -> list[str]:
+    """The first Markdown lines of a report: its title and the command that produced it."""
+    return [f"# {title}", "", f"Command: `{result['command']}`", ""]

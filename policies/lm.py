@@ -1,0 +1,68 @@
+"""Language models on the memory backbones.
+
+Transformer-XL's segment-level recurrence (Dai et al. 2019, Sec. 3.2) is the episode memory the
+RL agents use: a long text is read in segments, each attending to the cached layer inputs of the
+previous ``M`` tokens, and document boundaries play the part of episode starts. So the language
+model is a token embedding, any registered backbone (``trxl``, ``trxl-i``, ``gtrxl``, ``ut-act``,
+or a baseline) and a softmax head — the attention, positions, gates, blocks and ACT are the very
+modules the policies use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from policies.backbone import Aux
+from policies.memory import State, strip_cache
+from policies.registry import make_backbone
+
+
+class MemoryLanguageModel(nn.Module):
+    """``p(x_t | x_<t) = softmax(W h_t)``, ``h_t = backbone(E x_≤t)`` with the backbone's memory.
+
+    Examples:
+        >>> lm = MemoryLanguageModel(vocab_size=16, backbone="gtrxl", d_model=32, n_heads=2, memory_length=8)
+        >>> tokens = torch.randint(16, (5, 3))                 # [T, B]
+        >>> loss, state, _ = lm.loss(tokens, lm.initial_state(3))
+        >>> lm.generate(tokens[-1], state, n_tokens=4).shape   # continues each row, O(M) per token
+        torch.Size([4, 3])
+    """
+
+    def __init__(self, vocab_size: int, backbone: str = "trxl", d_embed: int = 64, **backbone_options: Any) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_embed)
+        self.backbone = make_backbone(backbone, d_embed, **backbone_options)
+        self.head = nn.Linear(self.backbone.output_dim, vocab_size)
+
+    def initial_state(self, batch_size: int) -> State:
+        return self.backbone.initial_state(batch_size)
+
+    def forward(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
+        """Logits ``[T, B, vocab]`` for a segment ``tokens`` ``[T, B]``; ``starts`` marks document starts."""
+        starts = torch.zeros_like(tokens, dtype=torch.bool) if starts is None else starts
+        hidden, state, aux = self.backbone.forward_sequence(self.embedding(tokens), strip_cache(state), starts)
+        return self.head(hidden), state, aux
+
+    def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
+        """Mean next-token cross-entropy of a segment (``tokens[t]`` predicts ``tokens[t + 1]``);
+        the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``."""
+        logits, state, aux = self(tokens[:-1], state, None if starts is None else starts[:-1])
+        return F.cross_entropy(logits.flatten(0, 1), tokens[1:].flatten()), state, aux
+
+    @torch.no_grad()
+    def generate(self, last: Tensor, state: State, n_tokens: int, temperature: float = 0.0) -> Tensor:
+        """Continue from ``state`` whose next input is ``last`` ``[B]``: ``n_tokens`` tokens ``[n, B]``,
+        greedy when ``temperature`` is 0. Each token is one cached backbone ``step``."""
+        out = []
+        no_start = torch.zeros_like(last, dtype=torch.bool)
+        for _ in range(n_tokens):
+            hidden, state = self.backbone.step(self.embedding(last), state, no_start)
+            logits = self.head(hidden)
+            last = (logits.argmax(-1) if temperature == 0 else
+                    torch.distributions.Categorical(logits=logits / temperature).sample())
+            out.append(last)
+        return torch.stack(out)

@@ -1,0 +1,208 @@
+"""The study report's statistics on synthetic run directories with known values, checked against
+direct numpy computations (and rliable's own functions), and the report's files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from rliable import metrics
+
+import train_rl
+from agents import stats
+from agents.evaluation import EVAL_COLUMNS
+from agents.report import Study, build_report
+
+REPS = 300
+
+
+def fake_run(root: Path, backbone: str, seed: int, score: float | None, *, state: str = "finished",
+             env: str = "TMaze-v0", env_kwargs: dict | None = None, success: bool = True,
+             curve: list[float] | None = None, every: int = 100) -> Path:
+    """A run directory as agents.run writes it (and a study's status.json): ``score`` is the final
+    evaluation; ``curve`` the evaluations logged during training; ``state`` finished, diverged,
+    failed or interrupted (a checkpoint, no summary)."""
+    env_kwargs = {"length": 10} if env_kwargs is None else env_kwargs
+    directory = root / f"{env}__ppo-{backbone}__{seed}"
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump(
+        {"algo": "ppo", "backbone": backbone, "env": env, "env_kwargs": env_kwargs, "seed": seed,
+         "success_threshold": 0.9, "total_timesteps": every * len(curve or [0])}))
+    curve = curve if curve is not None else []
+    with (directory / "evaluations.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, EVAL_COLUMNS)
+        writer.writeheader()
+        for i, value in enumerate(curve, 1):
+            writer.writerow({"timesteps": i * every, "mean_return": value, "std_return": 0.0, "mean_length": 11,
+                             "success_rate": value if success else "", "wall_seconds": i})
+    if state == "finished":
+        (directory / "summary.json").write_text(json.dumps({
+            "env_steps": every * max(len(curve), 1), "final_mean_return": score, "final_std_return": 0.0,
+            "final_success_rate": score if success else None, "wall_seconds": 10.0, "steps_per_second": 100.0}))
+    elif state in ("diverged", "failed"):
+        (directory / "status.json").write_text(json.dumps({"state": state, "error": f"{state} at update 3"}))
+    elif state == "interrupted":
+        (directory / "checkpoints").mkdir()
+        (directory / "checkpoints" / f"model_{every}_steps.zip").write_bytes(b"")
+    return directory
+
+
+A = [0.10, 0.95, 0.90, 0.50, 1.00, 0.30, 0.92, 0.70]
+B = [0.20, 0.40, 0.90, 0.60, 0.05, 0.35, 0.80, 0.91]
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    """Backbone a: 8 finished seeds, one diverged (last evaluation 0.95), one failed before any
+    evaluation; backbone b: 8 finished seeds and one interrupted."""
+    for seed, score in enumerate(A):
+        fake_run(tmp_path, "a", seed, score, curve=[0.0, score / 2, score])
+    fake_run(tmp_path, "a", 8, None, state="diverged", curve=[0.1, 0.95])
+    fake_run(tmp_path, "a", 9, None, state="failed")
+    for seed, score in enumerate(B):
+        fake_run(tmp_path, "b", seed, score, curve=[0.0, score, score])
+    fake_run(tmp_path, "b", 8, None, state="interrupted", curve=[0.2])
+    return tmp_path
+
+
+def test_statistics_match_direct_numpy(study):
+    analysis = Study.analyse(study, reps=REPS)
+    (task,) = analysis.tasks
+    assert task.success and task.label == "TMaze-v0 (length=10)"
+    a = np.array(A + [0.95])  # the diverged run scores its last evaluation; the failed one has none
+    b = np.array(B)
+    assert np.array_equal(np.sort(task.stats.scores["a"].ravel()), np.sort(a))
+    assert np.array_equal(np.sort(task.stats.scores["b"].ravel()), np.sort(b))
+
+    sorted_a = np.sort(a)  # 9 scores: IQM drops the 2 lowest and 2 highest; P25, P75 fall on sorted[2], sorted[6]
+    estimates = task.stats.estimates["a"]
+    assert estimates["iqm"].value == pytest.approx(sorted_a[2:7].mean())
+    assert estimates["mean"].value == pytest.approx(a.sum() / a.size)
+    assert estimates["median"].value == pytest.approx(sorted_a[4])
+    sorted_b = np.sort(b)  # 8 scores: IQM is the mean of the middle 4
+    assert task.stats.estimates["b"]["iqm"].value == pytest.approx(sorted_b[2:6].mean())
+    assert task.stats.estimates["b"]["median"].value == pytest.approx((sorted_b[3] + sorted_b[4]) / 2)
+
+    rel_a, rel_b = task.reliability["a"], task.reliability["b"]
+    assert rel_a.iqr == pytest.approx(sorted_a[6] - sorted_a[2])
+    assert rel_a.cvar == pytest.approx((sorted_a[0] + sorted_a[1] + 0.25 * sorted_a[2]) / 2.25)  # worst 9/4 runs
+    assert rel_a.worst == pytest.approx(sorted_a[0])
+    assert (rel_a.runs, rel_a.finished, rel_a.diverged, rel_a.failed) == (10, 8, 1, 1)
+    assert rel_a.solved == sum(s >= 0.9 for s in A) == 4 and rel_a.with_result == 10  # diverged: never solved
+    assert (rel_b.runs, rel_b.finished, rel_b.diverged, rel_b.failed, rel_b.with_result) == (9, 8, 0, 0, 8)
+    assert rel_b.solved == 2
+    low, high = np.interp([0.25, 0.75], np.linspace(0, 1, b.size), sorted_b)
+    assert rel_b.iqr == pytest.approx(high - low)
+    assert rel_b.cvar == pytest.approx(sorted_b[:2].mean())  # the worst 2 of 8
+
+    wins = sum((x > y) + 0.5 * (x == y) for x in a for y in b) / (a.size * b.size)
+    assert task.stats.improvement["a", "b"].value == pytest.approx(wins)
+    assert task.stats.improvement["b", "a"].value == pytest.approx(1 - wins)
+    for estimate in [*estimates.values(), task.stats.improvement["a", "b"]]:
+        assert estimate.low <= estimate.value <= estimate.high
+
+
+def test_solve_threshold_is_configurable(study):
+    (task,) = Study.analyse(study, reps=REPS, threshold=0.5).tasks
+    assert task.reliability["a"].solved == sum(s >= 0.5 for s in A)
+    assert task.reliability["b"].solved == sum(s >= 0.5 for s in B)
+
+
+def test_cvar_is_the_mean_of_the_worst_quarter_even_with_ties():
+    assert stats.cvar(np.array([1.0, 0.5, 1.0, 1.0, 1.0])) == pytest.approx((0.5 + 0.25 * 1.0) / 1.25)
+    assert stats.cvar(np.array([3.0, 1.0, 2.0, 4.0])) == pytest.approx(1.0)
+    assert stats.cvar(np.array([0.7, 0.2])) == pytest.approx(0.2)  # fewer than 4 runs: the worst one
+
+
+def test_numpy_statistics_agree_with_rliable():
+    rng = np.random.default_rng(1)
+    for n in range(1, 13):
+        x = rng.integers(0, 4, size=(n, 3)) / 3
+        y = rng.integers(0, 4, size=(n + 3, 3)) / 3
+        assert stats.iqm(x) == pytest.approx(metrics.aggregate_iqm(x))
+        assert stats.probability_of_improvement(x, y) == pytest.approx(metrics.probability_of_improvement(x, y))
+
+
+def test_bootstrap_intervals_bracket_the_truth(tmp_path):
+    """40 seeds of a return-scored task from N(0.3, 0.1²): mean, median and IQM are all 0.3; b is
+    a shifted by 0.2, so P(b > a) = Φ(0.2 / (0.1·√2)) ≈ 0.921."""
+    rng = np.random.default_rng(0)
+    n, mu, sigma = 40, 0.3, 0.1
+    a = rng.normal(mu, sigma, n)
+    b = rng.normal(mu + 0.2, sigma, n)
+    for seed in range(n):
+        fake_run(tmp_path, "a", seed, float(a[seed]), success=False, curve=[float(a[seed])])
+        fake_run(tmp_path, "b", seed, float(b[seed]), success=False, curve=[float(b[seed])])
+    (task,) = Study.analyse(tmp_path, reps=1000).tasks
+    assert not task.success
+    standard_error = sigma / math.sqrt(n)
+    for name in ("mean", "median", "iqm"):
+        estimate = task.stats.estimates["a"][name]
+        assert estimate.low < mu < estimate.high, name
+        assert estimate.high - estimate.low < 6 * standard_error, name
+    mean = task.stats.estimates["a"]["mean"]
+    assert 0.7 < (mean.high - mean.low) / (2 * 1.96 * standard_error) < 1.3  # a 95 % interval, not 50 % or 99.9 %
+    improvement = task.stats.improvement["b", "a"]
+    truth = 0.5 * (1 + math.erf(0.2 / (sigma * math.sqrt(2)) / math.sqrt(2)))
+    assert improvement.low < truth < improvement.high and improvement.value > 0.8
+
+
+def test_curve_band_brackets_the_true_mean_curve():
+    rng = np.random.default_rng(3)
+    truth = np.linspace(0.0, 1.0, 12)
+    curves = truth + rng.normal(0, 0.2, size=(30, truth.size))
+    mean, low, high = stats.curve_band(curves, reps=1000)
+    assert np.allclose(mean, curves.mean(axis=0))
+    assert np.mean((low < truth) & (truth < high)) >= 0.8
+    assert np.all(high - low < 5 * 0.2 / np.sqrt(30))  # a 95 % band is 3.92 standard errors wide
+
+
+def test_report_files_list_every_run_once(study, tmp_path):
+    fake_run(study / "other", "a", 0, -0.5, env="MemoryChain-v0", env_kwargs={}, success=False, curve=[-1.0, -0.5])
+    path = build_report(study, reps=REPS)
+    text = path.read_text()
+    assert "## TMaze-v0 (length=10)" in text and "## MemoryChain-v0" in text
+    assert "final **success rate**" in text and "final **mean return**" in text
+    runs_table = text.split("## Runs")[1]
+    for run in [*study.glob("TMaze-v0__*"), *study.glob("other/*")]:
+        name = run.relative_to(study).as_posix()
+        assert runs_table.count(f"| {name} |") == 1, name
+    assert "| TMaze-v0__ppo-a__8 | diverged |" in runs_table and "diverged at update 3" in runs_table
+    assert "| TMaze-v0__ppo-b__8 | unfinished |" in runs_table
+    assert "## All tasks" not in text  # a return-scored task is not pooled with success rates
+    for figure in ("curves_TMaze_v0_length_10", "scores_TMaze_v0_length_10", "improvement_TMaze_v0_length_10",
+                   "curves_MemoryChain_v0", "scores_MemoryChain_v0"):
+        png = study / f"{figure}.png"
+        assert png.stat().st_size > 1000, png
+        assert f"({png.name})" in text
+
+
+def test_tasks_scored_by_success_are_pooled(tmp_path):
+    for seed in range(3):
+        for env in ("TMaze-v0", "MemoryChain-v0"):
+            fake_run(tmp_path, "a", seed, 0.5 + 0.1 * seed, env=env, curve=[0.5])
+            fake_run(tmp_path, "b", seed, 0.1 * seed, env=env, curve=[0.1])
+    analysis = Study.analyse(tmp_path, reps=REPS)
+    assert analysis.overall is not None and analysis.overall.scores["a"].shape == (3, 2)
+    assert analysis.overall.improvement["a", "b"].value == pytest.approx(1.0)
+    assert "## All tasks" in build_report(tmp_path, reps=REPS).read_text()
+    assert (tmp_path / "scores_all.png").exists()
+
+    for seed in range(3):  # a return-scored task is not on the [0, 1] scale of success rates
+        for backbone in ("a", "b"):
+            fake_run(tmp_path / "returns", backbone, seed, 2.0 * seed, env="MemoryChain-v0", success=False)
+            fake_run(tmp_path / "returns", backbone, seed, 0.5, curve=[0.5])
+    assert Study.analyse(tmp_path / "returns", reps=REPS).overall is None
+
+
+def test_report_command(study, tmp_path, capsys):
+    out = tmp_path / "elsewhere"
+    assert train_rl.main(["report", str(study), "--reps", "100", "--out", str(out)]) == 0
+    assert (out / "report.md").exists() and str(out / "report.md") in capsys.readouterr().out
+    assert train_rl.main(["report", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
