@@ -17,13 +17,19 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python train_rl.py --config configs/demo.yaml
+	rm -rf runs/demo
+	$(BIN)/python train_rl.py --config configs/demo.yaml --log-dir runs/demo --progress
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/env_throughput.py
+	$(BIN)/python benchmarks/step_cost.py
+	$(BIN)/python benchmarks/train_throughput.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

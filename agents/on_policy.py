@@ -105,6 +105,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()
                 step = self.policy(obs_tensor, self._last_state, starts)
                 actions, values, log_probs, state = step.actions, step.values, step.log_prob, step.state
+                extras = self._rollout_extras(step)  # now: callbacks below may run the policy again
             actions = actions.cpu().numpy()
             clipped = actions
             if isinstance(self.action_space, spaces.Box):
@@ -120,7 +121,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 actions = actions.reshape(-1, 1)
             rewards = self._bootstrap_truncated(rewards, dones, infos, state)
             buffer.add_records(self.policy.records(state))
-            self._store_step(step)
+            buffer.add_extras(extras)
             buffer.add(self._last_obs, actions, rewards, self._last_episode_starts, values, log_probs)
             self._last_obs, self._last_episode_starts, self._last_state = new_obs, dones, state
         with torch.inference_mode():
@@ -131,8 +132,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _store_step(self, step: PolicyStep) -> None:
-        """Store what the learner needs of a rollout step besides SB3's fields (PPO: nothing)."""
+    def _rollout_extras(self, step: PolicyStep) -> dict[str, Tensor]:
+        """What the learner stores of a rollout step besides SB3's fields (PPO: nothing)."""
+        return {}
 
     def _bootstrap_truncated(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict],
                              state: PolicyState) -> np.ndarray:

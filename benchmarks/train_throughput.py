@@ -158,6 +158,10 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {r['median_steps_per_second']:,.0f} | {r['ratio_to_recurrent_ppo']:.2f} | "
                      f"{r['ratio_range'][0]:.2f}–{r['ratio_range'][1]:.2f} | {r['median_collect_share']:.0%} |")
     lines += ["", "## Buffer bytes per stored env step (memory state only)", "",
+              "RecurrentPPO stores four LSTM state arrays (h, c of actor and critic) per step. MemoryPPO stores "
+              "one record per step (Transformers: the input of every layer; here 2 layers, d_model "
+              f"{s['hidden']}) plus the window carried into the rollout (M records per env, amortised over "
+              f"{s['n_steps']} steps) and one validity byte; windows are rebuilt by index when training.", "",
               "| learner | bytes/step | full window per step would be |", "|---|---:|---:|"]
     for name, r in result["buffer"].items():
         window = r.get("full_window_bytes_per_step")

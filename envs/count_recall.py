@@ -6,10 +6,10 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.batched import ALL, Index
-from envs.scored import ScoredAnswerTask, one_hot
+from envs.scored import WholeEpisodeScoredTask, one_hot
 
 
-class CountRecall(ScoredAnswerTask):
+class CountRecall(WholeEpisodeScoredTask):
     """Count how often each symbol has been dealt, and report the count of the queried one.
 
     What must be remembered: a running count per symbol (order-free, set-like memory).
@@ -28,15 +28,12 @@ class CountRecall(ScoredAnswerTask):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4, max_count: int | None = None,
                  max_episode_steps: int | None = None) -> None:
-        if length < 2:
-            raise ValueError(f"length must be >= 2, got {length}")
+        super().__init__(n_copies, length, max_episode_steps)
         if n_symbols < 2:
             raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
         max_count = length if max_count is None else max_count
         if max_count < 1:
             raise ValueError(f"max_count must be >= 1, got {max_count}")
-        super().__init__(n_copies, max_episode_steps)
-        self.length = length
         self.n_symbols = n_symbols
         self.max_count = max_count
         self.observation_space = spaces.Box(0.0, 1.0, shape=(2 * n_symbols,), dtype=np.float32)
@@ -45,18 +42,6 @@ class CountRecall(ScoredAnswerTask):
         self.dealt = np.zeros(n_copies, dtype=np.int64)
         self.query = np.zeros(n_copies, dtype=np.int64)
         self._copies = np.arange(n_copies)
-
-    @property
-    def episode_length(self) -> int:
-        return self.length
-
-    @property
-    def memory_distance(self) -> int:
-        return self.length - 1
-
-    @property
-    def n_scored(self) -> int:
-        return self.length
 
     @property
     def memoryless_return(self) -> float:
@@ -88,9 +73,6 @@ class CountRecall(ScoredAnswerTask):
     def observe(self, idx: Index = ALL) -> np.ndarray:
         return np.concatenate([one_hot(self.dealt[idx], self.n_symbols), one_hot(self.query[idx], self.n_symbols)],
                               axis=1)
-
-    def _scored(self, t: np.ndarray) -> np.ndarray:
-        return np.ones_like(t, dtype=bool)
 
     def _answer(self) -> np.ndarray:
         return np.minimum(self.counts[self._copies, self.query], self.max_count)

@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.batched import ALL, Index
-from envs.scored import ScoredAnswerTask, one_hot
+from envs.scored import ScoredAnswerTask, WholeEpisodeScoredTask, one_hot
 
 
 def _check_symbols(n_symbols: int) -> None:
@@ -19,7 +19,7 @@ def _check_symbols(n_symbols: int) -> None:
         raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
 
 
-class RepeatFirst(ScoredAnswerTask):
+class RepeatFirst(WholeEpisodeScoredTask):
     """Recall the first symbol of the episode at every step (POPGym RepeatFirst).
 
     What must be remembered: the first observation, for the whole episode.
@@ -35,28 +35,13 @@ class RepeatFirst(ScoredAnswerTask):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4,
                  max_episode_steps: int | None = None) -> None:
-        if length < 2:
-            raise ValueError(f"length must be >= 2, got {length}")
         _check_symbols(n_symbols)
-        super().__init__(n_copies, max_episode_steps)
-        self.length = length
+        super().__init__(n_copies, length, max_episode_steps)
         self.n_symbols = n_symbols
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n_symbols + 1,), dtype=np.float32)
         self.action_space = spaces.Discrete(n_symbols)
         self.first = np.zeros(n_copies, dtype=np.int64)
         self.symbol = np.zeros(n_copies, dtype=np.int64)
-
-    @property
-    def episode_length(self) -> int:
-        return self.length
-
-    @property
-    def memory_distance(self) -> int:
-        return self.length - 1
-
-    @property
-    def n_scored(self) -> int:
-        return self.length
 
     @property
     def memoryless_return(self) -> float:
@@ -68,9 +53,6 @@ class RepeatFirst(ScoredAnswerTask):
     def observe(self, idx: Index = ALL) -> np.ndarray:
         is_first = (self.elapsed[idx] == 0).astype(np.float32)
         return np.concatenate([one_hot(self.symbol[idx], self.n_symbols), is_first[:, None]], axis=1)
-
-    def _scored(self, t: np.ndarray) -> np.ndarray:
-        return np.ones_like(t, dtype=bool)
 
     def _answer(self) -> np.ndarray:
         return self.first

@@ -64,6 +64,32 @@ class ScoredAnswerTask(BatchedTask):
         return self.all_correct
 
 
+class WholeEpisodeScoredTask(ScoredAnswerTask):
+    """A scored task whose ``length`` = T steps are all scored and whose last answer still
+    depends on the first observation: episode length T, memory distance T - 1."""
+
+    def __init__(self, n_copies: int, length: int, max_episode_steps: int | None = None) -> None:
+        if length < 2:
+            raise ValueError(f"length must be >= 2, got {length}")
+        super().__init__(n_copies, max_episode_steps)
+        self.length = length
+
+    @property
+    def episode_length(self) -> int:
+        return self.length
+
+    @property
+    def memory_distance(self) -> int:
+        return self.length - 1
+
+    @property
+    def n_scored(self) -> int:
+        return self.length
+
+    def _scored(self, t: np.ndarray) -> np.ndarray:
+        return np.ones_like(t, dtype=bool)
+
+
 def one_hot(values: np.ndarray, depth: int) -> np.ndarray:
     """float32 one-hot rows ``(k, depth)`` of int values ``(k,)``."""
     out = np.zeros((values.shape[0], depth), dtype=np.float32)

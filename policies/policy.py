@@ -40,7 +40,7 @@ class PolicyStep(NamedTuple):
     values: Tensor
     log_prob: Tensor
     state: PolicyState
-    distribution: Distribution
+    distribution: Distribution  # SB3 reuses this object: read it before the policy runs again
 
 
 class MemoryActorCriticPolicy(ActorCriticPolicy):

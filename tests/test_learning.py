@@ -47,7 +47,8 @@ def test_gtrxl_solves_a_short_memory_task_and_mlp_stays_at_chance():
 ])
 def test_gtrxl_solves_the_issue_tasks(config_file, total_timesteps, tmp_path):
     """GTrXL: passive T-Maze of length 100, and MiniGrid-MemoryS9 within 1M env steps (success ≥ 0.9).
-    Other backbones on the same budgets: ``benchmarks/learning.py``."""
+    Other backbones on the same budgets: ``--backbone`` with the same config files, tabulated by
+    ``benchmarks/learning_table.py``."""
     flags = {"backbone": "gtrxl", "log_dir": str(tmp_path)}
     if total_timesteps:
         flags["total_timesteps"] = total_timesteps

@@ -79,5 +79,7 @@ def train_and_score(carry_memory: bool) -> float:
 
 def test_memory_across_segments_is_what_makes_the_task_learnable():
     with_memory, without = train_and_score(True), train_and_score(False)
-    assert with_memory < 0.5, with_memory  # log(16) = 2.77 is chance
+    # log(16) = 2.77 is chance. Where training ends between 0.25 and 0.8 depends on the thread count
+    # (float summation order), so the bound leaves room: without memory the loss stays near chance.
+    assert with_memory < 0.35 * math.log(VOCAB), with_memory
     assert without > 0.6 * math.log(VOCAB), without

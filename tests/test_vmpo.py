@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from stable_baselines3.common.callbacks import EvalCallback
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 from torch.distributions import Normal, kl_divergence
 
@@ -151,6 +152,15 @@ def test_gaussian_policy_logs_decoupled_kls_and_keeps_duals_positive(tmp_path):
         assert a.item() == b.item()
 
 
+def test_evaluation_during_training_leaves_the_stored_distribution_alone(tmp_path):
+    """An EvalCallback on fewer envs runs the policy between a rollout step and its storage."""
+    evaluation = EvalCallback(tmaze(n_envs=2), n_eval_episodes=2, eval_freq=3, verbose=0)
+    model = vmpo()
+    gaps = LogpGaps()
+    model.learn(3 * 16 * 4, callback=[evaluation, gaps])
+    assert evaluation.n_calls > 0 and max(gaps.gaps) < 1e-5
+
+
 def test_dual_initialisation_follows_the_action_space():
     assert vmpo().duals.alphas["kl"].item() == 5.0 and vmpo().duals.eta.item() == 1.0
     gaussian = vmpo(env=sb3_make_vec_env("Pendulum-v1", n_envs=2, seed=0))
@@ -184,12 +194,19 @@ def test_vmpo_with_gtrxl_solves_a_short_memory_task():
 
 @pytest.mark.slow
 def test_vmpo_cartpole():
-    env = sb3_make_vec_env("CartPole-v1", n_envs=8, seed=0)
-    model = VMPO("MemoryPolicy", env, n_steps=128, batch_size=256, n_epochs=4, segment_length=16, seed=0,
-                 learning_rate=1e-3, policy_kwargs={"backbone": "mlp", "backbone_kwargs": {"hidden_size": 64}})
-    model.learn(100_000)
-    returns = evaluate(model, sb3_make_vec_env("CartPole-v1", n_envs=4, seed=1), n_episodes=20).returns
-    assert returns.mean() >= 450
+    """Three seeds; the median run must reach a mean return ≥ 450 in 100k steps. PopArt matters here:
+    actor and critic share the backbone, and unnormalised returns (up to ~100) let the value loss
+    swamp the policy's gradients (without it, seed 0: 371 with ε_α = 0.01, 384 with 0.05)."""
+    means = []
+    for seed in range(3):
+        env = sb3_make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+        model = VMPO("MemoryPolicy", env, n_steps=128, batch_size=256, n_epochs=4, segment_length=16, seed=seed,
+                     learning_rate=1e-3, popart=True,
+                     policy_kwargs={"backbone": "mlp", "backbone_kwargs": {"hidden_size": 64}})
+        model.learn(100_000)
+        evaluation_env = sb3_make_vec_env("CartPole-v1", n_envs=4, seed=1000 + seed)
+        means.append(float(evaluate(model, evaluation_env, n_episodes=20).returns.mean()))
+    assert np.median(means) >= 450, means
 
 
 @pytest.mark.slow

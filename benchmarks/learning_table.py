@@ -1,0 +1,115 @@
+"""Learning table from run directories: how fast and how reliably each learner × backbone solves a task.
+
+For every group of runs (task, learner, backbone) it reports the runs, the final success rate
+(mean ± std over seeds), how many runs solved the task (final success ≥ threshold), the env
+steps and wall seconds at the first evaluation reaching the threshold (median over the runs
+that reached it), and how many runs diverged or failed. It reads only the files runs write
+(``config.yaml``, ``evaluations.csv``, ``summary.json``, ``status.json``), so studies launched in
+any way can be tabulated; the commands recorded in each study's ``study.yaml`` are copied.
+
+Usage::
+
+    .venv/bin/python benchmarks/learning_table.py --name learning_tmaze100 runs/learning_tmaze100
+    .venv/bin/python benchmarks/learning_table.py --name ppo_vs_vmpo runs/ppo_study runs/vmpo_study
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from common import heading, machine_info, provenance, write_results
+
+from agents.report import task_label
+from agents.runs import UNSUCCESSFUL, Run, find_runs
+
+
+def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:
+    """Env steps and wall seconds of the first evaluation whose success rate reaches ``threshold``."""
+    for row in run.evaluations:
+        if row["success_rate"] != "" and float(row["success_rate"]) >= threshold:
+            return int(float(row["timesteps"])), float(row["wall_seconds"])
+    return None
+
+
+def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
+    finals = [run.score(success=True) for run in runs]
+    finals = [f for f in finals if f is not None]
+    reached = [t for t in (time_to_threshold(run, threshold) for run in runs) if t is not None]
+    return {
+        "runs": len(runs), "seeds": sorted(int(run.config.get("seed", -1)) for run in runs),
+        "final_success_mean": float(np.mean(finals)) if finals else None,
+        "final_success_std": float(np.std(finals)) if finals else None,
+        "solved": sum(f >= threshold for f in finals),
+        "reached_threshold": len(reached),
+        "median_steps_to_threshold": statistics.median(s for s, _ in reached) if reached else None,
+        "median_seconds_to_threshold": statistics.median(w for _, w in reached) if reached else None,
+        "diverged_or_failed": sum(run.state() in UNSUCCESSFUL for run in runs),
+        "env_steps": sorted({run.timesteps() for run in runs}),
+    }
+
+
+def table(directories: list[Path], threshold: float) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    for directory in directories:
+        for run in find_runs(directory):
+            groups[(task_label(run.config), run.config["algo"], run.config["backbone"])].append(run)
+    return [{"task": task, "algo": algo, "backbone": backbone, **summarise(runs, threshold)}
+            for (task, algo, backbone), runs in sorted(groups.items())]
+
+
+def study_commands(directories: list[Path]) -> list[dict]:
+    commands = []
+    for directory in directories:
+        record = Path(directory) / "study.yaml"
+        if record.exists():
+            commands += (yaml.safe_load(record.read_text()) or {}).get("commands", [])
+    return commands
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [*heading(f"Learning table: {result['name']}", result),
+             f"Runs from: {', '.join(f'`{d}`' for d in result['directories'])}. Threshold: success ≥ "
+             f"{result['threshold']}. Steps and seconds to threshold: first evaluation reaching it, median "
+             "over the runs that reached it.", ""]
+    commands = [f"- `{c['command']}` ({c['time']})" for c in result["study_commands"]]
+    commands += [f"- `{c}`" for c in result["produced_by"]]
+    if commands:
+        lines += ["Commands that produced the runs:", "", *commands, ""]
+    lines += ["| task | learner | backbone | runs | final success (mean ± std) | solved | env steps to threshold |"
+              " wall s to threshold | diverged/failed |", "|---|---|---|---:|---|---:|---:|---:|---:|"]
+    for row in result["rows"]:
+        success = ("—" if row["final_success_mean"] is None
+                   else f"{row['final_success_mean']:.2f} ± {row['final_success_std']:.2f}")
+        lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {row['runs']} | {success} | "
+                     f"{row['solved']}/{row['runs']} | {_cell(row['median_steps_to_threshold'], 0)} | "
+                     f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directories", nargs="+", type=Path, help="study or run directories")
+    parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
+    parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--produced-by", action="append", default=[], metavar="COMMAND",
+                        help="the command that produced runs outside a study (repeatable)")
+    args = parser.parse_args()
+    result = {**provenance(), "name": args.name, "machine": machine_info(), "threshold": args.threshold,
+              "directories": [str(d) for d in args.directories],
+              "study_commands": study_commands(args.directories), "produced_by": args.produced_by,
+              "rows": table(args.directories, args.threshold)}
+    write_results(args.name, result, render)
+
+
+if __name__ == "__main__":
+    main()
