@@ -54,13 +54,16 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
     }
 
 
-def table(directories: list[Path], threshold: float) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+def table(directories: list[Path], threshold: float, by_directory: bool = False) -> list[dict[str, Any]]:
+    """One row per task × learner × backbone (× directory with ``by_directory``: for variants of
+    one setting, e.g. two entropy coefficients, kept in separate study directories)."""
+    groups: dict[tuple[str, str, str, str], list[Run]] = defaultdict(list)
     for directory in directories:
+        source = Path(directory).name if by_directory else ""
         for run in find_runs(directory):
-            groups[(task_label(run.config), run.config["algo"], run.config["backbone"])].append(run)
-    return [{"task": task, "algo": algo, "backbone": backbone, **summarise(runs, threshold)}
-            for (task, algo, backbone), runs in sorted(groups.items())]
+            groups[(task_label(run.config), run.config["algo"], run.config["backbone"], source)].append(run)
+    return [{"task": task, "algo": algo, "backbone": backbone, "source": source, **summarise(runs, threshold)}
+            for (task, algo, backbone, source), runs in sorted(groups.items())]
 
 
 def study_commands(directories: list[Path]) -> list[dict]:
@@ -90,7 +93,8 @@ def render(result: dict[str, Any]) -> str:
     for row in result["rows"]:
         success = ("—" if row["final_success_mean"] is None
                    else f"{row['final_success_mean']:.2f} ± {row['final_success_std']:.2f}")
-        lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {row['runs']} | {success} | "
+        runs = f"{row['runs']} (`{row['source']}`)" if row.get("source") else row["runs"]
+        lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {runs} | {success} | "
                      f"{row['solved']}/{row['runs']} | {_cell(row['median_steps_to_threshold'], 0)} | "
                      f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} |")
     return "\n".join(lines) + "\n"
@@ -101,13 +105,15 @@ def main() -> None:
     parser.add_argument("directories", nargs="+", type=Path, help="study or run directories")
     parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
     parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--by-directory", action="store_true",
+                        help="one row per directory too (variants of one setting in separate studies)")
     parser.add_argument("--produced-by", action="append", default=[], metavar="COMMAND",
                         help="the command that produced runs outside a study (repeatable)")
     args = parser.parse_args()
     result = {**provenance(), "name": args.name, "machine": machine_info(), "threshold": args.threshold,
               "directories": [str(d) for d in args.directories],
               "study_commands": study_commands(args.directories), "produced_by": args.produced_by,
-              "rows": table(args.directories, args.threshold)}
+              "rows": table(args.directories, args.threshold, args.by_directory)}
     write_results(args.name, result, render)
 
 
