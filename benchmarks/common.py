@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -78,3 +79,11 @@ def machine_line(result: dict[str, Any]) -> str:
 def heading(title: str, result: dict[str, Any]) -> list[str]:
     """The first Markdown lines of a report: its title and the command that produced it."""
     return [f"# {title}", "", f"Command: `{result['command']}`", ""]
+
+
+def run_directories_parser(doc: str, directories_help: str = "study or run directories") -> argparse.ArgumentParser:
+    """The command line of a script that reads run directories and writes ``results/<name>.{json,md}``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("directories", nargs="+", type=Path, help=directories_help)
+    parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
+    return parser

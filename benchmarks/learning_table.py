@@ -15,7 +15,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from common import heading, machine_info, provenance, write_results
+from common import heading, machine_info, provenance, run_directories_parser, write_results
 
 from agents.report import task_label
 from agents.runs import UNSUCCESSFUL, Run, find_runs
@@ -101,9 +100,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directories", nargs="+", type=Path, help="study or run directories")
-    parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
+    parser = run_directories_parser(__doc__)
     parser.add_argument("--threshold", type=float, default=0.9)
     parser.add_argument("--by-directory", action="store_true",
                         help="one row per directory too (variants of one setting in separate studies)")

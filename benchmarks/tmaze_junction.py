@@ -14,12 +14,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 import torch
-from common import heading, machine_info, machine_line, provenance, write_results
+from common import heading, machine_info, machine_line, provenance, run_directories_parser, write_results
 
 from agents import ALGOS
 from agents.runs import Run, find_runs
@@ -71,9 +69,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directories", nargs="+", type=Path, help="study or run directories of TMaze-v0 runs")
-    parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
+    parser = run_directories_parser(__doc__, "study or run directories of TMaze-v0 runs")
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--seed", type=int, default=123)
     args = parser.parse_args()
