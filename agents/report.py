@@ -110,7 +110,14 @@ def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).reshape(-1, 1)
 
 
-def _reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
+def read_study_record(directory: Path) -> dict[str, Any]:
+    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
+    path = Path(directory) / STUDY_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
+    """Outcomes, runs solved (finished runs scoring ≥ ``threshold``) and dispersion of one group of runs."""
     states = [run.state() for run in runs]
     scores = _score_matrix(runs, success).ravel()
     finished_scores = [run.score(success) for run, state in zip(runs, states, strict=True) if state == FINISHED]
@@ -141,8 +148,7 @@ class Study:
         """Read every run below ``directory`` and compute the statistics. ``threshold`` (the score
         that counts as solving a task) defaults to the runs' ``success_threshold``."""
         directory = Path(directory)
-        record_path = directory / STUDY_FILE
-        record = (yaml.safe_load(record_path.read_text()) or {}) if record_path.exists() else {}
+        record = read_study_record(directory)
         runs = _ordered_runs(directory, record.get("runs", []))
         label = _backbone_labeller(runs)
         grouped: dict[str, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
@@ -157,7 +163,7 @@ class Study:
                 "success_threshold", 0.9))
             scores = {backbone: _score_matrix(group, success) for backbone, group in by_backbone.items()}
             tasks.append(Task(name, success, task_threshold, dict(by_backbone), ScoreStats.compute(scores, reps, seed),
-                              {b: _reliability(g, success, task_threshold) for b, g in by_backbone.items()}))
+                              {b: reliability(g, success, task_threshold) for b, g in by_backbone.items()}))
         return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), reps)
 
 

@@ -53,7 +53,7 @@ from agents import NonFiniteError
 from agents.config import ConfigError, RunConfig, build_config, load_yaml, save_config
 from agents.evaluation import write_atomic
 from agents.launchers import launch
-from agents.report import DEFAULT_REPS, STUDY_FILE, build_report, slug, task_label
+from agents.report import DEFAULT_REPS, STUDY_FILE, build_report, read_study_record, slug, task_label
 from agents.run import check_same_config, run_dir, train
 from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, RUNNING, UNSUCCESSFUL, Run, write_status
 
@@ -304,14 +304,13 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 def _write_record(directory: Path, name: str, grid: Grid, configs: list[RunConfig], command: str) -> None:
     """Update ``study.yaml``: the grid, every run (in grid order, earlier ones kept), the commands."""
-    path = directory / STUDY_FILE
-    record = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    record = read_study_record(directory)
     runs = [run_dir(c).relative_to(directory).as_posix() for c in configs]
     record.update(name=name, grid=grid.record(),
                   runs=list(dict.fromkeys([*record.get("runs", []), *runs])),
                   commands=[*record.get("commands", []),
                             {"command": command, "time": time.strftime("%Y-%m-%d %H:%M:%S")}])
-    write_atomic(path, yaml.safe_dump(record, sort_keys=False))
+    write_atomic(directory / STUDY_FILE, yaml.safe_dump(record, sort_keys=False))
 
 
 def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | None = None,

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from common import heading, machine_info, provenance, run_directories_parser, write_results
 
-from agents.report import task_label
-from agents.runs import UNSUCCESSFUL, Run, find_runs
+from agents.report import read_study_record, reliability, task_label
+from agents.runs import Run, find_runs
 
 
 def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:
@@ -40,15 +39,16 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
     finals = [run.score(success=True) for run in runs]
     finals = [f for f in finals if f is not None]
     reached = [t for t in (time_to_threshold(run, threshold) for run in runs) if t is not None]
+    outcomes = reliability(runs, success=True, threshold=threshold)
     return {
         "runs": len(runs), "seeds": sorted(int(run.config.get("seed", -1)) for run in runs),
         "final_success_mean": float(np.mean(finals)) if finals else None,
         "final_success_std": float(np.std(finals)) if finals else None,
-        "solved": sum(f >= threshold for f in finals),
+        "solved": outcomes.solved,
         "reached_threshold": len(reached),
         "median_steps_to_threshold": statistics.median(s for s, _ in reached) if reached else None,
         "median_seconds_to_threshold": statistics.median(w for _, w in reached) if reached else None,
-        "diverged_or_failed": sum(run.state() in UNSUCCESSFUL for run in runs),
+        "diverged_or_failed": outcomes.diverged + outcomes.failed,
         "env_steps": sorted({run.timesteps() for run in runs}),
     }
 
@@ -66,12 +66,7 @@ def table(directories: list[Path], threshold: float, by_directory: bool = False)
 
 
 def study_commands(directories: list[Path]) -> list[dict]:
-    commands = []
-    for directory in directories:
-        record = Path(directory) / "study.yaml"
-        if record.exists():
-            commands += (yaml.safe_load(record.read_text()) or {}).get("commands", [])
-    return commands
+    return [command for directory in directories for command in read_study_record(directory).get("commands", [])]
 
 
 def _cell(value: float | None, digits: int = 2) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.batched import ALL, Index
-from envs.scored import WholeEpisodeScoredTask, one_hot
+from envs.scored import WholeEpisodeScoredTask, check_symbols, one_hot
 
 
 class CountRecall(WholeEpisodeScoredTask):
@@ -29,8 +29,7 @@ class CountRecall(WholeEpisodeScoredTask):
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4, max_count: int | None = None,
                  max_episode_steps: int | None = None) -> None:
         super().__init__(n_copies, length, max_episode_steps)
-        if n_symbols < 2:
-            raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
+        check_symbols(n_symbols)
         max_count = length if max_count is None else max_count
         if max_count < 1:
             raise ValueError(f"max_count must be >= 1, got {max_count}")

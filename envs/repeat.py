@@ -11,12 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.batched import ALL, Index
-from envs.scored import ScoredAnswerTask, WholeEpisodeScoredTask, one_hot
-
-
-def _check_symbols(n_symbols: int) -> None:
-    if n_symbols < 2:
-        raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
+from envs.scored import ScoredAnswerTask, WholeEpisodeScoredTask, check_symbols, one_hot
 
 
 class RepeatFirst(WholeEpisodeScoredTask):
@@ -35,7 +30,7 @@ class RepeatFirst(WholeEpisodeScoredTask):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4,
                  max_episode_steps: int | None = None) -> None:
-        _check_symbols(n_symbols)
+        check_symbols(n_symbols)
         super().__init__(n_copies, length, max_episode_steps)
         self.n_symbols = n_symbols
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n_symbols + 1,), dtype=np.float32)
@@ -85,7 +80,7 @@ class RepeatPrevious(ScoredAnswerTask):
         length = 4 * k if length is None else length
         if length <= k:
             raise ValueError(f"length must be > k = {k}, got {length}")
-        _check_symbols(n_symbols)
+        check_symbols(n_symbols)
         super().__init__(n_copies, max_episode_steps)
         self.k = k
         self.length = length

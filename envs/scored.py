@@ -90,6 +90,12 @@ class WholeEpisodeScoredTask(ScoredAnswerTask):
         return np.ones_like(t, dtype=bool)
 
 
+def check_symbols(n_symbols: int) -> None:
+    """Symbol alphabets need at least two symbols, or there is nothing to remember."""
+    if n_symbols < 2:
+        raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
+
+
 def one_hot(values: np.ndarray, depth: int) -> np.ndarray:
     """float32 one-hot rows ``(k, depth)`` of int values ``(k,)``."""
     out = np.zeros((values.shape[0], depth), dtype=np.float32)
