@@ -104,8 +104,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)
                 starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()
                 step = self.policy(obs_tensor, self._last_state, starts)
-                actions, values, log_probs, state = step.actions, step.values, step.log_prob, step.state
-                extras = self._rollout_extras(step)  # now: callbacks below may run the policy again
+                values, state = step.values, step.state
+                actions, log_probs, extras = self._act(step)  # now: callbacks below may run the policy again
             actions = actions.cpu().numpy()
             clipped = actions
             if isinstance(self.action_space, spaces.Box):
@@ -132,9 +132,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _rollout_extras(self, step: PolicyStep) -> dict[str, Tensor]:
-        """What the learner stores of a rollout step besides SB3's fields (PPO: nothing)."""
-        return {}
+    def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """The actions taken at a rollout step, ``log π_old`` of them, and what the learner stores
+        besides SB3's fields (``add_extras``); by default the policy's own sample and nothing more."""
+        return step.actions, step.log_prob, {}
 
     def _bootstrap_truncated(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict],
                              state: PolicyState) -> np.ndarray:

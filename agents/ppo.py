@@ -9,9 +9,11 @@ import torch
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from torch import Tensor
 
+from agents.exploration import behaviour_sample, check_action_space, uniform_kl
 from agents.on_policy import MemoryOnPolicyAlgorithm
-from policies.policy import MemoryActorCriticPolicy
+from policies.policy import MemoryActorCriticPolicy, PolicyStep
 
 SelfMemoryPPO = TypeVar("SelfMemoryPPO", bound="MemoryPPO")
 
@@ -30,6 +32,13 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
     ``train/rollout_logp_gap`` logs ``max |log π_recomputed − log π_rollout|`` on the first
     minibatch of each update, before any gradient step: it is ~1e-7 when memory is rebuilt
     exactly as in the rollout (DESIGN.md invariant 3) and large when it is not.
+
+    ``exploration_floor`` ``ε`` (a number or a schedule; 0 = off) acts with the mixture
+    ``μ = (1 − ε)·π + ε/|A|`` and takes the ratio against it, ``r = π_θ(a)/μ(a)``, so an action
+    whose probability collapsed early is still sampled and may regain ``(1 + clip)·ε/|A|`` per
+    update (:mod:`agents.exploration`). ``uniform_kl_coef`` ``c_U`` adds ``c_U·KL(U ‖ π)``, a
+    log-barrier whose pull on a collapsed action does not vanish as the entropy's does. Both
+    need finite action spaces; evaluation is unaffected.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
@@ -39,7 +48,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                  n_epochs: int = 10, gamma: float = 0.99, gae_lambda: float = 0.95,
                  clip_range: float | Schedule = 0.2, clip_range_vf: float | Schedule | None = None,
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
-                 max_grad_norm: float = 0.5, target_kl: float | None = None, segment_length: int = 16,
+                 max_grad_norm: float = 0.5, target_kl: float | None = None,
+                 exploration_floor: float | Schedule = 0.0, uniform_kl_coef: float = 0.0, segment_length: int = 16,
                  aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, seed: int | None = None, device: torch.device | str = "auto",
@@ -50,6 +60,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self.clip_range = clip_range
         self.clip_range_vf = clip_range_vf
         self.target_kl = target_kl
+        self.exploration_floor = exploration_floor
+        self.uniform_kl_coef = uniform_kl_coef
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
                          segment_length=segment_length, aux_coefs=aux_coefs,
                          normalize_advantage=normalize_advantage, gamma=gamma, gae_lambda=gae_lambda,
@@ -63,6 +75,19 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self.clip_range = FloatSchedule(self.clip_range)
         if self.clip_range_vf is not None:
             self.clip_range_vf = FloatSchedule(self.clip_range_vf)
+        self.explores = not (isinstance(self.exploration_floor, int | float) and self.exploration_floor == 0)
+        if self.explores or self.uniform_kl_coef:
+            check_action_space(self.action_space)
+        if self.explores:
+            self.exploration_floor = FloatSchedule(self.exploration_floor)
+
+    def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """With a floor, act with ``μ`` and store ``log μ(a)`` beside ``log π_old(a)``."""
+        if not self.explores:
+            return super()._act(step)
+        epsilon = self.exploration_floor(self._current_progress_remaining)
+        actions, log_mu = behaviour_sample(step.distribution, epsilon)
+        return actions, step.distribution.log_prob(actions), {"behaviour_log_prob": log_mu}
 
     def train(self) -> None:
         self.policy.set_training_mode(True)
@@ -74,7 +99,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
                 values, distribution, log_prob, advantages, aux_loss = self._evaluate(batch, logs)[1:]
-                ratio = torch.exp(log_prob - batch.old_log_prob)
+                behaviour = batch.extras["behaviour_log_prob"] if self.explores else batch.old_log_prob
+                ratio = torch.exp(log_prob - behaviour)
                 policy_loss = -torch.min(advantages * ratio,
                                          advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
                 values_pred = values if clip_range_vf is None else batch.old_values + torch.clamp(
@@ -83,6 +109,10 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                 entropy = distribution.entropy()
                 entropy_loss = -(entropy.mean() if entropy is not None else -log_prob.mean())
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss + aux_loss
+                if self.uniform_kl_coef:
+                    barrier = uniform_kl(distribution).mean()
+                    logs["uniform_kl"].append(barrier.item())
+                    loss = loss + self.uniform_kl_coef * barrier
                 with torch.no_grad():
                     log_ratio = log_prob - batch.old_log_prob
                     approx_kl = ((torch.exp(log_ratio) - 1) - log_ratio).mean().item()
@@ -108,6 +138,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                            explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip_range)
+        if self.explores:
+            self.logger.record("train/exploration_floor", self.exploration_floor(self._current_progress_remaining))
         if clip_range_vf is not None:
             self.logger.record("train/clip_range_vf", clip_range_vf)
         if hasattr(self.policy, "log_std"):

@@ -111,9 +111,9 @@ class VMPO(MemoryOnPolicyAlgorithm):
         state_dicts, tensors = super()._get_torch_save_params()
         return [*state_dicts, "duals", "dual_optimizer"], tensors
 
-    def _rollout_extras(self, step: PolicyStep) -> dict[str, Tensor]:
-        """π_old: every parameter of the acting distribution."""
-        return {"old_distribution": self.policy.distribution_params(step.distribution)}
+    def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """The policy's own sample, storing π_old: every parameter of the acting distribution."""
+        return step.actions, step.log_prob, {"old_distribution": self.policy.distribution_params(step.distribution)}
 
     def _trust_region(self, old: Distribution, new: Distribution, logs: defaultdict[str, list[float]]) -> Tensor:
         """``L_α`` (or ``L_αμ + L_αΣ``) with KL(π_old ‖ π_θ) averaged over the minibatch."""
