@@ -30,12 +30,12 @@ from torch import Tensor
 SUPPORTED = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
-def check_action_space(action_space: spaces.Space) -> None:
-    """Raise unless the floor is defined for ``action_space`` (finite action sets only)."""
+def check_action_space(action_space: spaces.Space, option: str) -> None:
+    """Raise unless ``option`` (the floor or the barrier) is defined for ``action_space``."""
     if not isinstance(action_space, SUPPORTED):
         names = ", ".join(space.__name__ for space in SUPPORTED)
-        raise ValueError(f"an exploration floor needs a finite action space ({names}); "
-                         f"got {type(action_space).__name__}: set exploration_floor=0")
+        raise ValueError(f"{option} needs a finite action space ({names}); "
+                         f"got {type(action_space).__name__}: set {option}=0")
 
 
 def _mixtures(distribution: Distribution, epsilon: float) -> list[Tensor]:

@@ -18,6 +18,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
 from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
+from agents.exploration import check_action_space, uniform_kl
 from policies.backbone import Aux
 from policies.memory import strip_cache
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
@@ -35,7 +36,7 @@ class Evaluation(NamedTuple):
     distribution: Distribution
     log_prob: Tensor
     advantages: Tensor  # normalised per minibatch when the learner asks for it
-    aux_loss: Tensor | float  # weighted sum of the backbone's auxiliary losses
+    aux_loss: Tensor | float  # weighted sum of the backbone's auxiliary losses and the KL(U ‖ π) barrier
 
 
 class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
@@ -53,6 +54,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
         ``{"ponder_cost": 0.01}``); defaults to the backbone's ``aux_loss_coefs``.
     :param normalize_advantage: standardise advantages per minibatch.
+    :param uniform_kl_coef: ``c_U`` of the log-barrier ``c_U·KL(U ‖ π)`` added to the loss
+        (:func:`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
+        whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision
+        settled early on a wrong or no-op action (T-Maze's junction) can still be revised.
     """
 
     policy: MemoryActorCriticPolicy
@@ -60,7 +65,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
                  segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
-                 **kwargs: Any) -> None:
+                 uniform_kl_coef: float, **kwargs: Any) -> None:
         for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -71,6 +76,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.segment_length = segment_length
         self.aux_coefs = aux_coefs
         self.normalize_advantage = normalize_advantage
+        if uniform_kl_coef < 0:
+            raise ValueError(f"uniform_kl_coef must be >= 0, got {uniform_kl_coef}")
+        self.uniform_kl_coef = uniform_kl_coef
         self._last_state: PolicyState | None = None
         super().__init__(policy, env, n_steps=n_steps, use_sde=False, sde_sample_freq=-1,
                          supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
@@ -84,6 +92,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy, got {type(self.policy).__name__}")
         if self.aux_coefs is None:
             self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
+        if self.uniform_kl_coef:
+            check_action_space(self.action_space, "uniform_kl_coef")
         self._last_state = self.policy.initial_state(self.n_envs)
 
     def _excluded_save_params(self) -> list[str]:
@@ -176,7 +186,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         advantages = batch.advantages
         if self.normalize_advantage and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        return Evaluation(actions, values, distribution, log_prob, advantages, self._aux_loss(aux, logs))
+        aux_loss = self._aux_loss(aux, logs)
+        if self.uniform_kl_coef:
+            barrier = uniform_kl(distribution).mean()
+            logs["uniform_kl"].append(barrier.item())
+            aux_loss = aux_loss + self.uniform_kl_coef * barrier
+        return Evaluation(actions, values, distribution, log_prob, advantages, aux_loss)
 
     def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
         """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""

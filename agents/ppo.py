@@ -11,7 +11,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, explained_variance
 from torch import Tensor
 
-from agents.exploration import behaviour_sample, check_action_space, uniform_kl
+from agents.exploration import behaviour_sample, check_action_space
 from agents.on_policy import MemoryOnPolicyAlgorithm
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
 
@@ -36,9 +36,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
     ``exploration_floor`` ``ε`` (a number or a schedule; 0 = off) acts with the mixture
     ``μ = (1 − ε)·π + ε/|A|`` and takes the ratio against it, ``r = π_θ(a)/μ(a)``, so an action
     whose probability collapsed early is still sampled and may regain ``(1 + clip)·ε/|A|`` per
-    update (:mod:`agents.exploration`). ``uniform_kl_coef`` ``c_U`` adds ``c_U·KL(U ‖ π)``, a
-    log-barrier whose pull on a collapsed action does not vanish as the entropy's does. Both
-    need finite action spaces; evaluation is unaffected.
+    update (:mod:`agents.exploration`); finite action spaces only. ``uniform_kl_coef`` is the
+    log-barrier of :class:`MemoryOnPolicyAlgorithm`.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
@@ -61,10 +60,10 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self.clip_range_vf = clip_range_vf
         self.target_kl = target_kl
         self.exploration_floor = exploration_floor
-        self.uniform_kl_coef = uniform_kl_coef
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
                          segment_length=segment_length, aux_coefs=aux_coefs,
-                         normalize_advantage=normalize_advantage, gamma=gamma, gae_lambda=gae_lambda,
+                         normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
+                         gamma=gamma, gae_lambda=gae_lambda,
                          ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
                          policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
@@ -76,9 +75,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         if self.clip_range_vf is not None:
             self.clip_range_vf = FloatSchedule(self.clip_range_vf)
         self.explores = not (isinstance(self.exploration_floor, int | float) and self.exploration_floor == 0)
-        if self.explores or self.uniform_kl_coef:
-            check_action_space(self.action_space)
         if self.explores:
+            check_action_space(self.action_space, "exploration_floor")
             self.exploration_floor = FloatSchedule(self.exploration_floor)
 
     def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
@@ -109,10 +107,6 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                 entropy = distribution.entropy()
                 entropy_loss = -(entropy.mean() if entropy is not None else -log_prob.mean())
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss + aux_loss
-                if self.uniform_kl_coef:
-                    barrier = uniform_kl(distribution).mean()
-                    logs["uniform_kl"].append(barrier.item())
-                    loss = loss + self.uniform_kl_coef * barrier
                 with torch.no_grad():
                     log_ratio = log_prob - batch.old_log_prob
                     approx_kl = ((torch.exp(log_ratio) - 1) - log_ratio).mean().item()

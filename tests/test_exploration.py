@@ -11,9 +11,9 @@ from gymnasium import spaces
 from stable_baselines3.common.distributions import make_proba_distribution
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 
-from agents import MemoryPPO
+from agents import VMPO, MemoryPPO
 from agents.evaluation import evaluate
-from agents.exploration import behaviour_sample, check_action_space
+from agents.exploration import behaviour_sample, check_action_space, uniform_kl
 from envs import make_vec_env
 
 UP = 1  # envs.tmaze: 0 right, 1 up, 2 left, 3 down
@@ -64,10 +64,37 @@ def test_a_collapsed_action_keeps_probability_epsilon_over_n():
 
 def test_continuous_actions_are_refused_with_the_valid_spaces_named():
     with pytest.raises(ValueError, match=r"Discrete, MultiDiscrete, MultiBinary.*got Box"):
-        check_action_space(spaces.Box(-1, 1, (2,)))
-    with pytest.raises(ValueError, match="Discrete, MultiDiscrete, MultiBinary"):
-        MemoryPPO("MemoryPolicy", sb3_make_vec_env("Pendulum-v1", n_envs=2), exploration_floor=0.1,
-                  policy_kwargs={"backbone": "mlp", "backbone_kwargs": {"hidden_size": 8}})
+        check_action_space(spaces.Box(-1, 1, (2,)), "exploration_floor")
+    for algo, option in ((MemoryPPO, "exploration_floor"), (MemoryPPO, "uniform_kl_coef"), (VMPO, "uniform_kl_coef")):
+        with pytest.raises(ValueError, match=f"{option} needs a finite action space.*got Box: set {option}=0"):
+            algo("MemoryPolicy", sb3_make_vec_env("Pendulum-v1", n_envs=2), **{option: 0.1},
+                 policy_kwargs={"backbone": "mlp", "backbone_kwargs": {"hidden_size": 8}})
+
+
+@pytest.mark.parametrize("space,n_params", [
+    (spaces.Discrete(4), 4),
+    (spaces.MultiDiscrete([3, 2]), 5),
+    (spaces.MultiBinary(3), 3),
+])
+def test_uniform_kl_is_the_kl_from_the_uniform_policy(space, n_params):
+    logits = torch.randn(6, n_params, generator=torch.Generator().manual_seed(0)) * 3
+    dist = distribution(space, logits)
+    uniform = distribution(space, torch.zeros(6, n_params))
+    expected = torch.distributions.kl_divergence(uniform.distribution, dist.distribution) \
+        if isinstance(space, spaces.Discrete) else sum(
+            torch.distributions.kl_divergence(u, d).reshape(6, -1).sum(-1) for u, d in
+            (zip(uniform.distribution, dist.distribution, strict=True) if isinstance(space, spaces.MultiDiscrete)
+             else [(uniform.distribution, dist.distribution)]))
+    torch.testing.assert_close(uniform_kl(dist), expected)
+
+
+def test_uniform_kl_pulls_a_collapsed_logit_back_with_constant_force_where_the_entropy_does_not():
+    logits = torch.tensor([[0.0, 0.0, 0.0, -20.0]], requires_grad=True)
+    dist = distribution(spaces.Discrete(4), logits)
+    (barrier_grad,) = torch.autograd.grad(uniform_kl(dist).sum(), logits, retain_graph=True)
+    (entropy_grad,) = torch.autograd.grad(-dist.entropy().sum(), logits)
+    assert barrier_grad[0, 3] == pytest.approx(-0.25, abs=1e-6)  # π(a) − 1/|A|: minimising raises the logit
+    assert abs(entropy_grad[0, 3]) < 1e-6
 
 
 class _NoCallback:
@@ -136,6 +163,14 @@ def test_the_uniform_kl_reopens_an_action_too_rare_for_the_floor(seed):
     """π(up) ≈ 1.5e-5: the floor's samples carry a gradient ∝ π(up) and stall (measured: 1 of 4
     seeds escapes), the log-barrier pulls the logit back with constant force."""
     assert trapped_success(-10.0, seed, uniform_kl_coef=0.1) >= 0.9
+
+
+def test_vmpo_takes_the_barrier_too():
+    env = make_vec_env("TMaze-v0", n_envs=4, seed=0, length=2)
+    vmpo = VMPO("MemoryPolicy", env, n_steps=6, batch_size=24, segment_length=3, uniform_kl_coef=0.5, seed=0,
+                policy_kwargs={"backbone": "mlp", "backbone_kwargs": {"hidden_size": 8}})
+    vmpo.learn(48)
+    assert vmpo.logger.name_to_value["train/uniform_kl"] > 0
 
 
 def test_a_scheduled_floor_is_followed_and_logged():
