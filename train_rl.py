@@ -23,11 +23,11 @@ import sys
 from typing import Any
 
 from agents import ALGOS, NonFiniteError
-from agents.config import FIELDS, ConfigError, RunConfig, parse_override
-from agents.launchers import LAUNCHERS, LauncherError
-from agents.report import DEFAULT_REPS, build_report
-from agents.run import run_dir, train
-from agents.study import Grid, run_study
+from experiments.config import FIELDS, ConfigError, RunConfig, parse_override
+from experiments.launchers import LAUNCHERS, LauncherError
+from experiments.report import DEFAULT_REPS, build_report
+from experiments.study import Grid, run_study
+from experiments.training import run_dir, train
 from policies.registry import BACKBONES
 
 # flag → RunConfig field; the help text is the field's docstring

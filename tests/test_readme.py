@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import train_rl
-from agents.config import FIELDS, POLICY_OPTIONS, algo_defaults
 from envs import list_env_ids
+from experiments.config import FIELDS, POLICY_OPTIONS, algo_defaults
 from policies import BACKBONES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,6 @@ from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 from torch.distributions import Normal, kl_divergence
 
 from agents import VMPO
-from agents.evaluation import evaluate
 from agents.vmpo_losses import (
     gaussian_kl_covariance,
     gaussian_kl_mean,
@@ -24,6 +23,7 @@ from agents.vmpo_losses import (
     trust_region_loss,
 )
 from envs import make_vec_env
+from experiments.evaluation import evaluate
 from policies.popart import PopArtValueHead
 from tests.test_ppo import SMALL, LogpGaps, tmaze
 

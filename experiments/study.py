@@ -1,5 +1,5 @@
 """Seed studies: every combination of tasks × backbones × seeds as an independent run, in parallel
-(:mod:`agents.launchers`), resumable, with a report at the end (:mod:`agents.report`).
+(:mod:`experiments.launchers`), resumable, with a report at the end (:mod:`experiments.report`).
 
 A study lives in ``{log_dir}/{name}/``: one run directory per run, in the layout of single runs
 (``{env}__{algo}-{backbone}__{seed}/``; under a per-task folder when two tasks share an
@@ -50,12 +50,12 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
-from agents.config import ConfigError, RunConfig, build_config, load_yaml, save_config
-from agents.evaluation import write_atomic
-from agents.launchers import launch
-from agents.report import DEFAULT_REPS, STUDY_FILE, build_report, read_study_record, slug, task_label
-from agents.run import check_same_config, run_dir, train
-from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, RUNNING, UNSUCCESSFUL, Run, write_status
+from experiments.config import ConfigError, RunConfig, build_config, load_yaml, save_config
+from experiments.evaluation import write_atomic
+from experiments.launchers import launch
+from experiments.report import DEFAULT_REPS, STUDY_FILE, build_report, read_study_record, slug, task_label
+from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, RUNNING, UNSUCCESSFUL, Run, write_status
+from experiments.training import check_same_config, run_dir, train
 
 STUDY_KEYS = ("name", "config", "settings", "tasks", "backbones", "seeds")
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130

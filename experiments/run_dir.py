@@ -1,6 +1,6 @@
 """Run directories as studies and reports read them: state, score and learning curve.
 
-Everything here reads the files a run writes (:mod:`agents.run`) plus ``status.json``, which a
+Everything here reads the files a run writes (:mod:`experiments.training`) plus ``status.json``, which a
 study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
 moment (a study still running, or killed) gives the same answer:
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from agents.evaluation import latest_checkpoint, write_atomic
+from experiments.evaluation import latest_checkpoint, write_atomic
 
 STATUS_FILE = "status.json"
 FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"

@@ -13,7 +13,7 @@
 The score of a run is its final evaluation's success rate where the task reports success, else
 its final mean return; a run that diverged or failed is scored by its last evaluation before it
 stopped (left out of the scores when it has none) and never counts as solved. See
-:mod:`agents.stats` for the definitions.
+:mod:`experiments.stats` for the definitions.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import numpy as np
 import yaml
 from matplotlib.figure import Figure
 
-from agents import stats
-from agents.evaluation import write_atomic
-from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, UNSUCCESSFUL, Run, find_runs
+from experiments import stats
+from experiments.evaluation import write_atomic
+from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, UNSUCCESSFUL, Run, find_runs
 
 STUDY_FILE = "study.yaml"
 DEFAULT_REPS = 2000
