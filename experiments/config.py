@@ -29,6 +29,7 @@ import yaml
 from stable_baselines3.common.utils import LinearSchedule
 from torch import nn
 
+from agents import ALGOS
 from policies.registry import BACKBONES
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
@@ -99,8 +100,6 @@ FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options
 
 def algo_defaults(name: str) -> dict[str, Any]:
     """The options of an algorithm with their defaults (from its constructor)."""
-    from agents import ALGOS
-
     params = inspect.signature(ALGOS[name].__init__).parameters
     skip = {"self", "policy", "env", "policy_kwargs", "tensorboard_log", "verbose", "seed", "device",
             "_init_setup_model"}
@@ -109,8 +108,6 @@ def algo_defaults(name: str) -> dict[str, Any]:
 
 def section_defaults(name: str) -> dict[str, Any]:
     """Options of the algorithm or backbone ``name``."""
-    from agents import ALGOS
-
     if name in ALGOS:
         return algo_defaults(name)
     return BACKBONES[name].options()
@@ -185,15 +182,11 @@ def _number(value: Any) -> int | float | None:
 
 
 def _valid_top_level() -> list[str]:
-    from agents import ALGOS
-
     return [*FIELDS, *ALGOS, *BACKBONES]
 
 
 def apply(config: RunConfig, key: str, value: Any) -> None:
     """Set a dotted ``key`` (``seed``, ``env_kwargs.length``, ``gtrxl.memory_length``, ``policy.net_arch``)."""
-    from agents import ALGOS
-
     head, _, rest = key.partition(".")
     if head in FIELDS:
         spec = FIELDS[head]

@@ -19,7 +19,6 @@ stopped (left out of the scores when it has none) and never counts as solved. Se
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,25 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 
 from experiments import stats
-from experiments.evaluation import write_atomic
-from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, UNSUCCESSFUL, Run, find_runs
+from experiments.run_dir import (
+    DIVERGED,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    NEW,
+    UNSUCCESSFUL,
+    Run,
+    find_runs,
+    read_study_record,
+    slug,
+    task_label,
+    write_atomic,
+)
 
-STUDY_FILE = "study.yaml"
 DEFAULT_REPS = 2000
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
-
-
-def task_label(config: dict[str, Any]) -> str:
-    kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
-    return f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
 
 
 @dataclass
@@ -108,12 +108,6 @@ class Task:
 def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
     values = [s for s in (run.score(success) for run in runs) if s is not None]
     return np.asarray(values, dtype=np.float64).reshape(-1, 1)
-
-
-def read_study_record(directory: Path) -> dict[str, Any]:
-    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
-    path = Path(directory) / STUDY_FILE
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:

@@ -51,11 +51,25 @@ import yaml
 
 from agents import NonFiniteError
 from experiments.config import ConfigError, RunConfig, build_config, load_yaml, save_config
-from experiments.evaluation import write_atomic
 from experiments.launchers import launch
-from experiments.report import DEFAULT_REPS, STUDY_FILE, build_report, read_study_record, slug, task_label
-from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, RUNNING, UNSUCCESSFUL, Run, write_status
-from experiments.training import check_same_config, run_dir, train
+from experiments.report import DEFAULT_REPS, build_report
+from experiments.run_dir import (
+    DIVERGED,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    RUNNING,
+    STUDY_FILE,
+    UNSUCCESSFUL,
+    Run,
+    read_study_record,
+    run_dir,
+    slug,
+    task_label,
+    write_atomic,
+    write_status,
+)
+from experiments.training import check_same_config, train
 
 STUDY_KEYS = ("name", "config", "settings", "tasks", "backbones", "seeds")
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
