@@ -17,17 +17,17 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
-from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
+from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
 from policies.backbone import Aux
 from policies.memory import strip_cache
-from policies.policy import MemoryActorCriticPolicy, PolicyStep
+from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
 
 
 class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity; the message says where it first appeared."""
 
 
-class Evaluation(NamedTuple):
+class Recomputed(NamedTuple):
     """A minibatch recomputed with the current parameters."""
 
     actions: Tensor
@@ -158,7 +158,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return rewards
 
     # -- training helpers -------------------------------------------------------------------
-    def _evaluate(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Evaluation:
+    def _evaluate(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Recomputed:
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs
@@ -175,7 +175,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         advantages = batch.advantages
         if self.normalize_advantage and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        return Evaluation(actions, values, distribution, log_prob, advantages, self._aux_loss(aux, logs))
+        return Recomputed(actions, values, distribution, log_prob, advantages, self._aux_loss(aux, logs))
 
     def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
         """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""

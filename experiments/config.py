@@ -134,16 +134,16 @@ def coerce(key: str, value: Any, default: Any) -> Any:
             return value
         raise ConfigError(f"{key}={value!r}: expected true or false")
     if isinstance(default, int) and not isinstance(value, bool):
-        number = _number(value)
+        number = _parse_number(value)
         if isinstance(number, float) and number.is_integer():
             number = int(number)
         if isinstance(number, int):
             return number
         raise ConfigError(f"{key}={value!r}: expected an integer")
-    if isinstance(default, float) or (default is None and _number(value) is not None):
+    if isinstance(default, float) or (default is None and _parse_number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_"):
             return _linear_schedule(key, value)
-        number = _number(value)
+        number = _parse_number(value)
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={value!r}: expected a number (or lin_<number> for a linear schedule)")
         if number is None or default is None:  # optional options keep ints as ints (d_head, d_inner)
@@ -158,14 +158,14 @@ def coerce(key: str, value: Any, default: Any) -> Any:
 
 def _linear_schedule(key: str, text: str) -> LinearSchedule:
     """``lin_<start>`` (to 0) or ``lin_<start>_<end>``: linear in the training progress (rl-zoo style)."""
-    parts = [_number(part) for part in text[4:].split("_")]
+    parts = [_parse_number(part) for part in text[4:].split("_")]
     if len(parts) not in (1, 2) or any(part is None for part in parts):
         raise ConfigError(f"{key}={text!r}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
                           "e.g. lin_3e-4 or lin_2.75e-4_1e-5")
     return LinearSchedule(float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0, 1.0)
 
 
-def _number(value: Any) -> int | float | None:
+def _parse_number(value: Any) -> int | float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):

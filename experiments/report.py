@@ -304,7 +304,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
-def _number(value: float) -> str:
+def _format_number(value: float) -> str:
     return "–" if not np.isfinite(value) else f"{value:.3f}"
 
 
@@ -317,7 +317,7 @@ def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: st
     for name, matrix in score_stats.scores.items():
         estimate = score_stats.estimates[name]
         runs = matrix.shape[0] if matrix.shape[1] == 1 else f"{matrix.shape[0]} × {matrix.shape[1]} tasks"
-        rows.append([name, runs, estimate["mean"], _number(float(np.std(matrix))), estimate["median"],
+        rows.append([name, runs, estimate["mean"], _format_number(float(np.std(matrix))), estimate["median"],
                      estimate["iqm"]])
     lines = [f"Final {score_name}: point estimate [95 % CI].", "",
              *_table(["backbone", "runs", "mean", "std", "median", "IQM"], rows), "",
@@ -342,7 +342,7 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
         if rel.with_result:
             share += f" ({rel.solved / rel.with_result:.0%})"
         rows.append([backbone, rel.runs, rel.finished, share, rel.diverged, rel.failed,
-                     rel.runs - rel.with_result, _number(rel.iqr), _number(rel.cvar), _number(rel.worst)])
+                     rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst))])
     lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "diverged", "failed",
                      "unfinished", "IQR", "CVaR 25 %", "worst"], rows)
     return [*lines, ""]
