@@ -162,7 +162,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs
-        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, DESIGN.md's invariant 3.
+        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, invariant 3 of docs/design.md.
         """
         actions = batch.actions
         if isinstance(self.action_space, spaces.Discrete):

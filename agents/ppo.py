@@ -29,7 +29,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
 
     ``train/rollout_logp_gap`` logs ``max |log π_recomputed − log π_rollout|`` on the first
     minibatch of each update, before any gradient step: it is ~1e-7 when memory is rebuilt
-    exactly as in the rollout (DESIGN.md invariant 3) and large when it is not.
+    exactly as in the rollout (docs/design.md, invariant 3) and large when it is not.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}

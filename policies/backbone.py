@@ -1,4 +1,4 @@
-"""The memory contract every backbone implements (see DESIGN.md, "The memory contract")."""
+"""The memory contract every backbone implements (docs/design.md, "The memory contract")."""
 
 from __future__ import annotations
 

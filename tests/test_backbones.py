@@ -1,4 +1,4 @@
-"""The memory contract and invariants 1, 2 (DESIGN.md) for every backbone of the registry."""
+"""The memory contract and invariants 1, 2 (docs/design.md) for every backbone of the registry."""
 
 from __future__ import annotations
 
