@@ -2,8 +2,9 @@
 learning curve as studies and reports read them.
 
 A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/`` (:func:`run_dir`); a study puts the
-runs of a task under ``{task_folder}/`` when two tasks share an environment id, and keeps its
-record in ``study.yaml`` (:data:`STUDY_FILE`). Every file is written atomically (:func:`write_atomic`).
+runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
+environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`). Every file is
+written atomically (:func:`write_atomic`).
 
 Reading needs only the files a run writes (:mod:`experiments.training`) plus ``status.json``, which a
 study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
@@ -60,6 +61,11 @@ def task_label(config: dict[str, Any]) -> str:
 def slug(text: str) -> str:
     """``text`` as a file or folder name (letters, digits, dots and underscores)."""
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def task_folder(config: dict[str, Any]) -> str:
+    """The folder of a task's runs inside a study directory."""
+    return slug(task_label(config))
 
 
 def write_atomic(path: Path, text: str) -> None:

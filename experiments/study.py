@@ -64,7 +64,7 @@ from experiments.run_dir import (
     Run,
     read_study_record,
     run_dir,
-    slug,
+    task_folder,
     task_label,
     write_atomic,
     write_status,
@@ -155,7 +155,7 @@ class Grid:
         directory = Path(first.log_dir) / (self.name or f"{first.env}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
         for config in configs:
-            config.log_dir = str(directory / slug(task_label(config.to_dict())) if shared_env else directory)
+            config.log_dir = str(directory / task_folder(config.to_dict()) if shared_env else directory)
             config.threads = 1
         names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
         repeated = [name for name, count in names.items() if count > 1]
