@@ -84,7 +84,7 @@ def test_content_attention_masks_memory_and_is_scaled_by_head_dim():
     mask[..., :2] = False
     with torch.no_grad():
         out, _ = attn(h, attn.keys_values(memory), mask)
-        q = attn._heads(attn.q_net(h))
+        q = attn.q_net(h).view(1, 1, H, DH).transpose(1, 2)  # [B, H, T, d_head]
         k, v = attn.keys_values(torch.cat([memory[:, 2:], h], dim=1))
         expected = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(DH), dim=-1) @ v
         expected = attn.out_net(expected.transpose(1, 2).reshape(1, 1, -1))
