@@ -23,11 +23,12 @@ import sys
 from typing import Any
 
 from agents import ALGOS, NonFiniteError
-from agents.config import FIELDS, ConfigError, RunConfig, parse_override
-from agents.launchers import LAUNCHERS, LauncherError
-from agents.report import DEFAULT_REPS, build_report
-from agents.run import run_dir, train
-from agents.study import Grid, run_study
+from experiments.config import FIELDS, ConfigError, RunConfig, build_config, parse_override
+from experiments.launchers import LAUNCHERS, LauncherError
+from experiments.report import DEFAULT_REPS, build_report
+from experiments.run_dir import run_dir
+from experiments.study import Grid, run_study
+from experiments.training import train
 from policies.registry import BACKBONES
 
 # flag → RunConfig field; the help text is the field's docstring
@@ -107,13 +108,30 @@ def make_report_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def grid_from_args(args: argparse.Namespace) -> Grid:
-    """The runs asked for: flags over the study file (if any); --backbone and --seed make the grid."""
+def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings given as flags, except --backbone and --seed (which may list several)."""
     flags = {name: getattr(args, name) for _, (name, _) in FLAGS.items()
              if getattr(args, name) is not None and name not in ("backbone", "seed")}
     flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
-    chosen = {"config_file": args.config, "flags": flags, "params": args.param, "backbones": args.backbone or [],
-              "seeds": args.seed or [], "name": args.study}
+    return flags
+
+
+def is_study(args: argparse.Namespace) -> bool:
+    """A study file, a study name, or several backbones or seeds make a study."""
+    return hasattr(args, "file") or bool(args.study) or len(args.backbone or []) > 1 or len(args.seed or []) > 1
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The configuration of a single run: defaults < --config < flags < -p overrides."""
+    flags = flags_from_args(args)
+    flags.update({name: getattr(args, name)[0] for name in ("backbone", "seed") if getattr(args, name)})
+    return build_config(args.config, flags, args.param)
+
+
+def grid_from_args(args: argparse.Namespace) -> Grid:
+    """The runs of a study: flags over the study file (if any); --backbone and --seed make the grid."""
+    chosen = {"config_file": args.config, "flags": flags_from_args(args), "params": args.param,
+              "backbones": args.backbone or [], "seeds": args.seed or [], "name": args.study}
     return Grid.from_file(args.file, **chosen) if hasattr(args, "file") else Grid(**chosen)
 
 
@@ -148,12 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study_file = argv[:1] == ["study"]
         args = make_parser(study_file).parse_args(argv[1:] if study_file else argv)
-        grid = grid_from_args(args)
-        configs = grid.configs()
-        if study_file or args.study or len(configs) > 1:
-            return run_study(grid, shlex.join(["python", "train_rl.py", *argv]), args.launcher, args.workers,
-                             args.ray_address, args.retry_failed, args.report, args.reps, args.verbose)
-        train_one(configs[0], args)
+        if is_study(args):
+            return run_study(grid_from_args(args), shlex.join(["python", "train_rl.py", *argv]), args.launcher,
+                             args.workers, args.ray_address, args.retry_failed, args.report, args.reps, args.verbose)
+        train_one(config_from_args(args), args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

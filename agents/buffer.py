@@ -25,9 +25,8 @@ from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import Tensor
 
-from policies.memory import State, WindowHistory, episode_ids, gather_windows
-
-PolicyState = dict[str, State]
+from policies.memory import WindowHistory, episode_ids, gather_windows
+from policies.policy import PolicyState
 
 
 class MemoryBatch(NamedTuple):

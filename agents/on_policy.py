@@ -17,18 +17,18 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
-from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer, PolicyState
+from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
 from agents.exploration import check_action_space, uniform_kl
 from policies.backbone import Aux
 from policies.memory import strip_cache
-from policies.policy import MemoryActorCriticPolicy, PolicyStep
+from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
 
 
 class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity; the message says where it first appeared."""
 
 
-class Evaluation(NamedTuple):
+class Recomputed(NamedTuple):
     """A minibatch recomputed with the current parameters."""
 
     actions: Tensor
@@ -169,11 +169,11 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return rewards
 
     # -- training helpers -------------------------------------------------------------------
-    def _evaluate(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Evaluation:
+    def _evaluate(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Recomputed:
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs
-        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, DESIGN.md's invariant 3.
+        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, invariant 3 of docs/design.md.
         """
         actions = batch.actions
         if isinstance(self.action_space, spaces.Discrete):
@@ -191,7 +191,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             barrier = uniform_kl(distribution).mean()
             logs["uniform_kl"].append(barrier.item())
             aux_loss = aux_loss + self.uniform_kl_coef * barrier
-        return Evaluation(actions, values, distribution, log_prob, advantages, aux_loss)
+        return Recomputed(actions, values, distribution, log_prob, advantages, aux_loss)
 
     def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
         """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""

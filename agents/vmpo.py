@@ -54,7 +54,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
       policies get decoupled mean and covariance KLs with multipliers ``α_μ``, ``α_Σ``.
     - ``η`` and ``α`` are learned by their own Adam (``dual_learning_rate``) and kept ``≥ 1e-8``.
 
-    Defaults follow the paper and REFERENCE.md §6: η₀ = 1; α₀ = 5 (discrete) or α_μ₀ = α_Σ₀ = 1
+    Defaults follow the paper (Song et al. 2020): η₀ = 1; α₀ = 5 (discrete) or α_μ₀ = α_Σ₀ = 1
     (Gaussian); ε_η = 0.01 (state inputs); ε_α = 0.01; ε_αμ = 0.0075, ε_αΣ = 1e-5. The paper uses
     no entropy bonus and no importance weighting; Adam at 1e-4 for millions of steps — for the
     small budgets here the policy learning rate defaults to 3e-4 and the duals' to 1e-2.

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from common import heading, machine_info, provenance, run_directories_parser, write_results
 
-from agents.report import read_study_record, reliability, task_label
-from agents.runs import Run, find_runs
+from experiments.report import reliability
+from experiments.run_dir import Run, find_runs, read_study_record, task_label
 
 
 def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:

@@ -20,8 +20,8 @@ import torch
 from common import heading, machine_info, machine_line, provenance, run_directories_parser, write_results
 
 from agents import ALGOS
-from agents.runs import Run, find_runs
 from envs import make_vec_env
+from experiments.run_dir import Run, find_runs
 from policies.policy import MemoryActorCriticPolicy
 
 ACTIONS = ("right", "up", "left", "down")

@@ -105,7 +105,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     ``A_ij = q_iᵀk_j + q_iᵀW_kR R_{i−j} + uᵀk_j + vᵀW_kR R_{i−j}`` — terms (a) content,
     (b) content-dependent position, (c) global content bias, (d) global position bias —
     computed as ``(q+u)ᵀk + rel_shift((q+v)ᵀ W_kR R)`` and scaled by ``1/√d_head``.
-    ``R`` is the sinusoid table of distances, ``W_kR`` a bias-free projection, ``u`` and ``v``
+    ``R`` is the sinusoid table of distances, ``W_kR`` a bias-free projection, ``u`` and ``v`` (``position_bias``)
     learned per layer (``[H, d_head]``, initialised N(0, 0.02) as in the original code).
     """
 
@@ -114,7 +114,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self.r_net = nn.Linear(d_model, n_heads * d_head, bias=False)  # W_kR
         nn.init.xavier_uniform_(self.r_net.weight)
         self.u = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)
-        self.v = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)
+        self.position_bias = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)
 
     def position_keys(self, distances: Tensor) -> Tensor:
         """``W_kR R`` for the table ``[D_max + 1, d_model]`` (row ``d`` = distance ``d``), returned as
@@ -133,6 +133,6 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             # raw column k holds distance K-1-k, clamped: longer distances are masked anyway
             distance = (n_keys - 1 - torch.arange(n_keys, device=q.device)).clamp(max=max_distance)
             position_keys = position_keys[:, max_distance - distance]
-        raw = torch.einsum("bhtd,hkd->bhtk", q + self.v.unsqueeze(1), position_keys)  # [B, H, T, K]
+        raw = torch.einsum("bhtd,hkd->bhtk", q + self.position_bias.unsqueeze(1), position_keys)  # [B, H, T, K]
         shifted = raw if q.shape[2] == 1 else rel_shift(raw)  # one query: already aligned
         return shifted * self.scale

@@ -1,4 +1,4 @@
-"""The memory contract every backbone implements (see DESIGN.md, "The memory contract")."""
+"""The memory contract every backbone implements (docs/design.md, "The memory contract")."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from policies.memory import State, empty_window
+from policies.memory import State, empty_window, push_window, reset_window
 
 Aux = dict[str, Tensor]
 
@@ -44,9 +44,22 @@ class MemoryBackbone(nn.Module, ABC):
         like = self._like()
         return empty_window(n_envs, self.memory_length, self.record_shape, device=like.device, dtype=like.dtype)
 
-    @abstractmethod
     def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
-        """One time step for a batch of envs."""
+        """One time step for a batch of envs: the windows of envs whose episode starts are reset,
+        the step reads its window (:meth:`_read`), and its record is pushed."""
+        valid = reset_window(state["valid"], as_bool(episode_start))
+        y, record, derived = self._read(x, state, valid)
+        return y, {"memory": push_window(state["memory"], record),
+                   "valid": push_window(valid, valid.new_ones(valid.shape[0])), **derived}
+
+    @abstractmethod
+    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
+        """Process one step ``x`` ``[B, D]`` with the window ``state["memory"]``, of which ``valid``
+        ``[B, M]`` (already reset at episode starts) says which slots belong to the episode.
+
+        Returns the output ``[B, output_dim]``, the record the step leaves ``[B, *record_shape]``,
+        and derived state entries (``cache_*``, see :mod:`policies.memory`; often none).
+        """
 
     @abstractmethod
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.memory import State, push_window, reset_window, window_before
+from policies.memory import State, window_before
 
 
 def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:
@@ -40,11 +40,8 @@ class FrameStack(MemoryBackbone):
         masked = window * valid.unsqueeze(-1).to(window.dtype)
         return torch.cat([masked.flatten(-2), valid.to(x.dtype), x], dim=-1)
 
-    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
-        valid = reset_window(state["valid"], as_bool(episode_start))
-        y = self.net(self._features(x, state["memory"], valid))
-        return y, {"memory": push_window(state["memory"], x),
-                   "valid": push_window(valid, valid.new_ones(valid.shape[0]))}
+    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
+        return self.net(self._features(x, state["memory"], valid)), x, {}
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         T = x.shape[0]

@@ -11,8 +11,10 @@ Every backbone's state is a dict of tensors with the env axis first:
   parameters (attention keys and values). They only speed up ``step``; learners drop them
   when they store a state (:func:`strip_cache`) and backbones rebuild them when missing.
 
-A step is processed in three moves, shared by every backbone: episode starts invalidate
-the window (:func:`reset_window`), the step reads the valid slots, and its record is pushed
+Which slots a step sees follows one rule (:func:`in_window`): valid, same episode, at most
+``M`` steps back. A step is processed in three moves, shared by every backbone
+(:meth:`policies.backbone.MemoryBackbone.step`): episode starts invalidate the window
+(:func:`reset_window`), the step reads the valid slots, and its record is pushed
 (:func:`push_window`). Training rebuilds the window before any step of a stored rollout
 from the window at the rollout start plus the per-step records (:func:`gather_windows`):
 no per-step copies of the window are ever stored.
@@ -37,6 +39,16 @@ def empty_window(n_envs: int, memory_length: int, record_shape: tuple[int, ...],
         "memory": torch.zeros(n_envs, memory_length, *record_shape, device=device, dtype=dtype),
         "valid": torch.zeros(n_envs, memory_length, dtype=torch.bool, device=device),
     }
+
+
+def in_window(key_valid: Tensor, key_episode: Tensor, query_episode: Tensor, distance: Tensor,
+              memory_length: int) -> Tensor:
+    """The memory-window rule, written once: a query sees a key when the key is valid, belongs to
+    the query's episode and lies ``0..memory_length`` steps back (distance 0 is the query itself).
+
+    Every argument is a tensor of per-key or per-query values; they broadcast against each other.
+    """
+    return key_valid & (key_episode == query_episode) & (distance >= 0) & (distance <= memory_length)
 
 
 def reset_window(valid: Tensor, episode_start: Tensor) -> Tensor:
@@ -100,7 +112,9 @@ def gather_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length
     memory = history.memory[rows, slots]
     last = history.episode[env, (memory_length + t - 1).clamp(min=0)]  # episode of step t-1
     last = torch.where(t > 0, last, torch.zeros_like(last))
-    valid = history.valid[rows, slots] & (history.episode[rows, slots] == last.unsqueeze(1))
+    distance = (memory_length + t).unsqueeze(1) - slots  # from step t to each slot: M, ..., 1
+    valid = in_window(history.valid[rows, slots], history.episode[rows, slots], last.unsqueeze(1), distance,
+                      memory_length)
     return memory, valid
 
 
@@ -144,8 +158,7 @@ def attention_mask(valid: Tensor, episode_starts: Tensor, memory_length: int) ->
     query_time = torch.arange(T, device=device) + M_state  # absolute index of each query
     key_time = torch.arange(M_state + T, device=device)
     distance = query_time.view(T, 1) - key_time.view(1, -1)  # [T, M_state+T]
-    in_band = (distance >= 0) & (distance <= memory_length)
     key_episode = torch.cat([episode.new_zeros(B, M_state), episode], dim=1)  # [B, M_state+T]
     key_valid = torch.cat([valid, valid.new_ones(B, T)], dim=1)
-    same_episode = key_episode.unsqueeze(1) == episode.unsqueeze(2)  # [B, T, M_state+T]
-    return in_band.unsqueeze(0) & same_episode & key_valid.unsqueeze(1)
+    return in_window(key_valid.unsqueeze(1), key_episode.unsqueeze(1), episode.unsqueeze(2), distance.unsqueeze(0),
+                     memory_length)

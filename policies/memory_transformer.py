@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from policies.attention import KeysValues
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.blocks import TransformerXLBlock
-from policies.memory import State, attention_mask, push_window, reset_window, window_before
+from policies.memory import State, attention_mask, window_before
 from policies.positional import RelativeDistances
 
 POSITIONS = ("relative", "none")
@@ -111,21 +111,17 @@ class MemoryTransformer(MemoryBackbone):
         """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""
         return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
 
-    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
         stamp = self._parameter_stamp()
         memory_kv = self._caches(state, stamp)
-        valid = reset_window(state["valid"], as_bool(episode_start))
-        mask = torch.cat([valid, valid.new_ones(valid.shape[0], 1)], dim=1).unsqueeze(1)  # [B, 1, M+1]
+        no_start = valid.new_zeros(valid.shape[0], 1)  # the window is already reset
+        mask = attention_mask(valid, no_start, self.memory_length)  # [B, 1, M+1]
         y, records, window_kv, _ = self._depth(self.embed(x).unsqueeze(1), memory_kv, mask,
                                                self._cached_position_keys(stamp))
-        new_state = {
-            "memory": push_window(state["memory"], records[:, 0]),
-            "valid": push_window(valid, valid.new_ones(valid.shape[0])),
-            "cache_stamp": state["valid"].new_full((valid.shape[0],), stamp, dtype=torch.long),
-        }
+        caches = {"cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
         for n, (keys, values) in enumerate(window_kv):  # [B, H, M+1, d]: drop the oldest slot
-            new_state[f"cache_keys_{n}"], new_state[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
-        return y[:, 0], new_state
+            caches[f"cache_keys_{n}"], caches[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
+        return y[:, 0], records[:, 0], caches
 
     def _caches(self, state: State, stamp: int) -> list[KeysValues]:
         """The state's key/value caches per depth, rebuilt from ``memory`` when missing or stale."""

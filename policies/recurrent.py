@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.memory import State, push_window, reset_window
+from policies.memory import State
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -40,12 +40,9 @@ class RecurrentMemory(MemoryBackbone):
         y, new = self.rnn(x, (carry[0], carry[1]) if self.is_lstm else carry[0])
         return y, torch.stack(new) if self.is_lstm else new.unsqueeze(0)
 
-    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
-        valid = reset_window(state["valid"], as_bool(episode_start))
+    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
         y, carry = self._run(x.unsqueeze(0), self._carry(state["memory"], valid))
-        record = carry.permute(2, 0, 1, 3)  # [B, n_carry, n_layers, H]
-        return y[0], {"memory": push_window(state["memory"], record),
-                      "valid": push_window(valid, valid.new_ones(valid.shape[0]))}
+        return y[0], carry.permute(2, 0, 1, 3), {}  # record: [B, n_carry, n_layers, H]
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         starts = as_bool(episode_starts)

@@ -9,7 +9,7 @@ from typing import Any
 from policies.backbone import MemoryBackbone
 from policies.feedforward import FrameStack, MLPMemoryless
 from policies.recurrent import RecurrentMemory
-from policies.transformer_xl import TransformerXL
+from policies.transformer_xl import GatedTransformerXL
 from policies.universal import UniversalTransformerACT
 
 
@@ -29,11 +29,11 @@ class BackboneSpec:
 
 
 BACKBONES: dict[str, BackboneSpec] = {
-    "trxl": BackboneSpec(TransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
+    "trxl": BackboneSpec(GatedTransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
                          {"layout": "post-ln", "gate": "residual", "gate_bias": None}),
-    "trxl-i": BackboneSpec(TransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
+    "trxl-i": BackboneSpec(GatedTransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
                            {"layout": "identity-map", "gate": "residual", "gate_bias": None}),
-    "gtrxl": BackboneSpec(TransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
+    "gtrxl": BackboneSpec(GatedTransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
                           {"layout": "identity-map"}),
     "ut-act": BackboneSpec(UniversalTransformerACT,
                            "Universal Transformer with ACT halting (Dehghani et al. 2019; Graves 2016)"),

@@ -11,8 +11,9 @@ from policies.blocks import TransformerXLBlock
 from policies.memory_transformer import MemoryTransformer
 
 
-class TransformerXL(MemoryTransformer):
-    """A stack of ``n_layers`` Transformer-XL blocks over an episode memory of ``memory_length`` steps.
+class GatedTransformerXL(MemoryTransformer):
+    """GTrXL by default: a stack of ``n_layers`` Transformer-XL blocks over an episode memory of
+    ``memory_length`` steps; other ``layout`` and ``gate`` values give TrXL and TrXL-I.
 
     Layer ``l`` attends, from each step, to its own input at the last ``M`` steps of the
     episode (kept without gradient) and to the current step, with relative positions
@@ -23,7 +24,7 @@ class TransformerXL(MemoryTransformer):
     - ``gtrxl``: ``layout="identity-map"`` with a gate (``gru`` by default, ``b_g = 2``).
 
     Examples:
-        >>> backbone = TransformerXL(8, d_model=32, n_layers=2, n_heads=2, memory_length=16)
+        >>> backbone = GatedTransformerXL(8, d_model=32, n_layers=2, n_heads=2, memory_length=16)
         >>> state = backbone.initial_state(n_envs=4)
         >>> y, state = backbone.step(torch.randn(4, 8), state, torch.ones(4, dtype=torch.bool))
         >>> y.shape

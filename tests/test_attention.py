@@ -39,7 +39,7 @@ def naive_relative_attention(attn: RelativeMultiHeadAttention, h, memory, mask):
                     a = q @ k                   # (a) content
                     b_term = q @ r              # (b) content-dependent position
                     c = attn.u[n] @ k           # (c) global content bias
-                    d = attn.v[n] @ r           # (d) global position bias
+                    d = attn.position_bias[n] @ r  # (d) global position bias
                     score = (a + b_term + c + d) / math.sqrt(DH)
                     scores.append(score if mask[b, i, j] else torch.tensor(float("-inf"), dtype=h.dtype))
                 weights = torch.softmax(torch.stack(scores), dim=0)
@@ -53,7 +53,7 @@ def test_relative_attention_equals_the_four_terms():
     attn = RelativeMultiHeadAttention(D, H, DH).double()
     with torch.no_grad():  # non-trivial u, v so terms (c) and (d) matter
         attn.u.normal_()
-        attn.v.normal_()
+        attn.position_bias.normal_()
     h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
     valid = torch.tensor([[False, True, True, True, True], [True] * M])
     starts = torch.zeros(B, T, dtype=torch.bool)
@@ -84,7 +84,7 @@ def test_content_attention_masks_memory_and_is_scaled_by_head_dim():
     mask[..., :2] = False
     with torch.no_grad():
         out, _ = attn(h, attn.keys_values(memory), mask)
-        q = attn._heads(attn.q_net(h))
+        q = attn.q_net(h).view(1, 1, H, DH).transpose(1, 2)  # [B, H, T, d_head]
         k, v = attn.keys_values(torch.cat([memory[:, 2:], h], dim=1))
         expected = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(DH), dim=-1) @ v
         expected = attn.out_net(expected.transpose(1, 2).reshape(1, 1, -1))

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import train_rl
-from agents.config import ConfigError, build_config, coerce, parse_value
+from experiments.config import ConfigError, build_config, coerce, parse_value
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eval-freq", "64",

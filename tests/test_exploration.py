@@ -12,9 +12,9 @@ from stable_baselines3.common.distributions import make_proba_distribution
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 
 from agents import VMPO, MemoryPPO
-from agents.evaluation import evaluate
 from agents.exploration import behaviour_sample, check_action_space, uniform_kl
 from envs import make_vec_env
+from experiments.evaluation import evaluate
 
 UP = 1  # envs.tmaze: 0 right, 1 up, 2 left, 3 down
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from agents import MemoryPPO
-from agents.config import build_config
-from agents.evaluation import evaluate
-from agents.run import train
 from envs import make_vec_env
+from experiments.config import build_config
+from experiments.evaluation import evaluate
+from experiments.training import train
 
 CHAIN = {"length": 8}
 PPO = {"n_steps": 64, "batch_size": 256, "n_epochs": 4, "segment_length": 16, "learning_rate": 1e-3}

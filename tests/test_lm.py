@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from policies.lm import MemoryLanguageModel
+from tests.conftest import TRANSFORMERS
 
 VOCAB = 16
 OPTIONS = {"d_model": 32, "n_heads": 2, "memory_length": 24}
 
 
-@pytest.mark.parametrize("backbone", ["trxl", "gtrxl", "ut-act"])
+@pytest.mark.parametrize("backbone", TRANSFORMERS)
 def test_segments_with_memory_equal_one_pass(backbone):
     torch.manual_seed(0)
     lm = MemoryLanguageModel(VOCAB, backbone, d_embed=16, **OPTIONS).eval()

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -18,49 +21,8 @@ from stable_baselines3.common.envs import (
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from agents import MemoryPPO, NonFiniteError
-from envs import make_vec_env
 from policies import BACKBONES
-
-SMALL = {
-    "trxl": {"d_model": 16, "n_heads": 2, "memory_length": 6},
-    "trxl-i": {"d_model": 16, "n_heads": 2, "memory_length": 6},
-    "gtrxl": {"d_model": 16, "n_heads": 2, "memory_length": 6},
-    "ut-act": {"d_model": 16, "n_heads": 2, "memory_length": 6, "max_steps": 3},
-    "lstm": {"hidden_size": 16},
-    "gru": {"hidden_size": 16},
-    "mlp": {"hidden_size": 16},
-    "framestack": {"k": 3, "hidden_size": 16},
-}
-
-
-def tmaze(n_envs: int = 4, seed: int = 0, length: int = 3):
-    """Episodes of length + 1 steps: several end inside every rollout."""
-    return make_vec_env("TMaze-v0", n_envs=n_envs, seed=seed, length=length)
-
-
-def small_model(backbone: str, env=None, **kwargs) -> MemoryPPO:
-    options = {"n_steps": 16, "batch_size": 32, "n_epochs": 2, "segment_length": 4, "seed": 0, **kwargs}
-    return MemoryPPO("MemoryPolicy", env if env is not None else tmaze(),
-                     policy_kwargs={"backbone": backbone, "backbone_kwargs": SMALL[backbone]}, **options)
-
-
-class LogpGaps(BaseCallback):
-    """Collects ``train/rollout_logp_gap`` of every update (logged before the next rollout's dump)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gaps: list[float] = []
-
-    def _on_rollout_start(self) -> None:
-        if "train/rollout_logp_gap" in self.logger.name_to_value:
-            self.gaps.append(self.logger.name_to_value["train/rollout_logp_gap"])
-
-    def _on_step(self) -> bool:
-        return True
-
-
-def test_every_backbone_is_covered():
-    assert set(SMALL) == set(BACKBONES)
+from tests.conftest import LogpGaps, small_model, tmaze
 
 
 @pytest.mark.parametrize("backbone", list(BACKBONES))
@@ -236,3 +198,13 @@ def test_bad_options_name_the_value():
         small_model("gtrxl", batch_size=30)
     with pytest.raises(ValueError, match="unknown backbone 'gtrx'"):
         MemoryPPO("MemoryPolicy", tmaze(), policy_kwargs={"backbone": "gtrx"})
+
+
+def test_the_logger_of_a_model_without_log_folder_writes_under_tmp_path(tmp_path):
+    """conftest points SB3's default logger folder at the test's tmp_path: the suite leaves no
+    ``SB3-*`` folders in the system temp directory."""
+    before = set(Path(tempfile.gettempdir()).glob("SB3-*"))
+    model = small_model("mlp")
+    model.learn(16 * 4)
+    assert Path(model.logger.get_dir()).is_relative_to(tmp_path)
+    assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == before

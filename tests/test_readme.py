@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import train_rl
-from agents.config import FIELDS, POLICY_OPTIONS, algo_defaults
+from agents import ALGOS
 from envs import list_env_ids
+from experiments.config import FIELDS, POLICY_OPTIONS, algo_defaults
 from policies import BACKBONES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ def test_backbones_and_their_options(backbone):
     assert not missing, f"{backbone}: {missing}"
 
 
-@pytest.mark.parametrize("algo", ["ppo", "vmpo"])
+@pytest.mark.parametrize("algo", list(ALGOS))
 def test_learner_options(algo):
     missing = [option for option in algo_defaults(algo) if option not in README]
     assert not missing, f"{algo}: {missing}"

@@ -14,9 +14,9 @@ import yaml
 from rliable import metrics
 
 import train_rl
-from agents import stats
-from agents.evaluation import EVAL_COLUMNS
-from agents.report import Study, build_report
+from experiments import stats
+from experiments.evaluation import EVAL_COLUMNS
+from experiments.report import Study, build_report
 
 REPS = 300
 
@@ -24,7 +24,7 @@ REPS = 300
 def fake_run(root: Path, backbone: str, seed: int, score: float | None, *, state: str = "finished",
              env: str = "TMaze-v0", env_kwargs: dict | None = None, success: bool = True,
              curve: list[float] | None = None, every: int = 100) -> Path:
-    """A run directory as agents.run writes it (and a study's status.json): ``score`` is the final
+    """A run directory as experiments.training writes it (and a study's status.json): ``score`` is the final
     evaluation; ``curve`` the evaluations logged during training; ``state`` finished, diverged,
     failed or interrupted (a checkpoint, no summary)."""
     env_kwargs = {"length": 10} if env_kwargs is None else env_kwargs

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from test_cli import REPO, TINY
 
-import agents.study
+import experiments.study
 import train_rl
-from agents.config import ConfigError
-from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, Run, write_status
-from agents.study import Grid, Progress, RunTask, execute, plan
+from experiments.config import ConfigError
+from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, Run, write_status
+from experiments.study import Grid, Progress, RunTask, execute, plan
 
 STUDY = [*TINY, "--reps", "100"]
 PARAMS = TINY[TINY.index("-p"):]  # the -p overrides of TINY, to extend (a later -p replaces them)
@@ -90,7 +90,7 @@ def test_grid_from_the_command_line(tmp_path):
 def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, capsys):
     """A run that diverges and one that raises are recorded in status.json; the others finish,
     the report counts them, the exit status is 3, and a rerun leaves them alone unless asked."""
-    monkeypatch.setattr(agents.study, "launch", in_process)
+    monkeypatch.setattr(experiments.study, "launch", in_process)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "gtrxl", "lstm",
             "--seed", "0", *PARAMS, "gtrxl.d_model=15"]
     assert train_rl.main(argv) == 3
@@ -114,7 +114,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
 
 
 def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(agents.study, "launch", in_process)
+    monkeypatch.setattr(experiments.study, "launch", in_process)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "lstm", "--study", "s"]
     assert train_rl.main([*argv, "--no-report"]) == 0
     assert train_rl.main([*argv, *PARAMS, "lstm.hidden_size=8"]) == 2
@@ -122,7 +122,7 @@ def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, ca
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_afresh(tmp_path, monkeypatch):
-    monkeypatch.setattr(agents.study, "launch", in_process)
+    monkeypatch.setattr(experiments.study, "launch", in_process)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--backbone", "lstm", "--study", "s", "--no-report"]
     assert train_rl.main(argv) == 0
     run = tmp_path / "s" / "TMaze-v0__ppo-lstm__0"

@@ -14,7 +14,6 @@ from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 from torch.distributions import Normal, kl_divergence
 
 from agents import VMPO
-from agents.evaluation import evaluate
 from agents.vmpo_losses import (
     gaussian_kl_covariance,
     gaussian_kl_mean,
@@ -24,8 +23,9 @@ from agents.vmpo_losses import (
     trust_region_loss,
 )
 from envs import make_vec_env
+from experiments.evaluation import evaluate
 from policies.popart import PopArtValueHead
-from tests.test_ppo import SMALL, LogpGaps, tmaze
+from tests.conftest import ONE_PER_CLASS, LogpGaps, small_model, tmaze
 
 
 def test_top_half_breaks_ties_by_position():
@@ -114,12 +114,10 @@ def test_minimising_the_temperature_loss_meets_the_kl_bound():
 
 
 def vmpo(backbone: str = "gtrxl", env=None, **kwargs) -> VMPO:
-    options = {"n_steps": 16, "batch_size": 32, "n_epochs": 2, "segment_length": 4, "seed": 0, **kwargs}
-    return VMPO("MemoryPolicy", env if env is not None else tmaze(),
-                policy_kwargs={"backbone": backbone, "backbone_kwargs": SMALL[backbone]}, **options)
+    return small_model(backbone, env, algo="vmpo", **kwargs)
 
 
-@pytest.mark.parametrize("backbone", ["gtrxl", "ut-act", "lstm", "framestack"])
+@pytest.mark.parametrize("backbone", ONE_PER_CLASS)
 def test_recorded_distribution_equals_recomputed(backbone):
     """Invariant 3 for V-MPO: before an update, π_θ recomputed from the buffer is the stored π_old."""
     model = vmpo(backbone)

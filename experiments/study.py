@@ -1,5 +1,5 @@
 """Seed studies: every combination of tasks × backbones × seeds as an independent run, in parallel
-(:mod:`agents.launchers`), resumable, with a report at the end (:mod:`agents.report`).
+(:mod:`experiments.launchers`), resumable, with a report at the end (:mod:`experiments.report`).
 
 A study lives in ``{log_dir}/{name}/``: one run directory per run, in the layout of single runs
 (``{env}__{algo}-{backbone}__{seed}/``; under a per-task folder when two tasks share an
@@ -50,12 +50,26 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
-from agents.config import ConfigError, RunConfig, build_config, load_yaml, save_config
-from agents.evaluation import write_atomic
-from agents.launchers import launch
-from agents.report import DEFAULT_REPS, STUDY_FILE, build_report, read_study_record, slug, task_label
-from agents.run import check_same_config, run_dir, train
-from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, RUNNING, UNSUCCESSFUL, Run, write_status
+from experiments.config import ConfigError, RunConfig, build_config, load_yaml, save_config
+from experiments.launchers import launch
+from experiments.report import DEFAULT_REPS, build_report
+from experiments.run_dir import (
+    DIVERGED,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    RUNNING,
+    STUDY_FILE,
+    UNSUCCESSFUL,
+    Run,
+    read_study_record,
+    run_dir,
+    task_folder,
+    task_label,
+    write_atomic,
+    write_status,
+)
+from experiments.training import check_same_config, train
 
 STUDY_KEYS = ("name", "config", "settings", "tasks", "backbones", "seeds")
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
@@ -141,7 +155,7 @@ class Grid:
         directory = Path(first.log_dir) / (self.name or f"{first.env}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
         for config in configs:
-            config.log_dir = str(directory / slug(task_label(config.to_dict())) if shared_env else directory)
+            config.log_dir = str(directory / task_folder(config.to_dict()) if shared_env else directory)
             config.threads = 1
         names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
         repeated = [name for name, count in names.items() if count > 1]

@@ -17,15 +17,12 @@ from typing import Any
 import torch
 
 from agents import ALGOS
-from agents.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
-from agents.evaluation import RunCallback, evaluate, latest_checkpoint, save_model_atomic, write_atomic
 from envs import make_vec_env
+from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
+from experiments.evaluation import RunCallback, evaluate, save_model_atomic
+from experiments.run_dir import latest_checkpoint, run_dir, write_atomic
 
 EVAL_SEED_OFFSET = 10_000
-
-
-def run_dir(config: RunConfig) -> Path:
-    return Path(config.log_dir) / config.run_name()
 
 
 def make_envs(config: RunConfig) -> tuple[Any, Any]:

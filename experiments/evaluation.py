@@ -21,8 +21,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv
 
+from experiments.run_dir import CHECKPOINT_PREFIX, write_atomic
+
 EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds"]
-CHECKPOINT_PREFIX = "model_"
 
 
 @dataclass
@@ -58,30 +59,11 @@ def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: 
                       np.asarray(successes) if successes else None)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def save_model_atomic(model: BaseAlgorithm, path: Path) -> None:
     """``model.save`` to a temporary file, then rename over ``path`` (a ``.zip``)."""
     tmp = path.with_name(f".{path.stem}.tmp.zip")
     model.save(tmp)
     os.replace(tmp, path)
-
-
-def latest_checkpoint(directory: Path) -> tuple[Path, int] | None:
-    """The checkpoint with the most timesteps, as ``(path, timesteps)``."""
-    found = []
-    for path in directory.glob(f"{CHECKPOINT_PREFIX}*_steps.zip"):
-        steps = path.stem.removeprefix(CHECKPOINT_PREFIX).removesuffix("_steps")
-        if steps.isdigit():
-            found.append((int(steps), path))
-    if not found:
-        return None
-    steps, path = max(found)
-    return path, steps
 
 
 class EvalLog:

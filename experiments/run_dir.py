@@ -1,6 +1,12 @@
-"""Run directories as studies and reports read them: state, score and learning curve.
+"""Run directories on disk: where a run lives, how its files are written, and its state, score and
+learning curve as studies and reports read them.
 
-Everything here reads the files a run writes (:mod:`agents.run`) plus ``status.json``, which a
+A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/`` (:func:`run_dir`); a study puts the
+runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
+environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`). Every file is
+written atomically (:func:`write_atomic`).
+
+Reading needs only the files a run writes (:mod:`experiments.training`) plus ``status.json``, which a
 study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
 moment (a study still running, or killed) gives the same answer:
 
@@ -17,23 +23,75 @@ import csv
 import json
 import math
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
-from agents.evaluation import latest_checkpoint, write_atomic
+if TYPE_CHECKING:
+    from experiments.config import RunConfig
 
+
+STUDY_FILE = "study.yaml"
+CHECKPOINT_PREFIX = "model_"
 STATUS_FILE = "status.json"
 FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
 RUNNING = "running"
 """what a worker writes in ``status.json`` while it trains a run"""
 UNSUCCESSFUL = (DIVERGED, FAILED)
+
+
+def run_dir(config: RunConfig) -> Path:
+    """The directory of the run ``config`` describes."""
+    return Path(config.log_dir) / config.run_name()
+
+
+def task_label(config: dict[str, Any]) -> str:
+    """The task of a run configuration, as reports name it: ``env (key=value, ...)``."""
+    kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
+    return f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
+
+
+def slug(text: str) -> str:
+    """``text`` as a file or folder name (letters, digits, dots and underscores)."""
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def task_folder(config: dict[str, Any]) -> str:
+    """The folder of a task's runs inside a study directory."""
+    return slug(task_label(config))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary name, then rename it over ``path`` (atomic on POSIX)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def latest_checkpoint(directory: Path) -> tuple[Path, int] | None:
+    """The checkpoint with the most timesteps, as ``(path, timesteps)``."""
+    found = []
+    for path in directory.glob(f"{CHECKPOINT_PREFIX}*_steps.zip"):
+        steps = path.stem.removeprefix(CHECKPOINT_PREFIX).removesuffix("_steps")
+        if steps.isdigit():
+            found.append((int(steps), path))
+    if not found:
+        return None
+    steps, path = max(found)
+    return path, steps
+
+
+def read_study_record(directory: Path) -> dict[str, Any]:
+    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
+    path = Path(directory) / STUDY_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def write_status(directory: Path, state: str, **fields: Any) -> None:

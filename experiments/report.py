@@ -13,13 +13,12 @@
 The score of a run is its final evaluation's success rate where the task reports success, else
 its final mean return; a run that diverged or failed is scored by its last evaluation before it
 stopped (left out of the scores when it has none) and never counts as solved. See
-:mod:`agents.stats` for the definitions.
+:mod:`experiments.stats` for the definitions.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,25 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 
-from agents import stats
-from agents.evaluation import write_atomic
-from agents.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, UNSUCCESSFUL, Run, find_runs
+from experiments import stats
+from experiments.run_dir import (
+    DIVERGED,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    NEW,
+    UNSUCCESSFUL,
+    Run,
+    find_runs,
+    read_study_record,
+    slug,
+    task_label,
+    write_atomic,
+)
 
-STUDY_FILE = "study.yaml"
 DEFAULT_REPS = 2000
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
-
-
-def task_label(config: dict[str, Any]) -> str:
-    kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
-    return f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
 
 
 @dataclass
@@ -108,12 +108,6 @@ class Task:
 def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
     values = [s for s in (run.score(success) for run in runs) if s is not None]
     return np.asarray(values, dtype=np.float64).reshape(-1, 1)
-
-
-def read_study_record(directory: Path) -> dict[str, Any]:
-    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
-    path = Path(directory) / STUDY_FILE
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
@@ -310,7 +304,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
-def _number(value: float) -> str:
+def _format_number(value: float) -> str:
     return "–" if not np.isfinite(value) else f"{value:.3f}"
 
 
@@ -323,7 +317,7 @@ def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: st
     for name, matrix in score_stats.scores.items():
         estimate = score_stats.estimates[name]
         runs = matrix.shape[0] if matrix.shape[1] == 1 else f"{matrix.shape[0]} × {matrix.shape[1]} tasks"
-        rows.append([name, runs, estimate["mean"], _number(float(np.std(matrix))), estimate["median"],
+        rows.append([name, runs, estimate["mean"], _format_number(float(np.std(matrix))), estimate["median"],
                      estimate["iqm"]])
     lines = [f"Final {score_name}: point estimate [95 % CI].", "",
              *_table(["backbone", "runs", "mean", "std", "median", "IQM"], rows), "",
@@ -348,7 +342,7 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
         if rel.with_result:
             share += f" ({rel.solved / rel.with_result:.0%})"
         rows.append([backbone, rel.runs, rel.finished, share, rel.diverged, rel.failed,
-                     rel.runs - rel.with_result, _number(rel.iqr), _number(rel.cvar), _number(rel.worst)])
+                     rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst))])
     lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "diverged", "failed",
                      "unfinished", "IQR", "CVaR 25 %", "worst"], rows)
     return [*lines, ""]

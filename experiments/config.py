@@ -29,6 +29,7 @@ import yaml
 from stable_baselines3.common.utils import LinearSchedule
 from torch import nn
 
+from agents import ALGOS
 from policies.registry import BACKBONES
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
@@ -99,8 +100,6 @@ FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options
 
 def algo_defaults(name: str) -> dict[str, Any]:
     """The options of an algorithm with their defaults (from its constructor)."""
-    from agents import ALGOS
-
     params = inspect.signature(ALGOS[name].__init__).parameters
     skip = {"self", "policy", "env", "policy_kwargs", "tensorboard_log", "verbose", "seed", "device",
             "_init_setup_model"}
@@ -109,8 +108,6 @@ def algo_defaults(name: str) -> dict[str, Any]:
 
 def section_defaults(name: str) -> dict[str, Any]:
     """Options of the algorithm or backbone ``name``."""
-    from agents import ALGOS
-
     if name in ALGOS:
         return algo_defaults(name)
     return BACKBONES[name].options()
@@ -137,16 +134,16 @@ def coerce(key: str, value: Any, default: Any) -> Any:
             return value
         raise ConfigError(f"{key}={value!r}: expected true or false")
     if isinstance(default, int) and not isinstance(value, bool):
-        number = _number(value)
+        number = _parse_number(value)
         if isinstance(number, float) and number.is_integer():
             number = int(number)
         if isinstance(number, int):
             return number
         raise ConfigError(f"{key}={value!r}: expected an integer")
-    if isinstance(default, float) or (default is None and _number(value) is not None):
+    if isinstance(default, float) or (default is None and _parse_number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_"):
             return _linear_schedule(key, value)
-        number = _number(value)
+        number = _parse_number(value)
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={value!r}: expected a number (or lin_<number> for a linear schedule)")
         if number is None or default is None:  # optional options keep ints as ints (d_head, d_inner)
@@ -161,14 +158,14 @@ def coerce(key: str, value: Any, default: Any) -> Any:
 
 def _linear_schedule(key: str, text: str) -> LinearSchedule:
     """``lin_<start>`` (to 0) or ``lin_<start>_<end>``: linear in the training progress (rl-zoo style)."""
-    parts = [_number(part) for part in text[4:].split("_")]
+    parts = [_parse_number(part) for part in text[4:].split("_")]
     if len(parts) not in (1, 2) or any(part is None for part in parts):
         raise ConfigError(f"{key}={text!r}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
                           "e.g. lin_3e-4 or lin_2.75e-4_1e-5")
     return LinearSchedule(float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0, 1.0)
 
 
-def _number(value: Any) -> int | float | None:
+def _parse_number(value: Any) -> int | float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -185,15 +182,11 @@ def _number(value: Any) -> int | float | None:
 
 
 def _valid_top_level() -> list[str]:
-    from agents import ALGOS
-
     return [*FIELDS, *ALGOS, *BACKBONES]
 
 
 def apply(config: RunConfig, key: str, value: Any) -> None:
     """Set a dotted ``key`` (``seed``, ``env_kwargs.length``, ``gtrxl.memory_length``, ``policy.net_arch``)."""
-    from agents import ALGOS
-
     head, _, rest = key.partition(".")
     if head in FIELDS:
         spec = FIELDS[head]
