@@ -27,13 +27,13 @@ from stable_baselines3.common.distributions import (
 )
 from torch import Tensor
 
-SUPPORTED = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+FINITE = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
 def check_action_space(action_space: spaces.Space, option: str) -> None:
     """Raise unless ``option`` (the floor or the barrier) is defined for ``action_space``."""
-    if not isinstance(action_space, SUPPORTED):
-        names = ", ".join(space.__name__ for space in SUPPORTED)
+    if not isinstance(action_space, FINITE):
+        names = ", ".join(space.__name__ for space in FINITE)
         raise ValueError(f"{option} needs a finite action space ({names}); "
                          f"got {type(action_space).__name__}: set {option}=0")
 

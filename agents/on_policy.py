@@ -18,10 +18,13 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
 from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
-from agents.exploration import check_action_space, uniform_kl
+from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
 from policies.memory import strip_cache
 from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
+
+DEFAULT_UNIFORM_KL = 0.01
+"""``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (README, "Learners")"""
 
 
 class NonFiniteError(RuntimeError):
@@ -45,8 +48,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     Rollouts step the backbone with its memory state (kept across rollout boundaries, cleared
     by episode starts), store each step's memory record once (:mod:`agents.buffer`), and
     bootstrap truncated episodes from the terminal observation seen through the memory.
-    Subclasses implement ``train``; :meth:`_segments` yields minibatches of stored segments
-    and :meth:`_optimize` takes a guarded gradient step.
+    Subclasses implement ``train``: ``rollout_buffer.segments`` yields minibatches of stored
+    segments, :meth:`_recompute` recomputes one with gradients and :meth:`_optimize` takes a
+    guarded gradient step. :meth:`_act` decides what a rollout step takes and stores.
 
     :param segment_length: steps per training segment ``T``; ``T = 1`` makes every step its own
         sample with its stored window, ``T > 1`` recomputes segments with gradients inside them.
@@ -58,6 +62,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         (:func:`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
         whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision
         settled early on a wrong or no-op action (T-Maze's junction) can still be revised.
+        ``None``: ``DEFAULT_UNIFORM_KL`` for finite action spaces, 0 for continuous ones.
     """
 
     policy: MemoryActorCriticPolicy
@@ -65,7 +70,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
                  segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
-                 uniform_kl_coef: float, **kwargs: Any) -> None:
+                 uniform_kl_coef: float | None, **kwargs: Any) -> None:
         for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -76,7 +81,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.segment_length = segment_length
         self.aux_coefs = aux_coefs
         self.normalize_advantage = normalize_advantage
-        if uniform_kl_coef < 0:
+        if uniform_kl_coef is not None and uniform_kl_coef < 0:
             raise ValueError(f"uniform_kl_coef must be >= 0, got {uniform_kl_coef}")
         self.uniform_kl_coef = uniform_kl_coef
         self._last_state: PolicyState | None = None
@@ -92,6 +97,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy, got {type(self.policy).__name__}")
         if self.aux_coefs is None:
             self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
+        if self.uniform_kl_coef is None:
+            self.uniform_kl_coef = DEFAULT_UNIFORM_KL if isinstance(self.action_space, FINITE) else 0.0
         if self.uniform_kl_coef:
             check_action_space(self.action_space, "uniform_kl_coef")
         self._last_state = self.policy.initial_state(self.n_envs)
@@ -169,7 +176,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return rewards
 
     # -- training helpers -------------------------------------------------------------------
-    def _evaluate(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Recomputed:
+    def _recompute(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Recomputed:
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs

@@ -35,13 +35,17 @@ def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:
     return None
 
 
+def _seed(run: Run) -> int:
+    return int(run.config.get("seed", -1))
+
+
 def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
     finals = [run.score(success=True) for run in runs]
     finals = [f for f in finals if f is not None]
     reached = [t for t in (time_to_threshold(run, threshold) for run in runs) if t is not None]
     outcomes = reliability(runs, success=True, threshold=threshold)
     return {
-        "runs": len(runs), "seeds": sorted(int(run.config.get("seed", -1)) for run in runs),
+        "runs": len(runs), "seeds": sorted(_seed(run) for run in runs),
         "final_success_mean": float(np.mean(finals)) if finals else None,
         "final_success_std": float(np.std(finals)) if finals else None,
         "solved": outcomes.solved,
@@ -49,6 +53,10 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
         "median_steps_to_threshold": statistics.median(s for s, _ in reached) if reached else None,
         "median_seconds_to_threshold": statistics.median(w for _, w in reached) if reached else None,
         "diverged_or_failed": outcomes.diverged + outcomes.failed,
+        "lowest_after_solving": outcomes.lowest_after_solving,
+        "per_seed": {_seed(run): {"final": run.score(success=True),
+                                  "lowest_after_solving": run.lowest_after_solving(True, threshold)}
+                     for run in sorted(runs, key=_seed)},
         "env_steps": sorted({run.timesteps() for run in runs}),
     }
 
@@ -73,24 +81,38 @@ def _cell(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _per_seed(per_seed: dict[int, dict[str, float | None]]) -> str:
+    cells = []
+    for seed, outcome in per_seed.items():
+        cell = f"{seed}: {_cell(outcome['final'])}"
+        if outcome["lowest_after_solving"] is not None:
+            cell += f" ({_cell(outcome['lowest_after_solving'])})"
+        cells.append(cell)
+    return ", ".join(cells)
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [*heading(f"Learning table: {result['name']}", result),
              f"Runs from: {', '.join(f'`{d}`' for d in result['directories'])}. Threshold: success ≥ "
              f"{result['threshold']}. Steps and seconds to threshold: first evaluation reaching it, median "
-             "over the runs that reached it.", ""]
+             "over the runs that reached it. Lowest after solving: the lowest evaluation of any run after "
+             "its first one at the threshold. Per seed: final success (lowest after solving, if it solved).",
+             ""]
     commands = [f"- `{c['command']}` ({c['time']})" for c in result["study_commands"]]
     commands += [f"- `{c}`" for c in result["produced_by"]]
     if commands:
         lines += ["Commands that produced the runs:", "", *commands, ""]
     lines += ["| task | learner | backbone | runs | final success (mean ± std) | solved | env steps to threshold |"
-              " wall s to threshold | diverged/failed |", "|---|---|---|---:|---|---:|---:|---:|---:|"]
+              " wall s to threshold | diverged/failed | lowest after solving | per seed |",
+              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for row in result["rows"]:
         success = ("—" if row["final_success_mean"] is None
                    else f"{row['final_success_mean']:.2f} ± {row['final_success_std']:.2f}")
         runs = f"{row['runs']} (`{row['source']}`)" if row.get("source") else row["runs"]
         lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {runs} | {success} | "
                      f"{row['solved']}/{row['runs']} | {_cell(row['median_steps_to_threshold'], 0)} | "
-                     f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} |")
+                     f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} | "
+                     f"{_cell(row['lowest_after_solving'])} | {_per_seed(row['per_seed'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -77,6 +77,8 @@ class Reliability:
     iqr: float
     cvar: float
     worst: float
+    lowest_after_solving: float | None
+    """the lowest evaluation of any run after its first one at ≥ the threshold (collapse after solving)"""
 
     @property
     def with_result(self) -> int:
@@ -121,7 +123,9 @@ def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability
         solved=sum(s >= threshold for s in finished_scores),
         iqr=stats.iqr(scores) if has_scores else float("nan"),
         cvar=stats.cvar(scores) if has_scores else float("nan"),
-        worst=float(scores.min()) if has_scores else float("nan"))
+        worst=float(scores.min()) if has_scores else float("nan"),
+        lowest_after_solving=min((low for low in (run.lowest_after_solving(success, threshold) for run in runs)
+                                  if low is not None), default=None))
 
 
 @dataclass
@@ -342,9 +346,10 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
         if rel.with_result:
             share += f" ({rel.solved / rel.with_result:.0%})"
         rows.append([backbone, rel.runs, rel.finished, share, rel.diverged, rel.failed,
-                     rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst))])
+                     rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst)),
+                     "–" if rel.lowest_after_solving is None else _format_number(rel.lowest_after_solving)])
     lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "diverged", "failed",
-                     "unfinished", "IQR", "CVaR 25 %", "worst"], rows)
+                     "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving"], rows)
     return [*lines, ""]
 
 

@@ -177,6 +177,17 @@ class Run:
         steps = np.array([int(float(r["timesteps"])) for r in rows], dtype=np.int64)
         return steps, np.array([float(r[column]) for r in rows], dtype=np.float64)
 
+    def lowest_after_solving(self, success: bool, threshold: float) -> float | None:
+        """The lowest evaluation from the first one scoring ≥ ``threshold`` on, the final one
+        included (how far a run that solved its task fell back afterwards); ``None`` for a run
+        that never reached it."""
+        _, values = self.curve(success)
+        final = self.score(success) if self.state() == FINISHED else None
+        if final is not None:
+            values = np.append(values, final)
+        reached = np.flatnonzero(values >= threshold)
+        return float(values[reached[0]:].min()) if reached.size else None
+
     def score(self, success: bool) -> float | None:
         """The final score: the summary's final evaluation; for a run that diverged or failed, its
         last evaluation before it stopped (the policy it leaves); ``None`` when there is none."""

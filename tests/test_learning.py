@@ -40,6 +40,31 @@ def test_gtrxl_solves_a_short_memory_task_and_mlp_stays_at_chance():
     assert trained_success("mlp", 20_000) <= 0.62
 
 
+def solved_seeds(config_file: str, seeds: range, tmp_path, **flags) -> dict[int, float]:
+    """Final success rate of one run per seed of ``config_file`` (with run-setting ``flags``)."""
+    return {seed: train(build_config(config_file, {"seed": seed, "log_dir": str(tmp_path / str(seed)), **flags}))
+            ["final_success_rate"] for seed in seeds}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_demo_solves_every_seed(threads, tmp_path):
+    """``make demo``'s configuration solves seeds 0-9 (success ≥ 0.9) with one and with two threads."""
+    finals = solved_seeds("configs/demo.yaml", range(10), tmp_path, threads=threads)
+    assert all(final >= 0.9 for final in finals.values()), finals
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "vmpo"])
+def test_the_defaults_solve_a_short_tmaze(algo, tmp_path):
+    """No tuning: ``train_rl.py --algo ALGO --backbone gtrxl --env TMaze-v0 --env-kwargs length=10
+    -n 40000`` solves seeds 0-4."""
+    flags = {"algo": algo, "backbone": "gtrxl", "env": "TMaze-v0", "env_kwargs": {"length": 10},
+             "total_timesteps": 40_000}
+    finals = solved_seeds(None, range(5), tmp_path, **flags)
+    assert all(final >= 0.9 for final in finals.values()), finals
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config_file,total_timesteps", [
     ("configs/tmaze100.yaml", None),

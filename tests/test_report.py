@@ -206,3 +206,18 @@ def test_report_command(study, tmp_path, capsys):
     assert (out / "report.md").exists() and str(out / "report.md") in capsys.readouterr().out
     assert train_rl.main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_lowest_after_solving_is_the_deepest_fall_after_the_first_solved_evaluation(tmp_path: Path):
+    """A collapse after solving shows in the reliability table (the worst run of the group)."""
+    fake_run(tmp_path, "gtrxl", 0, 1.0, curve=[0.3, 0.95, 0.56, 1.0, 1.0])  # solved, fell to 0.56, recovered
+    fake_run(tmp_path, "gtrxl", 1, 1.0, curve=[0.2, 0.1, 0.9, 0.85, 1.0])  # the 0.1 before solving does not count
+    fake_run(tmp_path, "mlp", 0, 0.5, curve=[0.5, 0.5, 0.5])  # never solved
+    fake_run(tmp_path, "lstm", 0, 0.4, curve=[0.5, 0.95])  # the final evaluation counts too
+    study = Study.analyse(tmp_path, reps=20)
+    lows = {run.name: run.lowest_after_solving(True, 0.9) for run in study.runs}
+    assert lows == {"TMaze-v0__ppo-gtrxl__0": 0.56, "TMaze-v0__ppo-gtrxl__1": 0.85, "TMaze-v0__ppo-mlp__0": None,
+                    "TMaze-v0__ppo-lstm__0": 0.4}
+    reliability = study.tasks[0].reliability
+    assert reliability["gtrxl"].lowest_after_solving == 0.56
+    assert reliability["mlp"].lowest_after_solving is None
