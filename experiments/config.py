@@ -61,8 +61,8 @@ class RunConfig:
     """environment steps to train for"""
     device: str = "auto"
     """torch device: auto, cpu, cuda, cuda:1, ..."""
-    threads: int = 1
-    """torch CPU threads (1 per run avoids oversubscription)"""
+    threads: int = 0
+    """torch CPU threads; 0: every core this process may use (a study gives each run 1)"""
     log_dir: str = "runs"
     """parent directory of run directories"""
     eval_freq: int = 10_000

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,18 @@ def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
         raise ConfigError(f"cannot build {config.algo} with backbone {config.backbone}: {error}") from error
 
 
+def torch_threads(threads: int) -> int:
+    """The thread count a run uses: ``threads``, or with 0 every core this process may run on."""
+    if threads < 0:
+        raise ConfigError(f"threads={threads}: expected a positive number of threads, or 0 for every core")
+    if threads:
+        return threads
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0) -> dict[str, Any]:
     """Train (or resume) the run and return its summary."""
-    torch.set_num_threads(config.threads)
+    torch.set_num_threads(torch_threads(config.threads))
     directory = run_dir(config)
     resumed = latest_checkpoint(directory / "checkpoints") if resume else None
     if resume and (directory / "config.yaml").exists():
@@ -99,7 +109,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         "steps_per_second": round((model.num_timesteps - steps_before) / max(elapsed, 1e-9), 1),
         "resumed_from": None if resumed is None else resumed[1],
         "parameters": int(sum(p.numel() for p in model.policy.parameters())),
-        "torch_threads": config.threads, "device": str(model.device),
+        "torch_threads": torch.get_num_threads(), "device": str(model.device),
     }
     write_atomic(directory / "summary.json", json.dumps(summary, indent=2))
     env.close()

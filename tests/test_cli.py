@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eva
     (["-p", "policy.activation_fn=swish"], "policy.activation_fn='swish'; valid: tanh"),
     (["--config", "configs/missing.yaml"], "config file 'configs/missing.yaml' does not exist"),
     (["-n", "0", "--n-envs", "0"], "n_envs must be >= 1"),
+    (["--threads", "-2"], "threads=-2: expected a positive number of threads, or 0 for every core"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -92,6 +94,7 @@ def test_run_directory_layout(tmp_path):
     resolved = yaml.safe_load((run / "config.yaml").read_text())
     assert resolved["gtrxl"]["memory_length"] == 4 and resolved["env_kwargs"] == {"length": 3}
     assert [int(r["timesteps"]) for r in csv.DictReader((run / "evaluations.csv").open())] == [64, 128]
+    assert summary["torch_threads"] == len(os.sched_getaffinity(0))  # a single run uses every core by default
 
 
 def test_finished_run_is_not_overwritten(tmp_path, capsys):

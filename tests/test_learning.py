@@ -66,16 +66,10 @@ def test_the_defaults_solve_a_short_tmaze(algo, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config_file,total_timesteps", [
-    ("configs/tmaze100.yaml", None),
-    ("configs/minigrid_memory_s9.yaml", 1_000_000),
-])
-def test_gtrxl_solves_the_issue_tasks(config_file, total_timesteps, tmp_path):
-    """GTrXL: passive T-Maze of length 100, and MiniGrid-MemoryS9 within 1M env steps (success ≥ 0.9).
-    Other backbones on the same budgets: ``--backbone`` with the same config files, tabulated by
-    ``benchmarks/learning_table.py``."""
-    flags = {"backbone": "gtrxl", "log_dir": str(tmp_path)}
-    if total_timesteps:
-        flags["total_timesteps"] = total_timesteps
-    summary = train(build_config(config_file, flags))
-    assert summary["final_success_rate"] >= 0.9, summary
+@pytest.mark.parametrize("config_file", ["configs/tmaze100.yaml", "configs/minigrid_memory_s9.yaml"])
+def test_gtrxl_solves_the_long_memory_tasks(config_file, tmp_path):
+    """The issue's targets: GTrXL solves the passive T-Maze of length 100 and MiniGrid-MemoryS9
+    (view 3, 96 steps) on at least 4 of seeds 0-4 within 1M env steps. Not met yet: measured
+    results in README ("Long horizons") and benchmarks/results/tmaze100.md."""
+    finals = solved_seeds(config_file, range(5), tmp_path, backbone="gtrxl", total_timesteps=1_000_000)
+    assert sum(final >= 0.9 for final in finals.values()) >= 4, finals
