@@ -15,9 +15,12 @@ package) and return a picklable value; it should catch its own errors.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +30,7 @@ from typing import Any
 LAUNCHERS = ("local", "ray")
 RAY_HINT = "the ray launcher needs Ray: pip install '.[ray]' (or pip install 'ray>=2.40')"
 PARENT_POLL_SECONDS = 1.0
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
 
 Result = tuple[int, Any] | None
 
@@ -41,12 +45,16 @@ def default_workers(n_runs: int) -> int:
 
 
 def _exit_with_parent(parent: int) -> None:
-    """Worker initializer: one torch thread, and exit when the parent process is gone (its
-    children are then re-parented, so ``getppid`` changes). Files are written atomically, so
+    """Worker initializer: one torch thread, and exit when the parent process is gone. On Linux
+    the kernel kills the worker the moment the parent dies (``PR_SET_PDEATHSIG``), so not even a
+    short run can finish in between; elsewhere a thread notices within ``PARENT_POLL_SECONDS``
+    (the children are re-parented, so ``getppid`` changes). Files are written atomically, so
     exiting at any moment loses nothing written."""
     import torch
 
     torch.set_num_threads(1)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     def watch() -> None:
         while os.getppid() == parent:
