@@ -38,18 +38,21 @@ def check_action_space(action_space: spaces.Space, option: str) -> None:
                          f"got {type(action_space).__name__}: set {option}=0")
 
 
+def _log_probs(distribution: Distribution) -> list[Tensor]:
+    """``log π`` per action dimension, each ``[B, n]`` (a Bernoulli bit is a two-way choice)."""
+    if isinstance(distribution, CategoricalDistribution):
+        return [distribution.distribution.logits]
+    if isinstance(distribution, MultiCategoricalDistribution):
+        return [d.logits for d in distribution.distribution]
+    if isinstance(distribution, BernoulliDistribution):
+        logits = distribution.distribution.logits
+        return list(torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1).unbind(1))
+    raise ValueError(f"no finite action distribution: {type(distribution).__name__}")
+
+
 def _mixtures(distribution: Distribution, epsilon: float) -> list[Tensor]:
     """The probabilities of ``μ`` per action dimension, each ``[B, n]``."""
-    if isinstance(distribution, CategoricalDistribution):
-        parts = [distribution.distribution.probs]
-    elif isinstance(distribution, MultiCategoricalDistribution):
-        parts = [d.probs for d in distribution.distribution]
-    elif isinstance(distribution, BernoulliDistribution):
-        p = distribution.distribution.probs.unsqueeze(-1)  # one two-way choice per bit
-        parts = list(torch.cat([1 - p, p], dim=-1).unbind(1))
-    else:
-        raise ValueError(f"no exploration floor for {type(distribution).__name__}")
-    return [(1 - epsilon) * probs + epsilon / probs.shape[-1] for probs in parts]
+    return [(1 - epsilon) * log_p.exp() + epsilon / log_p.shape[-1] for log_p in _log_probs(distribution)]
 
 
 def behaviour_sample(distribution: Distribution, epsilon: float) -> tuple[Tensor, Tensor]:
@@ -72,13 +75,4 @@ def uniform_kl(distribution: Distribution) -> Tensor:
     dimensions): a log-barrier on every action's probability (Agarwal et al. 2020). Unlike the
     entropy, whose gradient on a logit is ``−π(a)(log π(a) + H)`` and vanishes with ``π(a)``, its
     gradient is ``π(a) − 1/|A|``: it pulls a collapsed action back with constant force."""
-    if isinstance(distribution, CategoricalDistribution):
-        parts = [distribution.distribution.logits]
-    elif isinstance(distribution, MultiCategoricalDistribution):
-        parts = [d.logits for d in distribution.distribution]
-    elif isinstance(distribution, BernoulliDistribution):
-        logits = distribution.distribution.logits
-        parts = list(torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1).unbind(1))
-    else:
-        raise ValueError(f"no KL to the uniform policy for {type(distribution).__name__}")
-    return torch.stack([-math.log(log_p.shape[-1]) - log_p.mean(-1) for log_p in parts]).sum(0)
+    return torch.stack([-math.log(log_p.shape[-1]) - log_p.mean(-1) for log_p in _log_probs(distribution)]).sum(0)
