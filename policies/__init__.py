@@ -1,7 +1,9 @@
 """Memory backbones (Transformer-XL family, Universal Transformer with ACT, RNN and MLP
 baselines) and the components they are built from."""
 
+from policies import alibi, relative_attention  # noqa: F401  (each module registers its attention)
+from policies.attention import ATTENTIONS
 from policies.backbone import MemoryBackbone
 from policies.registry import BACKBONES, make_backbone
 
-__all__ = ["BACKBONES", "MemoryBackbone", "make_backbone"]
+__all__ = ["ATTENTIONS", "BACKBONES", "MemoryBackbone", "make_backbone"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, MultiHeadAttention, RelativeMultiHeadAttention
+from policies.attention import KeysValues, make_attention
 from policies.gates import make_gate
 
 LAYOUTS = ("post-ln", "identity-map")
@@ -36,20 +36,21 @@ class TransformerXLBlock(nn.Module):
     """One Transformer-XL layer in the ``post-ln`` or ``identity-map`` layout (see module doc).
 
     ``gate`` names the merge of stream and submodule output (``residual`` or a GTrXL gate
-    from :mod:`policies.gates`); the post-LN layout only takes ``residual``.
+    from :mod:`policies.gates`); the post-LN layout only takes ``residual``. ``attention`` names
+    a registered attention (:data:`policies.attention.ATTENTIONS`) and with it the position
+    scheme; ``max_distance`` is the farthest key a query sees (the memory length).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_inner: int, *,
+    def __init__(self, d_model: int, n_heads: int, d_head: int, d_inner: int, *, max_distance: int,
                  layout: str = "identity-map", gate: str = "residual", gate_bias: float | None = None,
-                 relative: bool = True, dropout: float = 0.0) -> None:
+                 attention: str = "relative", dropout: float = 0.0) -> None:
         super().__init__()
         if layout not in LAYOUTS:
             raise ValueError(f"unknown block layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
         if layout == "post-ln" and gate != "residual":
             raise ValueError(f"the post-ln layout (TrXL) uses residual connections, not gate {gate!r}")
         self.identity_map = layout == "identity-map"
-        attention = RelativeMultiHeadAttention if relative else MultiHeadAttention
-        self.attn = attention(d_model, n_heads, d_head, dropout)
+        self.attn = make_attention(attention, d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
         self.ff = PositionwiseFeedForward(d_model, d_inner, dropout)
         self.attn_norm = nn.LayerNorm(d_model)
         self.ff_norm = nn.LayerNorm(d_model)
@@ -57,27 +58,20 @@ class TransformerXLBlock(nn.Module):
         self.ff_gate = make_gate(gate, d_model, gate_bias)
         self.drop = nn.Dropout(dropout)
 
-    def memory_parameters(self) -> list[nn.Parameter]:
-        """The parameters that keys, values and position keys of the memory depend on."""
-        modules = [self.attn.kv_net, *([self.attn_norm] if self.identity_map else [])]
-        if isinstance(self.attn, RelativeMultiHeadAttention):
-            modules.append(self.attn.r_net)
-        return [p for module in modules for p in module.parameters()]
-
     def memory_kv(self, memory: Tensor) -> KeysValues:
         """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
         return self.attn.keys_values(self.attn_norm(memory) if self.identity_map else memory)
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
-                position_keys: Tensor | None = None) -> tuple[Tensor, KeysValues]:
+                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
         """``h``: ``[B, T, D]`` this layer's input for the segment; returns its output and the keys
         and values of ``[memory; segment]``."""
         if self.identity_map:
-            y, kv = self.attn(self.attn_norm(h), memory_kv, mask, position_keys)
+            y, kv = self.attn(self.attn_norm(h), memory_kv, mask, position_terms)
             stream = self.attn_gate(h, self.drop(y).relu())
             out = self.ff_gate(stream, self.drop(self.ff(self.ff_norm(stream))).relu())
         else:
-            y, kv = self.attn(h, memory_kv, mask, position_keys)
+            y, kv = self.attn(h, memory_kv, mask, position_terms)
             stream = self.attn_norm(self.attn_gate(h, self.drop(y)))
             out = self.ff_norm(self.ff_gate(stream, self.drop(self.ff(stream))))
         return out, kv

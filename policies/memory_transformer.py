@@ -19,9 +19,6 @@ from policies.attention import KeysValues
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.blocks import TransformerXLBlock
 from policies.memory import State, attention_mask, window_before
-from policies.positional import RelativeDistances
-
-POSITIONS = ("relative", "none")
 
 
 class MemoryTransformer(MemoryBackbone):
@@ -35,12 +32,10 @@ class MemoryTransformer(MemoryBackbone):
     """
 
     def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
-                 memory_length: int, n_depth: int, position: str) -> None:
+                 memory_length: int, n_depth: int) -> None:
         super().__init__()
         if memory_length < 1:
             raise ValueError(f"memory_length must be >= 1, got {memory_length}")
-        if position not in POSITIONS:
-            raise ValueError(f"unknown position {position!r}; valid positions: {', '.join(POSITIONS)}")
         if d_head is None:
             if d_model % n_heads:
                 raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_head")
@@ -49,9 +44,7 @@ class MemoryTransformer(MemoryBackbone):
         self.memory_length = memory_length
         self.output_dim = d_model
         self.record_shape = (n_depth, d_model)
-        self.relative = position == "relative"
         self.embed = nn.Linear(input_dim, d_model)
-        self.distances = RelativeDistances(d_model, memory_length) if self.relative else None
         self._position_cache: tuple[int, list[Tensor | None]] | None = None
 
     @property
@@ -61,7 +54,7 @@ class MemoryTransformer(MemoryBackbone):
 
     @abstractmethod
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
-               position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+               position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
         """Run every depth on the segment ``h`` ``[B, T, D]``.
 
         Returns the output ``[B, T, D]``, the records ``[B, T, n_depth, D]`` (input of each
@@ -70,29 +63,28 @@ class MemoryTransformer(MemoryBackbone):
         """
 
     # -- positions -------------------------------------------------------------------------
-    def _position_keys(self) -> list[Tensor | None]:
-        """``W_kR R`` of every depth's block (computed once per distinct block)."""
-        if self.distances is None:
-            return [None] * len(self.memory_blocks)
-        table = self.distances()
-        by_block: dict[int, Tensor] = {}
+    def _position_terms(self) -> list[Tensor | None]:
+        """The position terms of every depth's attention (computed once per distinct block)."""
+        by_block: dict[int, Tensor | None] = {}
         for block in self.memory_blocks:
             if id(block) not in by_block:
-                by_block[id(block)] = block.attn.position_keys(table)
+                by_block[id(block)] = block.attn.position_terms()
         return [by_block[id(block)] for block in self.memory_blocks]
 
     def _parameter_stamp(self) -> int:
-        """A fingerprint of the parameters the caches depend on; it changes whenever one of them is
-        updated in place (optimizer steps, ``load_state_dict``) or moved (``.to``)."""
+        """A fingerprint of every parameter and buffer of the memory blocks, which the caches
+        (keys, values, position terms) are computed from; it changes whenever one of them is
+        updated in place (optimizer steps, ``load_state_dict``) or moved (``.to``). Covering the
+        whole block means a new attention cannot forget to declare what its caches depend on."""
         blocks = {id(block): block for block in self.memory_blocks}.values()
-        parameters = [p for block in blocks for p in block.memory_parameters()]
-        return hash(tuple((p.data_ptr(), p._version) for p in parameters)) & (2**62 - 1)
+        tensors = [t for block in blocks for t in (*block.parameters(), *block.buffers())]
+        return hash(tuple((t.data_ptr(), t._version) for t in tensors)) & (2**62 - 1)
 
-    def _cached_position_keys(self, stamp: int) -> list[Tensor | None]:
-        """Position keys for rollout steps, recomputed only when the parameters change."""
+    def _cached_position_terms(self, stamp: int) -> list[Tensor | None]:
+        """Position terms for rollout steps, recomputed only when the parameters change."""
         if self._position_cache is None or self._position_cache[0] != stamp:
             with torch.no_grad():
-                self._position_cache = (stamp, self._position_keys())
+                self._position_cache = (stamp, self._position_terms())
         return self._position_cache[1]
 
     # -- the two execution paths -----------------------------------------------------------
@@ -101,7 +93,7 @@ class MemoryTransformer(MemoryBackbone):
         memory, valid = state["memory"], state["valid"]
         mask = attention_mask(valid, starts, self.memory_length)
         memory_kv = self._memory_kv(memory)
-        y, records, _, aux = self._depth(self.embed(x.transpose(0, 1)), memory_kv, mask, self._position_keys())
+        y, records, _, aux = self._depth(self.embed(x.transpose(0, 1)), memory_kv, mask, self._position_terms())
         T = torch.tensor([x.shape[0]], device=x.device)
         new_memory, new_valid = window_before(memory, valid, records.detach(), starts, T)
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
@@ -117,7 +109,7 @@ class MemoryTransformer(MemoryBackbone):
         no_start = valid.new_zeros(valid.shape[0], 1)  # the window is already reset
         mask = attention_mask(valid, no_start, self.memory_length)  # [B, 1, M+1]
         y, records, window_kv, _ = self._depth(self.embed(x).unsqueeze(1), memory_kv, mask,
-                                               self._cached_position_keys(stamp))
+                                               self._cached_position_terms(stamp))
         caches = {"cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
         for n, (keys, values) in enumerate(window_kv):  # [B, H, M+1, d]: drop the oldest slot
             caches[f"cache_keys_{n}"], caches[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]

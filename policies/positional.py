@@ -1,5 +1,5 @@
-"""Positional information: sinusoidal and learned absolute encodings, and the sinusoid
-table of relative distances used by Transformer-XL attention."""
+"""Positional information: sinusoidal and learned absolute encodings, and the sinusoid table
+that Transformer-XL attention (:mod:`policies.relative_attention`) evaluates at distances."""
 
 from __future__ import annotations
 
@@ -54,20 +54,3 @@ ABSOLUTE_ENCODINGS: dict[str, type[nn.Module]] = {
     "learned": LearnedPositionalEncoding,
 }
 
-
-class RelativeDistances(nn.Module):
-    """The sinusoid table ``R_d`` for distances ``d = 0..max_distance`` (Dai et al. 2019).
-
-    Distances beyond ``max_distance`` are clamped to it (TrXL's ``clamp_len``); with the
-    banded causal mask they are never attended to, so the clamp only bounds the table.
-    """
-
-    def __init__(self, dim: int, max_distance: int) -> None:
-        super().__init__()
-        self.dim = dim
-        self.max_distance = max_distance
-        self.register_buffer("table", sinusoid_table(torch.arange(max_distance + 1.0), dim), persistent=False)
-
-    def forward(self) -> Tensor:
-        """``[max_distance + 1, dim]``, row ``d`` encodes distance ``d``."""
-        return self.table

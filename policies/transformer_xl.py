@@ -34,12 +34,13 @@ class GatedTransformerXL(MemoryTransformer):
     def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
                  layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
-                 position: str = "relative", dropout: float = 0.0) -> None:
+                 attention: str = "relative", dropout: float = 0.0) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
-                         memory_length=memory_length, n_depth=n_layers, position=position)
+                         memory_length=memory_length, n_depth=n_layers)
         self.layers = nn.ModuleList(
             TransformerXLBlock(d_model, n_heads, self.d_head, d_inner or 4 * d_model, layout=layout, gate=gate,
-                               gate_bias=gate_bias, relative=self.relative, dropout=dropout)
+                               gate_bias=gate_bias, attention=attention, max_distance=memory_length,
+                               dropout=dropout)
             for _ in range(n_layers))
 
     @property
@@ -47,10 +48,10 @@ class GatedTransformerXL(MemoryTransformer):
         return list(self.layers)
 
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
-               position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+               position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
         records, window_kv = [], []
-        for layer, kv, pos in zip(self.layers, memory_kv, position_keys, strict=True):
+        for layer, kv, terms in zip(self.layers, memory_kv, position_terms, strict=True):
             records.append(h)
-            h, layer_kv = layer(h, kv, mask, pos)
+            h, layer_kv = layer(h, kv, mask, terms)
             window_kv.append(layer_kv)
         return h, torch.stack(records, dim=2), window_kv, {}

@@ -31,13 +31,13 @@ class UniversalTransformerACT(MemoryTransformer):
     def __init__(self, input_dim: int, *, d_model: int = 128, n_heads: int = 4, d_head: int | None = None,
                  d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,
                  epsilon: float = 0.01, halting_bias: float = 1.0, step_encoding: str = "sinusoidal",
-                 gate: str = "gru", gate_bias: float | None = None, position: str = "relative",
+                 gate: str = "gru", gate_bias: float | None = None, attention: str = "relative",
                  dropout: float = 0.0) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
-                         memory_length=memory_length, n_depth=max_steps, position=position)
+                         memory_length=memory_length, n_depth=max_steps)
         self.block = TransformerXLBlock(d_model, n_heads, self.d_head, d_inner or 4 * d_model,
                                         layout="identity-map", gate=gate, gate_bias=gate_bias,
-                                        relative=self.relative, dropout=dropout)
+                                        attention=attention, max_distance=memory_length, dropout=dropout)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)
         if step_encoding not in ABSOLUTE_ENCODINGS:
             raise ValueError(f"unknown step_encoding {step_encoding!r}; valid: {', '.join(ABSOLUTE_ENCODINGS)}")
@@ -55,7 +55,7 @@ class UniversalTransformerACT(MemoryTransformer):
         return list(zip(keys, values, strict=True))
 
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
-               position_keys: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+               position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
         records: list[Tensor] = []
         window_kv: list[KeysValues] = []
         encodings = self.step_encoding(torch.arange(self.act.max_steps, device=h.device))  # [max_steps, D]
@@ -63,7 +63,7 @@ class UniversalTransformerACT(MemoryTransformer):
         def ponder_step(n: int, state: Tensor) -> tuple[Tensor, Tensor]:
             inputs = state + encodings[n]
             records.append(inputs)
-            out, kv = self.block(inputs, memory_kv[n], mask, position_keys[n])
+            out, kv = self.block(inputs, memory_kv[n], mask, position_terms[n])
             window_kv.append(kv)
             return inputs, out
 

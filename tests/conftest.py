@@ -37,12 +37,13 @@ def tmaze(n_envs: int = 4, seed: int = 0, length: int = 3) -> Any:
     return make_vec_env("TMaze-v0", n_envs=n_envs, seed=seed, length=length)
 
 
-def small_model(backbone: str, env: Any = None, algo: str = "ppo", **kwargs: Any) -> Any:
-    """A learner with a small backbone and short rollouts on :func:`tmaze` (or ``env``)."""
+def small_model(backbone: str, env: Any = None, algo: str = "ppo", backbone_options: dict[str, Any] | None = None,
+                **kwargs: Any) -> Any:
+    """A learner with a small backbone (plus ``backbone_options``) and short rollouts on :func:`tmaze` (or ``env``)."""
     options = {"n_steps": 16, "batch_size": 32, "n_epochs": 2, "segment_length": 4, "seed": 0, **kwargs}
+    backbone_kwargs = {**small_options(backbone, **LEARNER_SIZES), **(backbone_options or {})}
     return ALGOS[algo]("MemoryPolicy", env if env is not None else tmaze(),
-                       policy_kwargs={"backbone": backbone,
-                                      "backbone_kwargs": small_options(backbone, **LEARNER_SIZES)}, **options)
+                       policy_kwargs={"backbone": backbone, "backbone_kwargs": backbone_kwargs}, **options)
 
 
 class LogpGaps(BaseCallback):

@@ -1,5 +1,5 @@
-"""Invariant 4 (relative attention equals the naive four-term computation), the relative
-shift, the banded mask and the absence of NaN at episode starts."""
+"""Invariant 4 (relative attention equals the naive four-term computation), ALiBi against its
+formula, the relative shift, the banded mask and the absence of NaN at episode starts."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import math
 import pytest
 import torch
 
-from policies.attention import MultiHeadAttention, RelativeMultiHeadAttention, rel_shift
+from policies.alibi import ALiBiAttention, alibi_slopes
+from policies.attention import ATTENTIONS, MultiHeadAttention, make_attention
 from policies.memory import attention_mask, window_before
 from policies.positional import (
     LearnedPositionalEncoding,
-    RelativeDistances,
     SinusoidalPositionalEncoding,
     sinusoid_table,
 )
+from policies.relative_attention import RelativeMultiHeadAttention, rel_shift
 
 B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
 
@@ -50,7 +51,7 @@ def naive_relative_attention(attn: RelativeMultiHeadAttention, h, memory, mask):
 
 def test_relative_attention_equals_the_four_terms():
     torch.manual_seed(0)
-    attn = RelativeMultiHeadAttention(D, H, DH).double()
+    attn = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
     with torch.no_grad():  # non-trivial u, v so terms (c) and (d) matter
         attn.u.normal_()
         attn.position_bias.normal_()
@@ -59,9 +60,8 @@ def test_relative_attention_equals_the_four_terms():
     starts = torch.zeros(B, T, dtype=torch.bool)
     starts[1, 4] = True
     mask = attention_mask(valid, starts, M)
-    table = sinusoid_table(torch.arange(M + 1.0, dtype=torch.float64), D)
     with torch.no_grad():
-        fast, _ = attn(h, attn.keys_values(memory), mask, attn.position_keys(table))
+        fast, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
         slow = naive_relative_attention(attn, h, memory, mask)
     torch.testing.assert_close(fast, slow, atol=1e-10, rtol=0)
 
@@ -78,7 +78,7 @@ def test_rel_shift_aligns_every_row_to_its_distances():
 
 def test_content_attention_masks_memory_and_is_scaled_by_head_dim():
     torch.manual_seed(0)
-    attn = MultiHeadAttention(D, H, DH).double()
+    attn = MultiHeadAttention(D, H, DH, max_distance=M).double()
     h, memory = torch.randn(1, 1, D, dtype=torch.float64), torch.randn(1, M, D, dtype=torch.float64)
     mask = torch.ones(1, 1, M + 1, dtype=torch.bool)
     mask[..., :2] = False
@@ -91,17 +91,15 @@ def test_content_attention_masks_memory_and_is_scaled_by_head_dim():
     torch.testing.assert_close(out, expected)
 
 
-@pytest.mark.parametrize("relative", [True, False])
-def test_first_step_of_an_episode_has_no_nan(relative):
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_first_step_of_an_episode_has_no_nan(name):
     """Every memory slot invalid (episode start): the query still sees itself, output finite."""
-    attn = (RelativeMultiHeadAttention if relative else MultiHeadAttention)(D, H, DH)
+    attn = make_attention(name, D, H, DH, max_distance=M)
     valid = torch.zeros(B, M, dtype=torch.bool)
     starts = torch.ones(B, T, dtype=torch.bool)  # every step starts a new one-step episode
     mask = attention_mask(valid, starts, M)
     assert mask.sum(-1).eq(1).all()
-    table = sinusoid_table(torch.arange(M + 1.0), D)
-    out, _ = attn(torch.randn(B, T, D), attn.keys_values(torch.randn(B, M, D) * 1e6), mask,
-                  attn.position_keys(table))
+    out, _ = attn(torch.randn(B, T, D), attn.keys_values(torch.randn(B, M, D) * 1e6), mask, attn.position_terms())
     assert torch.isfinite(out).all()
 
 
@@ -129,11 +127,14 @@ def test_window_before_rebuilds_states_by_index():
     assert window_valid[0].int().tolist() == [[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 1, 1]]
 
 
-def test_relative_distance_table_is_the_sinusoid_of_each_distance():
-    table = RelativeDistances(D, M)()
-    torch.testing.assert_close(table, sinusoid_table(torch.arange(M + 1.0), D))
-    frequencies = 10000 ** (-torch.arange(0, D, 2.0) / D)
-    torch.testing.assert_close(table[3, : D // 2], torch.sin(3 * frequencies))
+def test_relative_position_terms_project_the_sinusoid_of_each_distance():
+    """``W_kR R`` with ``R_d = [sin(d ω_i), cos(d ω_i)]``, ``ω_i = 10000^(-2i/D)``, distances descending."""
+    attn = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    frequencies = 10000 ** (-torch.arange(0, D, 2.0, dtype=torch.float64) / D)
+    for distance in (0, 3, M):
+        R = torch.cat([torch.sin(distance * frequencies), torch.cos(distance * frequencies)])
+        expected = (attn.r_net.weight @ R).view(H, DH)
+        torch.testing.assert_close(attn.position_terms()[:, M - distance], expected)
 
 
 def test_absolute_positional_encodings():
@@ -144,3 +145,43 @@ def test_absolute_positional_encodings():
     torch.testing.assert_close(sinusoidal[1, 3:], torch.cos(2 * frequencies))
     learned = LearnedPositionalEncoding(6, max_positions=8)
     torch.testing.assert_close(learned(positions), learned.table.weight[1:3])
+
+
+def test_alibi_slopes_follow_press_et_al():
+    """Powers of two: ``2^(−8h/n)``; otherwise the nearest power's slopes, then every other one of
+    twice that power (Press et al. 2022). Mutation caught: a slope sequence starting at ``h = 0``."""
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -h for h in range(1, 9)]))
+    torch.testing.assert_close(alibi_slopes(4), torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]))
+    torch.testing.assert_close(alibi_slopes(6), torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8,
+                                                              2.0 ** -1, 2.0 ** -3]))
+
+
+def test_alibi_attention_equals_content_scores_minus_slope_times_distance():
+    """``softmax(q_iᵀk_j/√d − m_h (i − j))`` written out per (query, key), with memory and episode starts."""
+    torch.manual_seed(0)
+    attn = ALiBiAttention(D, H, DH, max_distance=M).double()
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[0, 3] = True
+    mask = attention_mask(torch.ones(B, M, dtype=torch.bool), starts, M)
+    context = torch.cat([memory, h], dim=1)
+    q = attn._heads(attn.q_net(h))
+    k, v = attn.keys_values(context)
+    expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
+    for b in range(B):
+        for n in range(H):
+            for i in range(T):
+                scores = torch.stack([q[b, n, i] @ k[b, n, j] / math.sqrt(DH) - alibi_slopes(H)[n] * (M + i - j)
+                                      if mask[b, i, j] else torch.tensor(float("-inf"), dtype=torch.float64)
+                                      for j in range(M + T)])
+                expected[b, n, i] = torch.softmax(scores, dim=0) @ v[b, n]
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+        expected = attn.out_net(expected.transpose(1, 2).reshape(B, T, -1))
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
+
+
+def test_unknown_attention_names_the_valid_ones():
+    with pytest.raises(ValueError, match="'rotary'.*valid attentions: ") as error:
+        make_attention("rotary", D, H, DH, max_distance=M)
+    assert all(name in str(error.value) for name in ATTENTIONS)

@@ -1,11 +1,12 @@
-"""The memory contract and invariants 1, 2 (docs/design.md) for every backbone of the registry."""
+"""The memory contract and invariants 1, 2 (docs/design.md) for every backbone of the registry, and
+for GTrXL with every registered attention (the cases come from the registries, not from a list)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from policies import BACKBONES, make_backbone
+from policies import ATTENTIONS, BACKBONES, make_backbone
 from policies.memory import strip_cache
 from policies.positional import sinusoid_table
 from tests.conftest import GATED, TRANSFORMERS, small_options
@@ -14,11 +15,18 @@ INPUT_DIM = 5
 MEMORY = 4
 OPTIONS = {name: small_options(name, d_model=16, n_heads=2, memory_length=MEMORY, hidden_size=12, n_layers=2, k=3)
            for name in BACKBONES}
+DEFAULT_ATTENTION = BACKBONES["gtrxl"].options()["attention"]
+CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
+    f"gtrxl-{attention}": ("gtrxl", {**OPTIONS["gtrxl"], "attention": attention})
+    for attention in ATTENTIONS if attention != DEFAULT_ATTENTION}
+"""test case → (backbone, options): every backbone, then GTrXL with each other attention"""
+ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
 
-def build(name: str, dtype: torch.dtype = torch.float32, **extra: object) -> torch.nn.Module:
+def build(case: str, dtype: torch.dtype = torch.float32, **extra: object) -> torch.nn.Module:
     torch.manual_seed(0)
-    return make_backbone(name, INPUT_DIM, **{**OPTIONS[name], **extra}).to(dtype)
+    name, options = CASES[case]
+    return make_backbone(name, INPUT_DIM, **{**options, **extra}).to(dtype)
 
 
 def starts_pattern(T: int, B: int) -> torch.Tensor:
@@ -52,7 +60,7 @@ def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -
     return state
 
 
-@pytest.mark.parametrize("name", list(BACKBONES))
+@pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 def test_step_equals_sequence(name, dtype, atol):
     """Invariant 1: stepping equals the whole sequence (T > M, starts mid-sequence and mid-batch),
@@ -77,7 +85,7 @@ def test_step_equals_sequence(name, dtype, atol):
         torch.testing.assert_close(state_b[key], state_seq[key], atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("name", list(BACKBONES))
+@pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("mode", ["step", "sequence"])
 def test_episode_isolation(name, mode):
     """Invariant 2: after env 0's episode starts at t=6, neither what env 0 saw before (inputs or
@@ -106,7 +114,7 @@ def test_episode_isolation(name, mode):
         assert not torch.allclose(y[:start, 0], y_other[:start, 0], atol=1e-3)
 
 
-@pytest.mark.parametrize("name", TRANSFORMERS)
+@pytest.mark.parametrize("name", ATTENDING)
 def test_window_is_exactly_memory_length(name):
     """An input exactly M steps back still changes a 1-layer transformer's output; one M+1 back does not."""
     extra = {"max_steps": 1} if name == "ut-act" else {"n_layers": 1}
@@ -132,7 +140,7 @@ def test_window_is_exactly_memory_length(name):
         torch.testing.assert_close(y_step, y, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", list(BACKBONES))
+@pytest.mark.parametrize("name", list(CASES))
 def test_gradients_reach_every_parameter(name):
     backbone = build(name, **({"step_encoding": "learned"} if name == "ut-act" else {}))
     T, B = 3 * MEMORY + 2, 3
@@ -156,7 +164,7 @@ def test_every_gate_reaches_its_bias(name, gate):
     assert biases and all(p.grad is not None and p.grad.abs().sum() > 0 for p in biases)
 
 
-@pytest.mark.parametrize("name", TRANSFORMERS)
+@pytest.mark.parametrize("name", ATTENDING)
 def test_step_caches_follow_parameter_updates(name):
     """Rollout caches (keys/values, projected distances) are rebuilt after an optimizer step."""
     backbone = build(name)
@@ -173,6 +181,26 @@ def test_step_caches_follow_parameter_updates(name):
     with torch.no_grad():
         y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
     torch.testing.assert_close(y_step, y_seq, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ATTENDING)
+def test_step_caches_follow_every_block_parameter(name):
+    """Changing any single parameter of a memory block in place invalidates the rollout caches, so
+    no attention can leave a parameter out of the cache fingerprint (mutation caught: a fingerprint
+    over the key/value projection only, which misses W_kR, u, v and the norms)."""
+    backbone = build(name)
+    B, T = 2, MEMORY + 2
+    x = torch.randn(T + 1, B, INPUT_DIM)
+    starts = torch.zeros(T + 1, B, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+    blocks = {id(block): block for block in backbone.memory_blocks}.values()
+    for n, parameter in enumerate(p for block in blocks for p in block.parameters()):
+        with torch.no_grad():
+            parameter.add_(0.5 * torch.randn_like(parameter))
+            y_step, _ = backbone.step(x[T], state, starts[T])
+            y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
+        torch.testing.assert_close(y_step, y_seq[0], atol=1e-5, rtol=0, msg=f"stale cache after parameter {n}")
 
 
 @pytest.mark.parametrize("name", list(BACKBONES))

@@ -22,11 +22,11 @@ def relative_deviation(gate: str, gate_bias: float | None, layout: str = "identi
     deviations = []
     for seed in range(5):
         torch.manual_seed(seed)
-        block = TransformerXLBlock(D, 4, 16, 4 * D, layout=layout, gate=gate, gate_bias=gate_bias)
+        block = TransformerXLBlock(D, 4, 16, 4 * D, max_distance=6, layout=layout, gate=gate, gate_bias=gate_bias)
         h, memory = torch.randn(8, 10, D), torch.randn(8, 6, D)
         mask = attention_mask(torch.ones(8, 6, dtype=torch.bool), torch.zeros(8, 10, dtype=torch.bool), 6)
         with torch.no_grad():
-            out, _ = block(h, block.memory_kv(memory), mask, block.attn.position_keys(torch.randn(7, D)))
+            out, _ = block(h, block.memory_kv(memory), mask, block.attn.position_terms())
         deviations.append(((out - h).norm() / h.norm()).item())
     return sum(deviations) / len(deviations)
 

@@ -21,18 +21,22 @@ from stable_baselines3.common.envs import (
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from agents import MemoryPPO, NonFiniteError
-from policies import BACKBONES
+from policies import ATTENTIONS, BACKBONES
 from tests.conftest import LogpGaps, small_model, tmaze
 
 
-@pytest.mark.parametrize("backbone", list(BACKBONES))
+@pytest.mark.parametrize("backbone", list(BACKBONES) + [f"gtrxl-{name}" for name in ATTENTIONS
+                                                      if name != BACKBONES["gtrxl"].options()["attention"]])
 @pytest.mark.parametrize("segment_length", [1, 4])
 def test_rollout_equals_training(backbone, segment_length):
     """Invariant 3: before any gradient step of an update, recomputed log-probs equal the rollout's.
 
     Four updates, so windows cross rollout boundaries; TMaze length 3 ends episodes inside rollouts.
+    ``gtrxl-<attention>`` runs GTrXL with each registered attention.
     """
-    model = small_model(backbone, segment_length=segment_length)
+    backbone, _, attention = backbone.partition("-") if backbone.startswith("gtrxl-") else (backbone, "", "")
+    model = small_model(backbone, segment_length=segment_length,
+                        backbone_options={"attention": attention} if attention else None)
     gaps = LogpGaps()
     model.learn(5 * 16 * 4, callback=gaps)
     assert len(gaps.gaps) == 4

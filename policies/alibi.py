@@ -1,0 +1,43 @@
+"""ALiBi: attention with linear biases (Press et al. 2022), registered as ``alibi``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from policies.attention import MultiHeadAttention, key_distances, register_attention
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """The head slopes of Press et al. (2022, Sec. 3): for ``n`` a power of two, the geometric
+    sequence ``m_h = 2^(−8h/n)``, ``h = 1..n``. Otherwise the ``2^⌊log2 n⌋`` slopes of the nearest
+    power of two, followed by every other slope of twice that power, up to ``n`` heads."""
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be >= 1, got {n_heads}")
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    power = 2 ** math.floor(math.log2(n_heads))
+    slopes = geometric(power) + geometric(2 * power)[0::2][:n_heads - power]
+    return torch.tensor(slopes)
+
+
+@register_attention("alibi")
+class ALiBiAttention(MultiHeadAttention):
+    """Content attention plus a fixed linear penalty on distance (Press et al. 2022):
+    ``softmax(q_iᵀk_j / √d_head − m_h · (i − j))`` with the head slopes of :func:`alibi_slopes`.
+
+    No position embedding and no learned position parameter: each head forgets at its own rate,
+    and the same scores arise whether a key is seen from a rollout step or from a training segment.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def score_bias(self, q: Tensor, position_terms: Tensor | None, n_keys: int) -> Tensor:
+        distance = key_distances(q.shape[2], n_keys, q.device).clamp(min=0)  # future keys are masked
+        return -(self.slopes.view(-1, 1, 1) * distance).to(q.dtype).unsqueeze(0)  # [1, H, T, K]
