@@ -22,6 +22,7 @@ from envs import make_vec_env
 from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
 from experiments.evaluation import RunCallback, evaluate, save_model_atomic
 from experiments.run_dir import latest_checkpoint, run_dir, write_atomic
+from policies import BACKBONES
 
 EVAL_SEED_OFFSET = 10_000
 
@@ -118,10 +119,17 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
 
 
 def check_same_config(config: RunConfig, saved: Path) -> None:
-    """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys)."""
+    """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys).
+
+    Compared: every setting that shapes this run. Not compared: the budget, device and threads,
+    where the run is written (``log_dir``: a run directory may be moved or copied into a study),
+    and the sections of the other learners and backbones (a task config that gains a section for
+    a new backbone still resumes the runs it already holds).
+    """
     previous = plain(load_yaml(saved))
     current = plain(config.to_dict())
-    ignored = {"total_timesteps", "device", "threads"}
+    other_sections = (set(ALGOS) | set(BACKBONES)) - {config.algo, config.backbone}
+    ignored = {"total_timesteps", "device", "threads", "log_dir"} | other_sections
     changed = sorted(k for k in set(previous) | set(current)
                      if k not in ignored and previous.get(k) != current.get(k))
     if changed:

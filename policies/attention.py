@@ -60,22 +60,14 @@ def key_distances(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
     return queries - torch.arange(n_keys, device=device).view(1, -1)
 
 
-@register_attention("none")
-class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention, ``softmax(q kᵀ / √d_head + bias) v``, over ``[memory; segment]``.
+class HeadProjections(nn.Module):
+    """The projections every multi-head attention shares (Vaswani et al. 2017): queries ``h W_q``,
+    keys and values ``h W_k``, ``h W_v`` split into ``H`` heads of width ``d_head``, and the output
+    projection of the concatenated heads (all without bias, Xavier-uniform as in Transformer-XL)."""
 
-    Vaswani et al. (2017), with Transformer-XL's memory: ``q = h W_q``, ``k = h̃ W_k``,
-    ``v = h̃ W_v`` where ``h̃ = [SG(m); h]``. Registered as ``none``: content only, no position
-    information (order is then only visible through the memory's content). Subclasses add a
-    position scheme through :meth:`position_terms`, :meth:`score_bias` and :meth:`content_query`.
-    """
-
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_head: int) -> None:
         super().__init__()
         self.n_heads, self.d_head = n_heads, d_head
-        self.max_distance = max_distance
-        self.scale = 1.0 / math.sqrt(d_head)
-        self.dropout = dropout
         self.q_net = nn.Linear(d_model, n_heads * d_head, bias=False)
         self.kv_net = nn.Linear(d_model, 2 * n_heads * d_head, bias=False)
         self.out_net = nn.Linear(n_heads * d_head, d_model, bias=False)
@@ -87,10 +79,36 @@ class MultiHeadAttention(nn.Module):
         B, N, _ = x.shape
         return x.view(B, N, self.n_heads, self.d_head).transpose(1, 2)
 
+    def queries(self, h: Tensor) -> Tensor:
+        """Queries of hidden states ``[B, N, D]``, ``[B, H, N, d_head]``."""
+        return self._heads(self.q_net(h))
+
     def keys_values(self, h: Tensor) -> KeysValues:
         """Keys and values of hidden states ``[B, N, D]``, each ``[B, H, N, d_head]``."""
         k, v = self.kv_net(h).chunk(2, dim=-1)
         return self._heads(k), self._heads(v)
+
+    def merge(self, heads: Tensor) -> Tensor:
+        """Per-head outputs ``[B, H, N, d_head]`` → the projected output ``[B, N, D]``."""
+        B, _, N, _ = heads.shape
+        return self.out_net(heads.transpose(1, 2).reshape(B, N, -1))
+
+
+@register_attention("none")
+class MultiHeadAttention(HeadProjections):
+    """Scaled dot-product attention, ``softmax(q kᵀ / √d_head + bias) v``, over ``[memory; segment]``.
+
+    Vaswani et al. (2017), with Transformer-XL's memory: ``q = h W_q``, ``k = h̃ W_k``,
+    ``v = h̃ W_v`` where ``h̃ = [SG(m); h]``. Registered as ``none``: content only, no position
+    information (order is then only visible through the memory's content). Subclasses add a
+    position scheme through :meth:`position_terms`, :meth:`score_bias` and :meth:`content_query`.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, d_head)
+        self.max_distance = max_distance
+        self.scale = 1.0 / math.sqrt(d_head)
+        self.dropout = dropout
 
     def position_terms(self) -> Tensor | None:
         """What the position scheme computes from its parameters once per pass (none here)."""
@@ -117,7 +135,7 @@ class MultiHeadAttention(nn.Module):
             The output ``[B, T, D]`` and the keys and values of ``[memory; segment]``
             ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
         """
-        q = self._heads(self.q_net(h))
+        q = self.queries(h)
         k_seg, v_seg = self.keys_values(h)
         k = torch.cat([memory_kv[0], k_seg], dim=2)
         v = torch.cat([memory_kv[1], v_seg], dim=2)
@@ -127,5 +145,4 @@ class MultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(self.content_query(q), k, v, attn_mask=attn_mask,
                                              dropout_p=self.dropout if self.training else 0.0,
                                              scale=self.scale)
-        B, _, T, _ = out.shape
-        return self.out_net(out.transpose(1, 2).reshape(B, T, -1)), (k, v)
+        return self.merge(out), (k, v)

@@ -12,9 +12,11 @@ Three layouts from Parisotto et al. (2020, Sec. 3), with ``h̃ = [SG(M); E]``:
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, make_attention
+from policies.attention import HeadProjections, KeysValues
 from policies.gates import make_gate
 
 LAYOUTS = ("post-ln", "identity-map")
@@ -36,21 +38,21 @@ class TransformerXLBlock(nn.Module):
     """One Transformer-XL layer in the ``post-ln`` or ``identity-map`` layout (see module doc).
 
     ``gate`` names the merge of stream and submodule output (``residual`` or a GTrXL gate
-    from :mod:`policies.gates`); the post-LN layout only takes ``residual``. ``attention`` names
-    a registered attention (:data:`policies.attention.ATTENTIONS`) and with it the position
-    scheme; ``max_distance`` is the farthest key a query sees (the memory length).
+    from :mod:`policies.gates`); the post-LN layout only takes ``residual``. ``attention`` is the
+    attention module (:func:`policies.attention.make_attention` for the windowed ones); the block
+    passes whatever context it needs (memory keys and values, mask, position terms, or a
+    recurrent carry) through and returns what the attention returns beside its output.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_inner: int, *, max_distance: int,
-                 layout: str = "identity-map", gate: str = "residual", gate_bias: float | None = None,
-                 attention: str = "relative", dropout: float = 0.0) -> None:
+    def __init__(self, attention: HeadProjections, d_model: int, d_inner: int, *, layout: str = "identity-map",
+                 gate: str = "residual", gate_bias: float | None = None, dropout: float = 0.0) -> None:
         super().__init__()
         if layout not in LAYOUTS:
             raise ValueError(f"unknown block layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
         if layout == "post-ln" and gate != "residual":
             raise ValueError(f"the post-ln layout (TrXL) uses residual connections, not gate {gate!r}")
         self.identity_map = layout == "identity-map"
-        self.attn = make_attention(attention, d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        self.attn = attention
         self.ff = PositionwiseFeedForward(d_model, d_inner, dropout)
         self.attn_norm = nn.LayerNorm(d_model)
         self.ff_norm = nn.LayerNorm(d_model)
@@ -62,16 +64,16 @@ class TransformerXLBlock(nn.Module):
         """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
         return self.attn.keys_values(self.attn_norm(memory) if self.identity_map else memory)
 
-    def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
-                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        """``h``: ``[B, T, D]`` this layer's input for the segment; returns its output and the keys
-        and values of ``[memory; segment]``."""
+    def forward(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
+        """``h``: ``[B, T, D]`` this layer's input for the segment, ``context`` the attention's other
+        arguments; returns the block's output and what the attention returns beside its own (the
+        keys and values of ``[memory; segment]``, or the carry after the segment)."""
         if self.identity_map:
-            y, kv = self.attn(self.attn_norm(h), memory_kv, mask, position_terms)
+            y, carried = self.attn(self.attn_norm(h), *context)
             stream = self.attn_gate(h, self.drop(y).relu())
             out = self.ff_gate(stream, self.drop(self.ff(self.ff_norm(stream))).relu())
         else:
-            y, kv = self.attn(h, memory_kv, mask, position_terms)
+            y, carried = self.attn(h, *context)
             stream = self.attn_norm(self.attn_gate(h, self.drop(y)))
             out = self.ff_norm(self.ff_gate(stream, self.drop(self.ff(stream))))
-        return out, kv
+        return out, carried

@@ -8,6 +8,7 @@ from typing import Any
 
 from policies.backbone import MemoryBackbone
 from policies.feedforward import FrameStack, MLPMemoryless
+from policies.linear_transformer import LinearTransformer
 from policies.recurrent import RecurrentMemory
 from policies.transformer_xl import GatedTransformerXL
 from policies.universal import UniversalTransformerACT
@@ -37,6 +38,8 @@ BACKBONES: dict[str, BackboneSpec] = {
                           {"layout": "identity-map"}),
     "ut-act": BackboneSpec(UniversalTransformerACT,
                            "Universal Transformer with ACT halting (Dehghani et al. 2019; Graves 2016)"),
+    "linear": BackboneSpec(LinearTransformer,
+                           "Linear Transformer: causal linear attention in recurrent form (Katharopoulos et al. 2020)"),
     "lstm": BackboneSpec(RecurrentMemory, "LSTM (Hochreiter & Schmidhuber 1997)", {"cell": "lstm"}),
     "gru": BackboneSpec(RecurrentMemory, "GRU (Cho et al. 2014)", {"cell": "gru"}),
     "mlp": BackboneSpec(MLPMemoryless, "memoryless MLP"),

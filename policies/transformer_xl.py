@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from policies.attention import KeysValues
+from policies.attention import KeysValues, make_attention
 from policies.backbone import Aux
 from policies.blocks import TransformerXLBlock
 from policies.memory_transformer import MemoryTransformer
@@ -38,8 +38,9 @@ class GatedTransformerXL(MemoryTransformer):
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=n_layers)
         self.layers = nn.ModuleList(
-            TransformerXLBlock(d_model, n_heads, self.d_head, d_inner or 4 * d_model, layout=layout, gate=gate,
-                               gate_bias=gate_bias, attention=attention, max_distance=memory_length,
+            TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head, max_distance=memory_length,
+                                              dropout=dropout),
+                               d_model, d_inner or 4 * d_model, layout=layout, gate=gate, gate_bias=gate_bias,
                                dropout=dropout)
             for _ in range(n_layers))
 

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from policies.act import AdaptiveComputationTime
-from policies.attention import KeysValues
+from policies.attention import KeysValues, make_attention
 from policies.backbone import Aux
 from policies.blocks import TransformerXLBlock
 from policies.memory_transformer import MemoryTransformer
@@ -35,9 +35,10 @@ class UniversalTransformerACT(MemoryTransformer):
                  dropout: float = 0.0) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=max_steps)
-        self.block = TransformerXLBlock(d_model, n_heads, self.d_head, d_inner or 4 * d_model,
-                                        layout="identity-map", gate=gate, gate_bias=gate_bias,
-                                        attention=attention, max_distance=memory_length, dropout=dropout)
+        self.block = TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
+                                                       max_distance=memory_length, dropout=dropout),
+                                        d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate,
+                                        gate_bias=gate_bias, dropout=dropout)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)
         if step_encoding not in ABSOLUTE_ENCODINGS:
             raise ValueError(f"unknown step_encoding {step_encoding!r}; valid: {', '.join(ABSOLUTE_ENCODINGS)}")

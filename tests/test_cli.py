@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,6 +140,16 @@ def test_resume_refuses_a_changed_configuration(tmp_path, capsys):
     assert train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0"]) == 0
     code = train_rl.main([*TINY, "--log-dir", str(tmp_path), "-n", "128", "--resume", "-p", "gtrxl.d_model=32"])
     assert code == 2 and "differs" in capsys.readouterr().err
+
+
+def test_resume_ignores_other_backbones_sections_and_a_moved_run(tmp_path):
+    """A task config that gains a section for another backbone or learner still resumes its runs, and so
+    does a run directory copied elsewhere (mutation caught: comparing every section)."""
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path / "a"), "-n", "64"]) == 0
+    run = next((tmp_path / "a").iterdir())
+    shutil.copytree(run, tmp_path / "b" / run.name)
+    others = ["-p", "lstm.hidden_size=8", "vmpo.n_steps=8"]
+    assert train_rl.main([*TINY, "--log-dir", str(tmp_path / "b"), "-n", "128", "--resume", *others]) == 0
 
 
 def test_non_finite_training_exits_3_and_keeps_checkpoints(tmp_path, capsys):

@@ -9,6 +9,7 @@ import torch
 from stable_baselines3.common.policies import BasePolicy
 
 from policies.act import AdaptiveComputationTime
+from policies.attention import make_attention
 from policies.blocks import TransformerXLBlock
 from policies.gates import GATES, GRUGate, make_gate
 from policies.memory import attention_mask
@@ -22,7 +23,8 @@ def relative_deviation(gate: str, gate_bias: float | None, layout: str = "identi
     deviations = []
     for seed in range(5):
         torch.manual_seed(seed)
-        block = TransformerXLBlock(D, 4, 16, 4 * D, max_distance=6, layout=layout, gate=gate, gate_bias=gate_bias)
+        attention = make_attention("relative", D, 4, 16, max_distance=6)
+        block = TransformerXLBlock(attention, D, 4 * D, layout=layout, gate=gate, gate_bias=gate_bias)
         h, memory = torch.randn(8, 10, D), torch.randn(8, 6, D)
         mask = attention_mask(torch.ones(8, 6, dtype=torch.bool), torch.zeros(8, 10, dtype=torch.bool), 6)
         with torch.no_grad():

@@ -1,0 +1,70 @@
+"""The ``linear`` backbone: gated Transformer blocks over causal linear attention (Katharopoulos
+et al. 2020), a memory that reaches back to the episode's first step at O(1) cost per step."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from policies.backbone import Aux, MemoryBackbone, as_bool
+from policies.blocks import TransformerXLBlock
+from policies.linear_attention import CausalLinearAttention
+from policies.memory import State
+
+
+class LinearTransformer(MemoryBackbone):
+    """A stack of ``n_layers`` identity-map blocks (GTrXL gates by default, Parisotto et al. 2020)
+    whose attention is :class:`~policies.linear_attention.CausalLinearAttention`.
+
+    The state window holds one record, the carry after the previous step: per layer the sums
+    ``S`` and ``z`` of every key and value of the episode so far, ``[n_layers, H, d_head, d_head + 1]``.
+    An episode start invalidates it, which feeds zero sums. ``step`` uses the recurrent form,
+    ``forward_sequence`` the parallel form over the segment; both give the same outputs.
+
+    Examples:
+        >>> backbone = LinearTransformer(8, d_model=32, n_layers=2, n_heads=2)
+        >>> state = backbone.initial_state(n_envs=4)
+        >>> y, state = backbone.step(torch.randn(4, 8), state, torch.ones(4, dtype=torch.bool))
+        >>> y.shape, state["memory"].shape
+        (torch.Size([4, 32]), torch.Size([4, 1, 2, 2, 16, 17]))
+    """
+
+    def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
+                 d_head: int | None = None, d_inner: int | None = None, gate: str = "gru",
+                 gate_bias: float | None = None) -> None:
+        super().__init__()
+        if d_head is None:
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_head")
+            d_head = d_model // n_heads
+        self.output_dim = d_model
+        self.memory_length = 1
+        self.record_shape = (n_layers, n_heads, d_head, d_head + 1)
+        self.embed = nn.Linear(input_dim, d_model)
+        self.layers = nn.ModuleList(
+            TransformerXLBlock(CausalLinearAttention(d_model, n_heads, d_head), d_model, d_inner or 4 * d_model,
+                               layout="identity-map", gate=gate, gate_bias=gate_bias)
+            for _ in range(n_layers))
+
+    def _run(self, h: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
+        """Every layer on ``h`` ``[B, T, D]`` from ``carry`` ``[B, n_layers, H, d, d+1]``."""
+        carried = []
+        for n, layer in enumerate(self.layers):
+            h, layer_carry = layer(h, carry[:, n], episode_starts)
+            carried.append(layer_carry)
+        return h, torch.stack(carried, dim=1)
+
+    def _carry(self, state: State, valid: Tensor) -> Tensor:
+        """The carry of the window, zero where it is invalid."""
+        return state["memory"][:, 0] * valid[:, 0].to(state["memory"].dtype).view(-1, 1, 1, 1, 1)
+
+    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
+        no_start = valid.new_zeros(valid.shape[0], 1)  # the window is already reset
+        y, carry = self._run(self.embed(x).unsqueeze(1), self._carry(state, valid), no_start)
+        return y[:, 0], carry, {}
+
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        valid = state["valid"]
+        y, carry = self._run(self.embed(x.transpose(0, 1)), self._carry(state, valid),
+                             as_bool(episode_starts).transpose(0, 1))
+        return y.transpose(0, 1), {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}, {}
