@@ -5,7 +5,7 @@ A Transformer-XL memory of ``M`` steps seen from every step of a rollout would c
 states). Here the buffer keeps, per backbone, the window carried into the rollout and the
 record each step pushed — ``(M + n_steps) · n_envs · layers · d`` floats — in one history
 tensor, and gathers the window entering any step when a minibatch asks for it
-(:func:`policies.memory.gather_windows`).
+(:func:`policies.memory.shared_windows`: each distinct record once, with the slots that point at it).
 
 Minibatches are segments of ``segment_length`` consecutive steps of one env, time-major:
 ``T = 1`` gives every step its own sample with its stored window; ``T > 1`` lets the learner
@@ -25,7 +25,7 @@ from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import Tensor
 
-from policies.memory import WindowHistory, episode_ids, gather_windows
+from policies.memory import WindowHistory, episode_ids, shared_windows
 from policies.policy import PolicyState
 
 
@@ -40,7 +40,7 @@ class MemoryBatch(NamedTuple):
     advantages: Tensor
     returns: Tensor
     episode_starts: Tensor  # [T, N]
-    states: PolicyState  # the window entering each segment, per backbone, [N, M, ...]
+    states: PolicyState  # the window entering each segment, per backbone, as shared records (N windows of M)
     extras: dict[str, Tensor]  # what the learner stored per step with add_extras, [T·N, ...]
 
 
@@ -131,10 +131,8 @@ class _MemoryStorage:
         env_t, t0_t = torch.as_tensor(env, device=self.device), torch.as_tensor(t0, device=self.device)
         t_t, e_t = torch.as_tensor(t, device=self.device), torch.as_tensor(e, device=self.device)
         extras = {name: value[t_t, e_t].flatten(0, 1) for name, value in self.extras.items()}
-        states = {}
-        for name, history in self.histories.items():
-            memory, valid = gather_windows(history, env_t, t0_t, self.memory_lengths[name])
-            states[name] = {"memory": memory, "valid": valid}
+        states = {name: shared_windows(history, env_t, t0_t, self.memory_lengths[name])
+                  for name, history in self.histories.items()}
         return MemoryBatch(
             observations=observations,
             actions=take(self.actions).float(),

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from policies.memory import State, empty_window, push_window, reset_window
+from policies.memory import State, empty_window, push_window, reset_window, windows
 
 Aux = dict[str, Tensor]
 
@@ -35,6 +35,8 @@ class MemoryBackbone(nn.Module, ABC):
     memory_length: int
     record_shape: tuple[int, ...]
     aux_loss_coefs: dict[str, float] = {}
+    shares_records: bool = False
+    """whether ``forward_sequence`` takes windows as shared records (:func:`policies.memory.shared_windows`)"""
 
     def _like(self) -> Tensor:
         """A parameter whose device and dtype the state follows."""
@@ -64,6 +66,13 @@ class MemoryBackbone(nn.Module, ABC):
     @abstractmethod
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         """A time-major segment ``[T, B, D]`` starting from ``state``."""
+
+    def segment_state(self, state: State) -> State:
+        """A stored state in the form ``forward_sequence`` takes: shared records stay shared when the
+        backbone projects each record once, and become windows ``[N, M, *record]`` otherwise."""
+        if self.shares_records or "memory" in state:
+            return state
+        return {"memory": windows(state), "valid": state["valid"]}
 
     def forward(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         return self.forward_sequence(x, state, episode_starts)

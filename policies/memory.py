@@ -16,8 +16,9 @@ Which slots a step sees follows one rule (:func:`in_window`): valid, same episod
 (:meth:`policies.backbone.MemoryBackbone.step`): episode starts invalidate the window
 (:func:`reset_window`), the step reads the valid slots, and its record is pushed
 (:func:`push_window`). Training rebuilds the window before any step of a stored rollout
-from the window at the rollout start plus the per-step records (:func:`gather_windows`):
-no per-step copies of the window are ever stored.
+from the window at the rollout start plus the per-step records (:func:`gather_windows`), or hands
+each distinct record once with the slots that point at it (:func:`shared_windows`): no per-step
+copies of the window are ever stored.
 """
 
 from __future__ import annotations
@@ -99,23 +100,47 @@ def window_history(memory: Tensor, valid: Tensor, records: Tensor, episode_start
                          episode=torch.cat([episode.new_zeros(B, valid.shape[1]), episode], dim=1))
 
 
-def gather_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> tuple[Tensor, Tensor]:
-    """The window entering step ``t[n]`` of env ``env[n]``, rebuilt by index.
+def window_slots(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> tuple[Tensor, Tensor]:
+    """Where the window entering step ``t[n]`` of env ``env[n]`` lies in the history.
 
-    Returns ``(memory, valid)`` of shapes ``[N, M, *record]`` and ``[N, M]``: the state *before*
-    that step's episode start is applied, exactly what ``step`` received. A slot is valid when
-    its record was valid and no episode started after it, up to and including step ``t - 1``.
-    ``t`` ranges over ``0..T`` (``T`` gives the state after the segment).
+    Returns ``(slots, valid)``, both ``[N, M]``: ``slots`` indexes the history's records flattened
+    over ``(env, time)``, ``valid`` is the state *before* that step's episode start is applied,
+    exactly what ``step`` received. A slot is valid when its record was valid and no episode started
+    after it, up to and including step ``t - 1``. ``t`` ranges over ``0..T`` (``T`` gives the state
+    after the segment).
     """
-    slots = t.unsqueeze(1) + torch.arange(memory_length, device=t.device)  # [N, M] history indices
+    times = t.unsqueeze(1) + torch.arange(memory_length, device=t.device)  # [N, M] history indices
     rows = env.unsqueeze(1)
-    memory = history.memory[rows, slots]
     last = history.episode[env, (memory_length + t - 1).clamp(min=0)]  # episode of step t-1
     last = torch.where(t > 0, last, torch.zeros_like(last))
-    distance = (memory_length + t).unsqueeze(1) - slots  # from step t to each slot: M, ..., 1
-    valid = in_window(history.valid[rows, slots], history.episode[rows, slots], last.unsqueeze(1), distance,
+    distance = (memory_length + t).unsqueeze(1) - times  # from step t to each slot: M, ..., 1
+    valid = in_window(history.valid[rows, times], history.episode[rows, times], last.unsqueeze(1), distance,
                       memory_length)
-    return memory, valid
+    return rows * history.valid.shape[1] + times, valid
+
+
+def gather_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> tuple[Tensor, Tensor]:
+    """The window entering step ``t[n]`` of env ``env[n]``, rebuilt by index (:func:`window_slots`):
+    ``(memory, valid)`` of shapes ``[N, M, *record]`` and ``[N, M]``."""
+    slots, valid = window_slots(history, env, t, memory_length)
+    return history.memory.flatten(0, 1)[slots], valid
+
+
+def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> State:
+    """The same windows as :func:`gather_windows` with every distinct record once: a state
+    ``{"records": [R, *record], "slots": [N, M], "valid": [N, M]}`` where window ``n``'s slot ``m``
+    holds ``records[slots[n, m]]``. Windows of nearby steps share most of their records, so a
+    backbone that projects each record once (:attr:`policies.backbone.MemoryBackbone.shares_records`)
+    does up to ``M`` times less work than one projecting every window (:func:`windows` rebuilds them)."""
+    slots, valid = window_slots(history, env, t, memory_length)
+    distinct, inverse = torch.unique(slots, return_inverse=True)
+    return {"records": history.memory.flatten(0, 1)[distinct], "slots": inverse, "valid": valid}
+
+
+def windows(state: State) -> Tensor:
+    """The windows ``[N, M, *record]`` of a state, rebuilt from shared records (:func:`shared_windows`)
+    when the state holds them."""
+    return state["memory"] if "memory" in state else state["records"][state["slots"]]
 
 
 def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor,

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from policies.attention import KeysValues
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.blocks import TransformerXLBlock
-from policies.memory import State, attention_mask, window_before
+from policies.memory import State, attention_mask, window_before, windows
 
 
 class MemoryTransformer(MemoryBackbone):
@@ -88,11 +88,13 @@ class MemoryTransformer(MemoryBackbone):
         return self._position_cache[1]
 
     # -- the two execution paths -----------------------------------------------------------
+    shares_records = True
+
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
-        memory, valid = state["memory"], state["valid"]
+        memory, valid = windows(state), state["valid"]
         mask = attention_mask(valid, starts, self.memory_length)
-        memory_kv = self._memory_kv(memory)
+        memory_kv = self._memory_kv(memory) if "memory" in state else self._shared_memory_kv(state)
         y, records, _, aux = self._depth(self.embed(x.transpose(0, 1)), memory_kv, mask, self._position_terms())
         T = torch.tensor([x.shape[0]], device=x.device)
         new_memory, new_valid = window_before(memory, valid, records.detach(), starts, T)
@@ -102,6 +104,14 @@ class MemoryTransformer(MemoryBackbone):
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
         """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""
         return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
+
+    def _shared_memory_kv(self, state: State) -> list[KeysValues]:
+        """Keys and values of shared records (:func:`policies.memory.shared_windows`): each distinct
+        record is normalised and projected once, then gathered into every window that holds it
+        (the backward pass sums the gradients of its copies)."""
+        slots = state["slots"]  # [N, M]
+        projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
+        return [(keys[0][:, slots].transpose(0, 1), values[0][:, slots].transpose(0, 1)) for keys, values in projected]
 
     def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
         stamp = self._parameter_stamp()

@@ -176,17 +176,20 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """Recompute ``N`` stored segments of ``T`` steps with gradients.
 
         ``obs`` and ``actions`` are flattened time-major (``[T·N, ...]``), ``episode_starts`` is
-        ``[T, N]`` and ``state`` holds the window entering each segment. Returns the values
+        ``[T, N]`` and ``state`` holds the window entering each segment (as windows or as shared
+        records, :func:`policies.memory.shared_windows`). Returns the values
         ``[T·N]``, the action distribution and the backbones' auxiliary terms (critic
         backbone entries prefixed ``vf/``).
         """
         T, N = episode_starts.shape
         features = self.extract_features(obs)
         features = features.view(T, N, -1)
-        latent_pi, _, aux = self.backbone.forward_sequence(features, state["pi"], episode_starts)
+        latent_pi, _, aux = self.backbone.forward_sequence(features, self.backbone.segment_state(state["pi"]),
+                                                           episode_starts)
         latent_vf = latent_pi
         if self.critic_backbone is not None:
-            latent_vf, _, aux_vf = self.critic_backbone.forward_sequence(features, state["vf"], episode_starts)
+            latent_vf, _, aux_vf = self.critic_backbone.forward_sequence(
+                features, self.critic_backbone.segment_state(state["vf"]), episode_starts)
             aux = {**aux, **{f"vf/{k}": v for k, v in aux_vf.items()}}
         latent_pi = self.mlp_extractor.forward_actor(latent_pi.reshape(T * N, -1))
         latent_vf = self.mlp_extractor.forward_critic(latent_vf.reshape(T * N, -1))

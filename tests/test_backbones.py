@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from policies import ATTENTIONS, BACKBONES, make_backbone
-from policies.memory import strip_cache
+from policies.memory import gather_windows, shared_windows, strip_cache, window_history
 from policies.positional import sinusoid_table
 from tests.conftest import GATED, TRANSFORMERS, small_options
 
@@ -162,6 +162,38 @@ def test_every_gate_reaches_its_bias(name, gate):
     y.square().mean().backward()
     biases = [p for n, p in backbone.named_parameters() if n.endswith("gate.bias")]
     assert biases and all(p.grad is not None and p.grad.abs().sum() > 0 for p in biases)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("T", [1, 4])
+def test_shared_records_equal_per_window_computation(name, T):
+    """Windows handed as distinct records plus slots (each record projected once) give the same outputs
+    and gradients as the same windows materialised per sample, for T = 1 and T > 1 (mutation caught:
+    gathering keys with the slots of another window)."""
+    backbone = build(name)
+    E, S, M = 3, 10, backbone.memory_length
+    torch.manual_seed(1)
+    history = window_history(torch.randn(E, M, *backbone.record_shape), torch.rand(E, M) > 0.3,
+                             torch.randn(E, S, *backbone.record_shape), torch.rand(E, S) < 0.2)
+    env, t0 = torch.tensor([0, 0, 1, 2, 2, 1]), torch.tensor([2, 3, 0, 5, 4, 2])  # overlapping windows
+    shared = shared_windows(history, env, t0, M)
+    if M > 1:  # windows of one record cannot overlap
+        assert shared["records"].shape[0] < env.numel() * M, "overlapping windows share records"
+    memory, valid = gather_windows(history, env, t0, M)
+    x = torch.randn(T, env.numel(), INPUT_DIM)
+    starts = torch.rand(T, env.numel()) < 0.3
+
+    def outputs_and_grads(state):
+        backbone.zero_grad()
+        y, _, _ = backbone.forward_sequence(x, backbone.segment_state(state), starts)
+        y.square().sum().backward()
+        return y, [p.grad.clone() for p in backbone.parameters() if p.grad is not None]
+
+    y_shared, grads_shared = outputs_and_grads(shared)
+    y_windows, grads_windows = outputs_and_grads({"memory": memory, "valid": valid})
+    torch.testing.assert_close(y_shared, y_windows, atol=1e-5, rtol=0)
+    for a, b in zip(grads_shared, grads_windows, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", ATTENDING)
