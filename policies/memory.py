@@ -32,6 +32,9 @@ State = dict[str, Tensor]
 
 CACHE_PREFIX = "cache_"
 
+SHARED_RECORDS_MIN = 2.0
+"""the fewest window slots per distinct record at which :func:`shared_windows` hands shared records"""
+
 
 def empty_window(n_envs: int, memory_length: int, record_shape: tuple[int, ...], *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> State:
@@ -131,10 +134,18 @@ def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length
     ``{"records": [R, *record], "slots": [N, M], "valid": [N, M]}`` where window ``n``'s slot ``m``
     holds ``records[slots[n, m]]``. Windows of nearby steps share most of their records, so a
     backbone that projects each record once (:attr:`policies.backbone.MemoryBackbone.shares_records`)
-    does up to ``M`` times less work than one projecting every window (:func:`windows` rebuilds them)."""
+    does up to ``M`` times less work than one projecting every window (:func:`windows` rebuilds them).
+
+    Where the windows share little (fewer than ``SHARED_RECORDS_MIN`` slots per distinct record,
+    e.g. a few segments of many envs), gathering projected records costs more than it saves
+    (``benchmarks/results/update_cost.md``), and the plain windows ``{"memory", "valid"}`` are returned.
+    """
     slots, valid = window_slots(history, env, t, memory_length)
+    records = history.memory.flatten(0, 1)
     distinct, inverse = torch.unique(slots, return_inverse=True)
-    return {"records": history.memory.flatten(0, 1)[distinct], "slots": inverse, "valid": valid}
+    if slots.numel() < SHARED_RECORDS_MIN * distinct.numel():
+        return {"memory": records[slots], "valid": valid}
+    return {"records": records[distinct], "slots": inverse, "valid": valid}
 
 
 def windows(state: State) -> Tensor:

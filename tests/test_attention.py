@@ -10,7 +10,14 @@ import torch
 
 from policies.alibi import ALiBiAttention, alibi_slopes
 from policies.attention import ATTENTIONS, MultiHeadAttention, make_attention
-from policies.memory import attention_mask, window_before
+from policies.memory import (
+    attention_mask,
+    gather_windows,
+    shared_windows,
+    window_before,
+    window_history,
+    windows,
+)
 from policies.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -125,6 +132,19 @@ def test_window_before_rebuilds_states_by_index():
     windows, window_valid = window_before(memory, valid, records, starts, torch.arange(5))
     assert windows[0, :, :, 0].tolist() == [[0, 1, 2], [1, 2, 10], [2, 10, 11], [10, 11, 12], [11, 12, 13]]
     assert window_valid[0].int().tolist() == [[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 1, 1]]
+
+
+def test_windows_that_share_little_are_handed_as_plain_windows():
+    """Shared records only pay when windows overlap (``SHARED_RECORDS_MIN`` slots per distinct record)."""
+    history = window_history(torch.randn(3, M, 2), torch.ones(3, M, dtype=torch.bool), torch.randn(3, 8, 2),
+                             torch.zeros(3, 8, dtype=torch.bool))
+    apart = shared_windows(history, torch.tensor([0, 1, 2]), torch.tensor([0, 4, 8]), M)
+    together = shared_windows(history, torch.tensor([0, 0, 0, 0]), torch.tensor([0, 1, 2, 3]), M)
+    assert set(apart) == {"memory", "valid"} and set(together) == {"records", "slots", "valid"}
+    for state, (env, t) in ((apart, ([0, 1, 2], [0, 4, 8])), (together, ([0] * 4, [0, 1, 2, 3]))):
+        memory, valid = gather_windows(history, torch.tensor(env), torch.tensor(t), M)
+        torch.testing.assert_close(windows(state), memory)
+        assert torch.equal(state["valid"], valid)
 
 
 def test_relative_position_terms_project_the_sinusoid_of_each_distance():
