@@ -13,6 +13,11 @@ diverged or failed (the report counts them), 130 that the study was interrupted:
     python train_rl.py --backbone gtrxl trxl-i lstm --seed 0 1 2 3 4 --env TMaze-v0 --workers 2
     python train_rl.py study configs/studies/demo.yaml [--launcher ray --ray-address auto]
     python train_rl.py report runs/TMaze-v0__ppo
+
+Language models on the same backbones (``experiments/lm_workbench.py``)::
+
+    python train_rl.py lm train -c configs/lm/python.yaml --progress
+    python train_rl.py lm eval runs/lm/python__lm-trxl__0 --memory-length 128 256
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 from agents import ALGOS, NonFiniteError
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config, parse_override
 from experiments.launchers import LAUNCHERS, LauncherError
+from experiments.lm_workbench import main as lm_main
 from experiments.report import DEFAULT_REPS, build_report
 from experiments.run_dir import run_dir
 from experiments.study import Grid, run_study
@@ -163,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
+    if argv[:1] == ["lm"]:
+        return lm_main(argv[1:])
     try:
         study_file = argv[:1] == ["study"]
         args = make_parser(study_file).parse_args(argv[1:] if study_file else argv)

@@ -1,0 +1,281 @@
+"""The language-model workbench: train, evaluate and sample the LM variants of the memory backbones.
+
+``python train_rl.py lm train|eval|sample`` (see :func:`main`). A run lives in
+``{log_dir}/{data}__lm-{backbone}__{seed}/``, laid out like an RL run:
+
+- ``config.yaml``: the resolved :class:`LMConfig`;
+- ``events.out.tfevents.*``: tensorboard (training loss, validation bits per token);
+- ``evaluations.csv``: step, training loss (nats), validation bits per token, wall seconds;
+- ``checkpoints/lm_<step>.pt``: model, optimizer, the memory carried between segments and the
+  step, written atomically, so ``--resume`` continues exactly where a run stopped;
+- ``summary.json`` at the end.
+
+Training follows Transformer-XL (Dai et al. 2019): ``batch_size`` parallel rows of the stream
+are read segment by segment, each segment attending to the memory the previous one left
+(detached). Evaluation may use a longer memory than training: the position schemes have no
+parameter that depends on the memory length, so the trained weights load into a model with
+another ``memory_length``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+
+from experiments.config import ConfigError, load_yaml, parse_override
+from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
+from experiments.run_dir import write_atomic
+from experiments.training import torch_threads
+from policies import BACKBONES
+from policies.lm import MemoryLanguageModel
+from policies.memory import State
+
+CHECKPOINT_PREFIX = "lm_"
+EVAL_COLUMNS = ["step", "train_loss", "valid_bits_per_token", "wall_seconds"]
+
+
+@dataclass
+class LMConfig:
+    """Settings of one language-model run (YAML keys and ``-p key=value`` overrides)."""
+
+    data: str = "python"
+    backbone: str = "trxl"
+    backbone_options: dict[str, Any] = field(default_factory=lambda: {
+        "d_model": 128, "n_layers": 2, "n_heads": 4, "memory_length": 128})
+    d_embed: int = 64
+    segment_length: int = 64
+    batch_size: int = 16
+    steps: int = 2000
+    learning_rate: float = 5e-4
+    max_grad_norm: float = 0.25
+    eval_every: int = 250
+    eval_segments: int = 32
+    checkpoint_every: int = 250
+    seed: int = 0
+    threads: int = 0
+    device: str = "cpu"
+    log_dir: str = "runs/lm"
+    max_bytes: int = 4_000_000
+    copy_tokens: int = 200_000
+    copy_vocab: int = 16
+    copy_distance: int = 64
+
+    def run_name(self) -> str:
+        return f"{self.data}__lm-{self.backbone}__{self.seed}"
+
+    def directory(self) -> Path:
+        return Path(self.log_dir) / self.run_name()
+
+    def stream(self, split: str) -> TokenStream:
+        return make_stream(self.data, split, max_bytes=self.max_bytes, n_tokens=self.copy_tokens,
+                           vocab_size=self.copy_vocab, distance=self.copy_distance, seed=self.seed)
+
+
+FIELDS = {f.name for f in dataclasses.fields(LMConfig)}
+
+
+def build_lm_config(file: str | Path | None = None, overrides: list[str] | None = None) -> LMConfig:
+    """A config from defaults, a YAML file, then ``key=value`` overrides (``backbone_options.d_model=64``).
+
+    Raises:
+        ConfigError: an unknown key, data set or backbone; the message lists the valid ones.
+    """
+    values: dict[str, Any] = {}
+    for key, value in (load_yaml(file) if file else {}).items():
+        values[key] = value
+    for text in overrides or []:
+        key, value = parse_override(text)
+        head, _, rest = key.partition(".")
+        if rest and head == "backbone_options":
+            values.setdefault("backbone_options", dict(LMConfig().backbone_options))[rest] = value
+        else:
+            values[key] = value
+    unknown = sorted(set(values) - FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown LM setting(s) {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(FIELDS))}")
+    config = LMConfig(**values)
+    if config.data not in DATASETS:
+        raise ConfigError(f"unknown data {config.data!r}; valid data: {', '.join(DATASETS)}")
+    if config.backbone not in BACKBONES:
+        raise ConfigError(f"unknown backbone {config.backbone!r}; valid backbones: {', '.join(BACKBONES)}")
+    return config
+
+
+def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> MemoryLanguageModel:
+    try:
+        return MemoryLanguageModel(vocab_size, config.backbone, config.d_embed,
+                                   **{**config.backbone_options, **option_overrides})
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+
+
+def _latest_checkpoint(directory: Path) -> Path | None:
+    found = sorted((directory / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*.pt"),
+                   key=lambda path: int(path.stem.removeprefix(CHECKPOINT_PREFIX)))
+    return found[-1] if found else None
+
+
+def _save_checkpoint(directory: Path, step: int, model: MemoryLanguageModel, optimizer: torch.optim.Optimizer,
+                     state: State) -> None:
+    path = directory / "checkpoints" / f"{CHECKPOINT_PREFIX}{step}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "state": state, "rng": torch.get_rng_state()}, temporary)
+    os.replace(temporary, path)
+
+
+@torch.no_grad()
+def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int) -> float:
+    """Mean next-token cross-entropy in bits over the first ``n_segments`` segments of ``stream``."""
+    model.eval()
+    state, total = model.initial_state(config.batch_size), 0.0
+    batches = segments(stream, config.batch_size, config.segment_length)
+    for _ in range(n_segments):
+        tokens, starts = next(batches)
+        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device))
+        total += loss.item()
+    model.train()
+    return total / n_segments / math.log(2)
+
+
+def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Train (or, with ``resume``, continue) the run of ``config``; returns its summary."""
+    torch.set_num_threads(torch_threads(config.threads))
+    directory = config.directory()
+    checkpoint = _latest_checkpoint(directory) if resume else None
+    if directory.exists() and not resume and any(directory.iterdir()):
+        raise ConfigError(f"{str(directory)!r} already holds a run; pass --resume to continue it or choose "
+                          "another --log-dir or seed")
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomic(directory / "config.yaml", yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    torch.manual_seed(config.seed)
+    train, valid = config.stream("train"), config.stream("validation")
+    model = build_model(config, train.vocab_size).to(config.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    state, step = model.initial_state(config.batch_size), 0
+    if checkpoint is not None:
+        saved = torch.load(checkpoint, map_location=config.device, weights_only=False)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state, step = saved["state"], saved["step"]
+        torch.set_rng_state(saved["rng"])
+    writer = SummaryWriter(str(directory))
+    log = directory / "evaluations.csv"
+    if not log.exists():
+        write_atomic(log, ",".join(EVAL_COLUMNS) + "\n")
+    batches = segments(train, config.batch_size, config.segment_length, first=step)
+    started, losses = time.time(), []
+    bar = _progress_bar(config.steps, step) if progress else None
+    while step < config.steps:
+        tokens, starts = next(batches)
+        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        step += 1
+        losses.append(loss.item())
+        writer.add_scalar("train/loss", losses[-1], step)
+        if bar is not None:
+            bar.update(1)
+        if step % config.eval_every == 0 or step == config.steps:
+            bits = bits_per_token(model, valid, config, config.eval_segments)
+            writer.add_scalar("eval/bits_per_token", bits, step)
+            with log.open("a") as handle:
+                csv.writer(handle).writerow([step, f"{sum(losses) / len(losses):.5f}", f"{bits:.5f}",
+                                             f"{time.time() - started:.1f}"])
+            losses = []
+        if step % config.checkpoint_every == 0 or step == config.steps:
+            _save_checkpoint(directory, step, model, optimizer, state)
+    writer.close()
+    if bar is not None:
+        bar.close()
+    summary = {"run": config.run_name(), "steps": step, "tokens": step * config.segment_length * config.batch_size,
+               "valid_bits_per_token": bits_per_token(model, valid, config, config.eval_segments),
+               "parameters": sum(p.numel() for p in model.parameters())}
+    write_atomic(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _progress_bar(total: int, done: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="segment")
+
+
+def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, MemoryLanguageModel]:
+    """The config and the last checkpoint's model of a run, with backbone options overridden
+    (``memory_length`` for evaluation with a longer memory than training)."""
+    if not (directory / "config.yaml").exists():
+        raise ConfigError(f"{str(directory)!r} is not an LM run directory (no config.yaml)")
+    config = LMConfig(**load_yaml(directory / "config.yaml"))
+    checkpoint = _latest_checkpoint(directory)
+    if checkpoint is None:
+        raise ConfigError(f"{str(directory)!r} has no checkpoint yet")
+    model = build_model(config, config.stream("validation").vocab_size, **option_overrides).to(config.device)
+    model.load_state_dict(torch.load(checkpoint, map_location=config.device, weights_only=False)["model"])
+    return config, model
+
+
+def main(argv: list[str]) -> int:
+    """``train_rl.py lm train|eval|sample``; exit status 2 on bad input, with the valid choices named."""
+    parser = argparse.ArgumentParser(prog="train_rl.py lm", description="Train, evaluate and sample the LM variants.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train a language model")
+    train.add_argument("--config", "-c", help="YAML file of LM settings (see configs/lm/python.yaml)")
+    train.add_argument("-p", "--param", nargs="+", default=[], metavar="KEY=VALUE",
+                       help="settings, e.g. backbone=gtrxl backbone_options.memory_length=64 steps=500")
+    train.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    train.add_argument("--progress", action="store_true", help="show a progress bar")
+    evaluate = commands.add_parser("eval", help="bits per token on the validation split")
+    evaluate.add_argument("run", help="run directory")
+    evaluate.add_argument("--memory-length", type=int, nargs="+", default=[],
+                          help="evaluate with these memory lengths (default: the training one)")
+    evaluate.add_argument("--segments", type=int, default=None, help="validation segments (default: eval_segments)")
+    sample = commands.add_parser("sample", help="continue a prompt (byte-level data)")
+    sample.add_argument("run", help="run directory")
+    sample.add_argument("--prompt", default="def ", help="text to continue")
+    sample.add_argument("-n", type=int, default=200, help="tokens to generate")
+    sample.add_argument("--temperature", type=float, default=0.8)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            summary = train_lm(build_lm_config(args.config, args.param), args.resume, args.progress)
+            print(json.dumps(summary, indent=2))
+        elif args.command == "eval":
+            for memory_length in args.memory_length or [None]:
+                overrides = {} if memory_length is None else {"memory_length": memory_length}
+                config, model = load_run(Path(args.run), **overrides)
+                bits = bits_per_token(model, config.stream("validation"), config, args.segments or config.eval_segments)
+                label = memory_length or config.backbone_options.get("memory_length", "-")
+                print(f"memory_length {label}: {bits:.4f} bits per token")
+        else:
+            config, model = load_run(Path(args.run))
+            if config.data != "python":
+                raise ConfigError(f"sampling text needs byte-level data (python), this run has {config.data!r}")
+            prompt = torch.tensor(list(args.prompt.encode()), dtype=torch.long).view(-1, 1)
+            model.eval()
+            state = model.initial_state(1)
+            if prompt.shape[0] > 1:  # read the prompt; its last token is the next input
+                with torch.no_grad():
+                    _, state, _ = model.loss(prompt, state)
+            generated = model.generate(prompt[-1], state, args.n, args.temperature)[:, 0]
+            print(args.prompt + bytes(generated.tolist()).decode(errors="replace"))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
