@@ -1,7 +1,7 @@
 """Memory backbones (Transformer-XL family, Universal Transformer with ACT, RNN and MLP
 baselines) and the components they are built from."""
 
-from policies import alibi, relative_attention  # noqa: F401  (each module registers its attention)
+from policies import alibi, relative_attention, strided_attention  # noqa: F401  (each registers its attention)
 from policies.attention import ATTENTIONS
 from policies.backbone import MemoryBackbone
 from policies.registry import BACKBONES, make_backbone
