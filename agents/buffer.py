@@ -28,6 +28,8 @@ from torch import Tensor
 from policies.memory import WindowHistory, episode_ids, shared_windows
 from policies.policy import PolicyState
 
+MINIBATCH_ORDERS = ("shuffled", "by-env")
+
 
 class MemoryBatch(NamedTuple):
     """A minibatch of ``N`` segments of ``T`` steps; per-step fields are flattened time-major
@@ -105,15 +107,23 @@ class _MemoryStorage:
             counter = torch.cat([episodes.new_zeros(self.n_envs, self.memory_lengths[name]), episodes], dim=1)
             self.histories[name] = history._replace(episode=counter)
 
-    def segments(self, batch_size: int, segment_length: int) -> Iterator[MemoryBatch]:
-        """Shuffled minibatches of ``batch_size`` steps, in segments of ``segment_length`` steps."""
+    def segments(self, batch_size: int, segment_length: int, order: str = "shuffled") -> Iterator[MemoryBatch]:
+        """Minibatches of ``batch_size`` steps, in segments of ``segment_length`` steps, in one of
+        :data:`MINIBATCH_ORDERS`: ``shuffled`` (segments drawn at random from every env) or
+        ``by-env`` (the envs in random order, each env's segments together, so a minibatch holds
+        whole envs and its windows share most of their records)."""
         if not self.full:
             raise RuntimeError("the rollout buffer is not full yet")
         T = segment_length
         per_env = self.buffer_size // T
         seg_env = np.repeat(np.arange(self.n_envs), per_env)
         seg_t0 = np.tile(np.arange(per_env) * T, self.n_envs)
-        order = np.random.permutation(len(seg_env))
+        if order == "shuffled":
+            order = np.random.permutation(len(seg_env))
+        elif order == "by-env":
+            order = (np.random.permutation(self.n_envs)[:, None] * per_env + np.arange(per_env)).reshape(-1)
+        else:
+            raise ValueError(f"unknown minibatch order {order!r}; valid orders: {', '.join(MINIBATCH_ORDERS)}")
         per_batch = batch_size // T
         for first in range(0, len(order), per_batch):
             chosen = order[first:first + per_batch]

@@ -17,7 +17,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
-from agents.buffer import MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
+from agents.buffer import MINIBATCH_ORDERS, MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
 from policies.memory import strip_cache
@@ -58,6 +58,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
         ``{"ponder_cost": 0.01}``); defaults to the backbone's ``aux_loss_coefs``.
     :param normalize_advantage: standardise advantages per minibatch.
+    :param minibatch_order: ``shuffled`` (SB3's, the default) or ``by-env``: minibatches of whole
+        envs, whose windows share their records, so each record is projected once for many
+        samples (:func:`policies.memory.shared_windows`); its effect on learning is in README.
     :param uniform_kl_coef: ``c_U`` of the log-barrier ``c_U·KL(U ‖ π)`` added to the loss
         (:func:`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
         whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision
@@ -70,15 +73,19 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
                  segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
-                 uniform_kl_coef: float | None, **kwargs: Any) -> None:
+                 uniform_kl_coef: float | None, minibatch_order: str = "shuffled", **kwargs: Any) -> None:
         for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         for name, value in (("n_steps", n_steps), ("batch_size", batch_size)):
             if value % segment_length:
                 raise ValueError(f"{name}={value} is not a multiple of segment_length={segment_length}")
+        if minibatch_order not in MINIBATCH_ORDERS:
+            raise ValueError(f"unknown minibatch_order {minibatch_order!r}; "
+                             f"valid orders: {', '.join(MINIBATCH_ORDERS)}")
         self.batch_size = batch_size
         self.segment_length = segment_length
+        self.minibatch_order = minibatch_order
         self.aux_coefs = aux_coefs
         self.normalize_advantage = normalize_advantage
         if uniform_kl_coef is not None and uniform_kl_coef < 0:

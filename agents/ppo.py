@@ -51,7 +51,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None,
                  exploration_floor: float | Schedule = 0.0, uniform_kl_coef: float | None = None,
-                 segment_length: int = 16,
+                 segment_length: int = 16, minibatch_order: str = "shuffled",
                  aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, seed: int | None = None, device: torch.device | str = "auto",
@@ -64,7 +64,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self.target_kl = target_kl
         self.exploration_floor = exploration_floor
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
-                         segment_length=segment_length, aux_coefs=aux_coefs,
+                         segment_length=segment_length, minibatch_order=minibatch_order, aux_coefs=aux_coefs,
                          normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
                          gamma=gamma, gae_lambda=gae_lambda,
                          ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
@@ -98,7 +98,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         logs: defaultdict[str, list[float]] = defaultdict(list)
         continue_training = True
         for epoch in range(self.n_epochs):
-            for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
+            for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length, self.minibatch_order):
                 values, distribution, log_prob, advantages, aux_loss = self._recompute(batch, logs)[1:]
                 behaviour = batch.extras["behaviour_log_prob"] if self.explores else batch.old_log_prob
                 ratio = torch.exp(log_prob - behaviour)

@@ -71,10 +71,10 @@ class VMPO(MemoryOnPolicyAlgorithm):
                  epsilon_alpha_sigma: float = 1e-5, eta_init: float = 1.0, alpha_init: float | None = None,
                  dual_learning_rate: float = 1e-2, normalize_advantage: bool = True,
                  uniform_kl_coef: float | None = None, popart: bool = False, popart_beta: float = 1e-3,
-                 segment_length: int = 16, aux_coefs: dict[str, float] | None = None,
-                 stats_window_size: int = 100, tensorboard_log: str | None = None,
-                 policy_kwargs: dict[str, Any] | None = None, verbose: int = 0, seed: int | None = None,
-                 device: torch.device | str = "auto", _init_setup_model: bool = True) -> None:
+                 segment_length: int = 16, minibatch_order: str = "shuffled",
+                 aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
+                 tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
+                 seed: int | None = None, device: torch.device | str = "auto", _init_setup_model: bool = True) -> None:
         for name, value in (("epsilon_eta", epsilon_eta), ("epsilon_alpha", epsilon_alpha),
                             ("epsilon_alpha_mu", epsilon_alpha_mu), ("epsilon_alpha_sigma", epsilon_alpha_sigma),
                             ("eta_init", eta_init), ("dual_learning_rate", dual_learning_rate)):
@@ -91,7 +91,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
         self.dual_learning_rate = dual_learning_rate
         self.popart, self.popart_beta = popart, popart_beta
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
-                         segment_length=segment_length, aux_coefs=aux_coefs,
+                         segment_length=segment_length, minibatch_order=minibatch_order, aux_coefs=aux_coefs,
                          normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
                          gamma=gamma, gae_lambda=1.0,
                          ent_coef=0.0, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
@@ -141,7 +141,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
         logs: defaultdict[str, list[float]] = defaultdict(list)
         value_head = self.policy.value_net
         for _ in range(self.n_epochs):
-            for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length):
+            for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length, self.minibatch_order):
                 if isinstance(value_head, PopArtValueHead):
                     value_head.update(batch.returns)
                 values, distribution, log_prob, advantages, aux_loss = self._recompute(batch, logs)[1:]

@@ -212,3 +212,20 @@ def test_the_logger_of_a_model_without_log_folder_writes_under_tmp_path(tmp_path
     model.learn(16 * 4)
     assert Path(model.logger.get_dir()).is_relative_to(tmp_path)
     assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == before
+
+
+def test_by_env_minibatches_hold_whole_envs_and_share_records():
+    """``by-env`` minibatches of 32 single steps from 4 envs × 16 steps are two whole envs each: their
+    windows overlap, so they come as shared records (shuffled ones of this size do not); a bad order
+    names the valid ones."""
+    model = small_model("gtrxl", segment_length=1, n_steps=16, batch_size=32, minibatch_order="by-env")
+    model.learn(16 * 4)
+    _, callback = model._setup_learn(16 * 4, None, reset_num_timesteps=False)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, 16)
+    seen = []
+    for batch in model.rollout_buffer.segments(32, 1, "by-env"):
+        assert "records" in batch.states["pi"], "whole-env windows share their records"
+        seen.append(batch.observations)
+    assert len(seen) == 2
+    with pytest.raises(ValueError, match="'random'.*valid orders: shuffled, by-env"):
+        small_model("gtrxl", minibatch_order="random")
