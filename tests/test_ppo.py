@@ -216,7 +216,7 @@ def test_the_logger_of_a_model_without_log_folder_writes_under_tmp_path(tmp_path
 
 def test_by_env_minibatches_hold_whole_envs_and_share_records():
     """``by-env`` minibatches of 32 single steps from 4 envs × 16 steps are two whole envs each: their
-    windows overlap, so they come as shared records (shuffled ones of this size do not); a bad order
+    windows overlap, so they come as shared records; a bad order
     names the valid ones."""
     model = small_model("gtrxl", segment_length=1, n_steps=16, batch_size=32, minibatch_order="by-env")
     model.learn(16 * 4)
