@@ -4,7 +4,8 @@ One MemoryPPO learner per cell collects one rollout; then its ``train()`` (every
 minibatch of one update) is timed with the backbone taking shared records
 (``shares_records = True``: each distinct record of a minibatch normalised and projected once,
 :func:`policies.memory.shared_windows`) and with the windows rebuilt per sample
-(``shares_records = False``: every window's records projected, the scheme before). Both modes
+(``shares_records = False``: every window's records projected, the scheme before), with
+shuffled minibatches and with ``by-env`` ones (whole envs, whose windows overlap). Both modes
 see the same rollout and the same parameters (they are restored before every timed update), and
 alternate round after round in one process, so the ratio within a round is what counts on a
 shared, noisy machine.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -43,15 +45,16 @@ class Settings:
     memory_length: int = 64
     segment_lengths: tuple[int, ...] = (1, 16)
     layers: tuple[int, ...] = (1, 2)
+    orders: tuple[str, ...] = ("shuffled", "by-env")
     rounds: int = 5
     threads: int = 1
 
 
-def learner(s: Settings, n_layers: int, segment_length: int) -> MemoryPPO:
+def learner(s: Settings, n_layers: int, segment_length: int, order: str) -> MemoryPPO:
     """A GTrXL learner with one collected rollout in its buffer."""
     env = make_vec_env(s.env, n_envs=s.n_envs, seed=0, length=s.length)
     model = MemoryPPO("MemoryPolicy", env, n_steps=s.n_steps, batch_size=s.batch_size, n_epochs=s.n_epochs,
-                      segment_length=segment_length, seed=0,
+                      segment_length=segment_length, minibatch_order=order, seed=0,
                       policy_kwargs={"backbone": "gtrxl", "backbone_kwargs": {
                           "d_model": s.d_model, "n_layers": n_layers, "memory_length": s.memory_length}})
     _, callback = model._setup_learn(s.n_steps * s.n_envs, None)
@@ -72,24 +75,23 @@ def timed_update(model: MemoryPPO, shared: bool, snapshot: dict[str, Any]) -> fl
 
 def measure(s: Settings) -> list[dict[str, Any]]:
     cells = []
-    for n_layers in s.layers:
-        for T in s.segment_lengths:
-            model = learner(s, n_layers, T)
-            snapshot = {"policy": copy.deepcopy(model.policy.state_dict()),
-                        "optimizer": copy.deepcopy(model.policy.optimizer.state_dict())}
-            timed_update(model, True, snapshot)  # warm-up
-            rounds = []
-            for _ in range(s.rounds):
-                windows = timed_update(model, False, snapshot)
-                shared = timed_update(model, True, snapshot)
-                rounds.append({"windows_s": windows, "shared_s": shared, "speedup": windows / shared})
-            speedups = [r["speedup"] for r in rounds]
-            cells.append({"n_layers": n_layers, "segment_length": T,
-                          "windows_s": statistics.median(r["windows_s"] for r in rounds),
-                          "shared_s": statistics.median(r["shared_s"] for r in rounds),
-                          "speedup": statistics.median(speedups), "range": [min(speedups), max(speedups)],
-                          "rounds": rounds})
-            print(f"layers {n_layers} T {T}: ×{cells[-1]['speedup']:.2f}", flush=True)
+    for n_layers, T, order in itertools.product(s.layers, s.segment_lengths, s.orders):
+        model = learner(s, n_layers, T, order)
+        snapshot = {"policy": copy.deepcopy(model.policy.state_dict()),
+                    "optimizer": copy.deepcopy(model.policy.optimizer.state_dict())}
+        timed_update(model, True, snapshot)  # warm-up
+        rounds = []
+        for _ in range(s.rounds):
+            windows = timed_update(model, False, snapshot)
+            shared = timed_update(model, True, snapshot)
+            rounds.append({"windows_s": windows, "shared_s": shared, "speedup": windows / shared})
+        speedups = [r["speedup"] for r in rounds]
+        cells.append({"n_layers": n_layers, "segment_length": T, "order": order,
+                      "windows_s": statistics.median(r["windows_s"] for r in rounds),
+                      "shared_s": statistics.median(r["shared_s"] for r in rounds),
+                      "speedup": statistics.median(speedups), "range": [min(speedups), max(speedups)],
+                      "rounds": rounds})
+        print(f"layers {n_layers} T {T} {order}: ×{cells[-1]['speedup']:.2f}", flush=True)
     return cells
 
 
@@ -98,14 +100,16 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         *heading("Update cost: each record projected once vs per window", result), machine_line(result), "",
         f"GTrXL (d_model {s['d_model']}, memory {s['memory_length']}) on `{s['env']}` (length {s['length']}), "
-        f"{s['n_envs']} envs × {s['n_steps']} steps, batch {s['batch_size']}, {s['n_epochs']} epoch(s), shuffled "
-        f"minibatches. Each cell: median over {s['rounds']} interleaved rounds of one `train()`; speed-up = median "
+        f"{s['n_envs']} envs × {s['n_steps']} steps, batch {s['batch_size']}, {s['n_epochs']} epoch(s). "
+        f"Each cell: median over {s['rounds']} interleaved rounds of one `train()`; speed-up = median "
         "of per-round ratios (range).", "",
-        "| layers | segment length T | per-window projection s | records projected once s | speed-up | range |",
-        "|---:|---:|---:|---:|---:|---|",
+        "| layers | segment length T | minibatch order | per-window projection s | records projected once s "
+        "| speed-up | range |",
+        "|---:|---:|---|---:|---:|---:|---|",
     ]
     for c in result["cells"]:
-        lines.append(f"| {c['n_layers']} | {c['segment_length']} | {c['windows_s']:.2f} | {c['shared_s']:.2f} | "
+        lines.append(f"| {c['n_layers']} | {c['segment_length']} | {c['order']} | {c['windows_s']:.2f} | "
+                     f"{c['shared_s']:.2f} | "
                      f"{c['speedup']:.2f} | {c['range'][0]:.2f}–{c['range'][1]:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -116,7 +120,8 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     if args.quick:
-        settings = Settings(n_steps=16, batch_size=64, rounds=1, segment_lengths=(1, 4), layers=(1,))
+        settings = Settings(n_steps=16, batch_size=64, rounds=1, segment_lengths=(1, 4), layers=(1,),
+                            orders=("by-env",))
     torch.set_num_threads(settings.threads)
     result: dict[str, Any] = {**provenance(), "machine": machine_info(), "settings": asdict(settings)}
     result["cells"] = measure(settings)
