@@ -1,7 +1,12 @@
 """Memory backbones (Transformer-XL family, Universal Transformer with ACT, RNN and MLP
 baselines) and the components they are built from."""
 
-from policies import alibi, relative_attention, strided_attention  # noqa: F401  (each registers its attention)
+from policies import (  # noqa: F401  (each module registers its attention)
+    adaptive_span,
+    alibi,
+    relative_attention,
+    strided_attention,
+)
 from policies.attention import ATTENTIONS
 from policies.backbone import MemoryBackbone
 from policies.registry import BACKBONES, make_backbone

@@ -110,9 +110,17 @@ class MultiHeadAttention(HeadProjections):
         self.scale = 1.0 / math.sqrt(d_head)
         self.dropout = dropout
 
+    aux_loss_coefs: dict[str, float] = {}
+    """default coefficients of the losses among :meth:`aux_terms`"""
+
     def position_terms(self) -> Tensor | None:
         """What the position scheme computes from its parameters once per pass (none here)."""
         return None
+
+    def aux_terms(self) -> dict[str, Tensor]:
+        """Scalar losses and statistics of the attention's own parameters (e.g. a span penalty), added
+        to the backbone's ``aux`` in training (none here)."""
+        return {}
 
     def score_bias(self, q: Tensor, position_terms: Tensor | None, n_keys: int) -> Tensor | None:
         """An additive term for the ``[B, H, T, K]`` scores, already scaled (none here)."""

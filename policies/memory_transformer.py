@@ -47,6 +47,20 @@ class MemoryTransformer(MemoryBackbone):
         self.embed = nn.Linear(input_dim, d_model)
         self._position_cache: tuple[int, list[Tensor | None]] | None = None
 
+    depth_loss_coefs: dict[str, float] = {}
+    """default coefficients of the losses the depth computation reports (ACT's ponder cost)"""
+
+    @property
+    def aux_loss_coefs(self) -> dict[str, float]:  # type: ignore[override]
+        """The depth computation's losses and those of the attentions (an adaptive span's penalty)."""
+        coefs = dict(self.depth_loss_coefs)
+        for block in self._distinct_blocks():
+            coefs.update(block.attn.aux_loss_coefs)
+        return coefs
+
+    def _distinct_blocks(self) -> list[TransformerXLBlock]:
+        return list({id(block): block for block in self.memory_blocks}.values())
+
     @property
     @abstractmethod
     def memory_blocks(self) -> list[TransformerXLBlock]:
@@ -76,8 +90,7 @@ class MemoryTransformer(MemoryBackbone):
         (keys, values, position terms) are computed from; it changes whenever one of them is
         updated in place (optimizer steps, ``load_state_dict``) or moved (``.to``). Covering the
         whole block means a new attention cannot forget to declare what its caches depend on."""
-        blocks = {id(block): block for block in self.memory_blocks}.values()
-        tensors = [t for block in blocks for t in (*block.parameters(), *block.buffers())]
+        tensors = [t for block in self._distinct_blocks() for t in (*block.parameters(), *block.buffers())]
         return hash(tuple((t.data_ptr(), t._version) for t in tensors)) & (2**62 - 1)
 
     def _cached_position_terms(self, stamp: int) -> list[Tensor | None]:
@@ -99,6 +112,10 @@ class MemoryTransformer(MemoryBackbone):
         T = torch.tensor([x.shape[0]], device=x.device)
         new_memory, new_valid = window_before(memory, valid, records.detach(), starts, T)
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
+        blocks = self._distinct_blocks()
+        for block in blocks:  # the attentions' own terms, averaged over blocks, at every position
+            for name, value in block.attn.aux_terms().items():
+                aux[name] = aux.get(name, 0.0) + value.expand(x.shape[0], x.shape[1]) / len(blocks)
         return y.transpose(0, 1), {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}, aux
 
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:

@@ -26,7 +26,7 @@ class UniversalTransformerACT(MemoryTransformer):
     per position ``[T, B]``.
     """
 
-    aux_loss_coefs = {"ponder_cost": 0.01}
+    depth_loss_coefs = {"ponder_cost": 0.01}
 
     def __init__(self, input_dim: int, *, d_model: int = 128, n_heads: int = 4, d_head: int | None = None,
                  d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,

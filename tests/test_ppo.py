@@ -229,3 +229,11 @@ def test_by_env_minibatches_hold_whole_envs_and_share_records():
     assert len(seen) == 2
     with pytest.raises(ValueError, match="'random'.*valid orders: shuffled, by-env"):
         small_model("gtrxl", minibatch_order="random")
+
+
+def test_an_adaptive_span_adds_its_penalty_and_logs_the_span():
+    """The learner takes the attention's loss coefficients as defaults and logs the span it adds."""
+    model = small_model("gtrxl", backbone_options={"attention": "adaptive-span"})
+    assert model.aux_coefs == {"span": 1e-3}
+    model.learn(2 * 16 * 4)
+    assert 0.0 < model.logger.name_to_value["train/aux/span"] <= 1.0
