@@ -5,6 +5,7 @@ from policies import (  # noqa: F401  (each module registers its attention)
     adaptive_span,
     alibi,
     relative_attention,
+    shaw_attention,
     strided_attention,
 )
 from policies.attention import ATTENTIONS

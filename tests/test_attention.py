@@ -25,6 +25,7 @@ from policies.positional import (
     sinusoid_table,
 )
 from policies.relative_attention import RelativeMultiHeadAttention, rel_shift
+from policies.shaw_attention import ShawRelativeAttention
 from policies.strided_attention import StridedAttention
 
 B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
@@ -282,3 +283,36 @@ def test_adaptive_span_penalty_and_task_loss_reach_the_span():
     out, _ = attn(torch.randn(B, T, D), attn.keys_values(torch.randn(B, M, D)), mask, attn.position_terms())
     out.square().sum().backward()
     assert torch.isfinite(attn.span_fraction.grad).all() and attn.span_fraction.grad.abs().sum() > 0
+
+
+def test_shaw_attention_equals_its_sums():
+    """``e_ij = q_iᵀ(k_j + a^K_w)/√d``, ``z_i = Σ_j α_ij (v_j + a^V_w)``, ``w = min(i − j, k)`` written out per
+    (query, key), with memory, an episode start and distances beyond the clip (set to 3 here, below
+    M = 5, to exercise it). Mutation caught: leaving out the value term ``a^V``."""
+    torch.manual_seed(0)
+    attn = ShawRelativeAttention(D, H, DH, max_distance=M).double()
+    attn.clip = 3
+    with torch.no_grad():
+        attn.key_positions.data = torch.randn(4, DH, dtype=torch.float64)
+        attn.value_positions.data = torch.randn(4, DH, dtype=torch.float64)
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[1, 2] = True
+    mask = attention_mask(torch.ones(B, M, dtype=torch.bool), starts, M)
+    q = attn.queries(h)
+    k, v = attn.keys_values(torch.cat([memory, h], dim=1))
+    expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
+    for b in range(B):
+        for n in range(H):
+            for i in range(T):
+                keys = [j for j in range(M + T) if mask[b, i, j]]
+                w = [min(M + i - j, 3) for j in keys]
+                pairs = list(zip(keys, w, strict=True))
+                scores = torch.stack([q[b, n, i] @ (k[b, n, j] + attn.key_positions[c]) for j, c in pairs])
+                alpha = torch.softmax(scores / math.sqrt(DH), dim=0)
+                expected[b, n, i] = sum(a * (v[b, n, j] + attn.value_positions[c])
+                                        for a, (j, c) in zip(alpha, pairs, strict=True))
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask)
+        expected = attn.merge(expected)
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
