@@ -4,6 +4,7 @@ baselines) and the components they are built from."""
 from policies import (  # noqa: F401  (each module registers its attention)
     adaptive_span,
     alibi,
+    distance_aware,
     relative_attention,
     shaw_attention,
     strided_attention,

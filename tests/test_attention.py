@@ -11,6 +11,7 @@ import torch
 from policies.adaptive_span import AdaptiveSpanAttention
 from policies.alibi import ALiBiAttention, alibi_slopes
 from policies.attention import ATTENTIONS, MultiHeadAttention, make_attention
+from policies.distance_aware import DistanceAwareAttention
 from policies.memory import (
     attention_mask,
     gather_windows,
@@ -312,6 +313,35 @@ def test_shaw_attention_equals_its_sums():
                 alpha = torch.softmax(scores / math.sqrt(DH), dim=0)
                 expected[b, n, i] = sum(a * (v[b, n, j] + attn.value_positions[c])
                                         for a, (j, c) in zip(alpha, pairs, strict=True))
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask)
+        expected = attn.merge(expected)
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
+
+
+def test_distance_aware_attention_equals_its_formula():
+    """``A_ij = ReLU(q_iᵀk_j/√d)·(1 + e^v)/(1 + e^{v − w(i−j)})``, ``z_i = Σ_j A_ij v_j / Σ_j A_ij`` over the
+    visible keys (Wu et al. 2021), with w of both signs. Mutation caught: ``e^{v + w(i−j)}``."""
+    torch.manual_seed(0)
+    attn = DistanceAwareAttention(D, H, DH, max_distance=M).double()
+    with torch.no_grad():
+        attn.distance_weight.copy_(torch.tensor([-0.5, 0.0, 0.7], dtype=torch.float64))
+        attn.sigmoid_offset.copy_(torch.tensor([0.3, -1.0, 1.5], dtype=torch.float64))
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[0, 4] = True
+    mask = attention_mask(torch.ones(B, M, dtype=torch.bool), starts, M)
+    q = attn.queries(h)
+    k, v = attn.keys_values(torch.cat([memory, h], dim=1))
+    expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
+    for b in range(B):
+        for n in range(H):
+            w, o = attn.distance_weight[n], attn.sigmoid_offset[n]
+            for i in range(T):
+                keys = [j for j in range(M + T) if mask[b, i, j]]
+                a = torch.stack([torch.relu(q[b, n, i] @ k[b, n, j] / math.sqrt(DH))
+                                 * (1 + o.exp()) / (1 + (o - w * (M + i - j)).exp()) for j in keys])
+                expected[b, n, i] = (a.unsqueeze(1) * v[b, n, keys]).sum(0) / (a.sum() + 1e-6)
     with torch.no_grad():
         out, _ = attn(h, attn.keys_values(memory), mask)
         expected = attn.merge(expected)
