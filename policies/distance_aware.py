@@ -19,13 +19,14 @@ class DistanceAwareAttention(MultiHeadAttention):
         ``A_ij = ReLU(q_iᵀk_j / √d) · R̂_ij``,  ``z_i = Σ_j A_ij v_j / Σ_j A_ij``.
 
     ``w_h < 0`` makes a head prefer nearby steps, ``w_h > 0`` distant ones (``R̂`` grows to at most
-    ``1 + e^{v_h}``). ``w`` starts at 0 (``R̂ = 1``: plain ReLU attention) and ``v`` at 0. The weights
+    ``1 + e^{v_h}``). ``w`` starts near 0 (``N(0, 0.02)``: almost plain ReLU attention, and ``v`` gets a
+    gradient from the first step, which it would not at ``w = 0`` where ``R̂ ≡ 1``), ``v`` at 0. The weights
     are normalised by their sum, not a softmax, so this attention does not use the fused kernel.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
-        self.distance_weight = nn.Parameter(torch.zeros(n_heads))  # w
+        self.distance_weight = nn.Parameter(torch.randn(n_heads) * 0.02)  # w
         self.sigmoid_offset = nn.Parameter(torch.zeros(n_heads))  # v
 
     def rescale(self, distance: Tensor) -> Tensor:
