@@ -32,8 +32,10 @@ State = dict[str, Tensor]
 
 CACHE_PREFIX = "cache_"
 
-SHARED_RECORDS_MIN = 2.0
-"""the fewest window slots per distinct record at which :func:`shared_windows` hands shared records"""
+SHARED_RECORDS_MIN = 6.0
+"""the fewest window slots per distinct record at which :func:`shared_windows` hands shared records:
+gathering projected records paid at 11 slots per record (1.6-1.9x faster updates) and cost at 2.9
+(0.73-0.87x) in ``benchmarks/results/update_cost.md``"""
 
 
 def empty_window(n_envs: int, memory_length: int, record_shape: tuple[int, ...], *,
@@ -137,7 +139,7 @@ def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length
     does up to ``M`` times less work than one projecting every window (:func:`windows` rebuilds them).
 
     Where the windows share little (fewer than ``SHARED_RECORDS_MIN`` slots per distinct record,
-    e.g. a few segments of many envs), gathering projected records costs more than it saves
+    e.g. segments of 16 steps with a window of 64), gathering projected records costs more than it saves
     (``benchmarks/results/update_cost.md``), and the plain windows ``{"memory", "valid"}`` are returned.
     """
     slots, valid = window_slots(history, env, t, memory_length)

@@ -143,9 +143,10 @@ def test_windows_that_share_little_are_handed_as_plain_windows():
     history = window_history(torch.randn(3, M, 2), torch.ones(3, M, dtype=torch.bool), torch.randn(3, 8, 2),
                              torch.zeros(3, 8, dtype=torch.bool))
     apart = shared_windows(history, torch.tensor([0, 1, 2]), torch.tensor([0, 4, 8]), M)
-    together = shared_windows(history, torch.tensor([0, 0, 0, 0]), torch.tensor([0, 1, 2, 3]), M)
+    steps = [0, 1, 2, 3] * 4  # 16 windows of 5 slots over 8 distinct records
+    together = shared_windows(history, torch.zeros(16, dtype=torch.long), torch.tensor(steps), M)
     assert set(apart) == {"memory", "valid"} and set(together) == {"records", "slots", "valid"}
-    for state, (env, t) in ((apart, ([0, 1, 2], [0, 4, 8])), (together, ([0] * 4, [0, 1, 2, 3]))):
+    for state, (env, t) in ((apart, ([0, 1, 2], [0, 4, 8])), (together, ([0] * 16, steps))):
         memory, valid = gather_windows(history, torch.tensor(env), torch.tensor(t), M)
         torch.testing.assert_close(windows(state), memory)
         assert torch.equal(state["valid"], valid)

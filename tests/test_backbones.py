@@ -180,7 +180,8 @@ def test_shared_records_equal_per_window_computation(name, T):
     torch.manual_seed(1)
     history = window_history(torch.randn(E, M, *backbone.record_shape), torch.rand(E, M) > 0.3,
                              torch.randn(E, S, *backbone.record_shape), torch.rand(E, S) < 0.2)
-    env, t0 = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1]), torch.tensor([2, 0, 5, 1, 4, 3, 3, 4])  # overlapping windows
+    env = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1]).repeat(3)  # overlapping windows, each three times
+    t0 = torch.tensor([2, 0, 5, 1, 4, 3, 3, 4]).repeat(3)
     shared = shared_windows(history, env, t0, M)
     if backbone.shares_records:
         assert "records" in shared and shared["records"].shape[0] < env.numel() * M, "overlapping windows share records"

@@ -215,15 +215,16 @@ def test_the_logger_of_a_model_without_log_folder_writes_under_tmp_path(tmp_path
 
 
 def test_by_env_minibatches_hold_whole_envs_and_share_records():
-    """``by-env`` minibatches of 32 single steps from 4 envs × 16 steps are two whole envs each: their
-    windows overlap, so they come as shared records; a bad order
+    """``by-env`` minibatches of 64 single steps from 4 envs × 32 steps are two whole envs each: their
+    windows of 16 overlap (10.7 slots per record), so they come as shared records; a bad order
     names the valid ones."""
-    model = small_model("gtrxl", segment_length=1, n_steps=16, batch_size=32, minibatch_order="by-env")
-    model.learn(16 * 4)
-    _, callback = model._setup_learn(16 * 4, None, reset_num_timesteps=False)
-    model.collect_rollouts(model.env, callback, model.rollout_buffer, 16)
+    model = small_model("gtrxl", segment_length=1, n_steps=32, batch_size=64, minibatch_order="by-env",
+                        backbone_options={"memory_length": 16})
+    model.learn(32 * 4)
+    _, callback = model._setup_learn(32 * 4, None, reset_num_timesteps=False)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, 32)
     seen = []
-    for batch in model.rollout_buffer.segments(32, 1, "by-env"):
+    for batch in model.rollout_buffer.segments(64, 1, "by-env"):
         assert "records" in batch.states["pi"], "whole-env windows share their records"
         seen.append(batch.observations)
     assert len(seen) == 2
@@ -237,3 +238,16 @@ def test_an_adaptive_span_adds_its_penalty_and_logs_the_span():
     assert model.aux_coefs == {"span": 1e-3}
     model.learn(2 * 16 * 4)
     assert 0.0 < model.logger.name_to_value["train/aux/span"] <= 1.0
+
+
+@pytest.mark.parametrize("order", ["shuffled", "by-env"])
+def test_rollout_equals_training_with_shared_records(order):
+    """Invariant 3 on the shared-records path: windows of 16 over single steps (T = 1) share enough
+    records that the buffer hands them once (checked), and the recorded log-probabilities still equal
+    the recomputed ones."""
+    model = small_model("gtrxl", segment_length=1, n_steps=32, batch_size=128, minibatch_order=order,
+                        backbone_options={"memory_length": 16})
+    gaps = LogpGaps()
+    model.learn(4 * 32 * 4, callback=gaps)
+    assert all("records" in batch.states["pi"] for batch in model.rollout_buffer.segments(128, 1, order))
+    assert len(gaps.gaps) == 3 and max(gaps.gaps) < 1e-5, gaps.gaps
