@@ -130,6 +130,11 @@ class MultiHeadAttention(HeadProjections):
         """The query that multiplies the content keys."""
         return q
 
+    def segment_qkv(self, h: Tensor, memory_kv: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries of the segment ``h`` and keys and values of ``[memory; segment]``, ``[B, H, N, d_head]``."""
+        k_seg, v_seg = self.keys_values(h)
+        return self.queries(h), torch.cat([memory_kv[0], k_seg], dim=2), torch.cat([memory_kv[1], v_seg], dim=2)
+
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
         """Attend from the segment ``h`` ``[B, T, D]`` to ``[memory; segment]``.
@@ -143,10 +148,7 @@ class MultiHeadAttention(HeadProjections):
             The output ``[B, T, D]`` and the keys and values of ``[memory; segment]``
             ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
         """
-        q = self.queries(h)
-        k_seg, v_seg = self.keys_values(h)
-        k = torch.cat([memory_kv[0], k_seg], dim=2)
-        v = torch.cat([memory_kv[1], v_seg], dim=2)
+        q, k, v = self.segment_qkv(h, memory_kv)
         bias = self.score_bias(q, position_terms, k.shape[2])
         mask = mask.unsqueeze(1)  # broadcast over heads
         attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))

@@ -37,10 +37,7 @@ class DistanceAwareAttention(MultiHeadAttention):
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        q = self.queries(h)
-        k_seg, v_seg = self.keys_values(h)
-        k = torch.cat([memory_kv[0], k_seg], dim=2)
-        v = torch.cat([memory_kv[1], v_seg], dim=2)
+        q, k, v = self.segment_qkv(h, memory_kv)
         distance = key_distances(q.shape[2], k.shape[2], q.device).clamp(min=0).to(q.dtype)
         weights = (q @ k.transpose(-1, -2) * self.scale).relu() * self.rescale(distance) * mask.unsqueeze(1)
         weights = weights / (weights.sum(-1, keepdim=True) + EPSILON)

@@ -31,10 +31,7 @@ class ShawRelativeAttention(MultiHeadAttention):
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        q = self.queries(h)
-        k_seg, v_seg = self.keys_values(h)
-        k = torch.cat([memory_kv[0], k_seg], dim=2)
-        v = torch.cat([memory_kv[1], v_seg], dim=2)
+        q, k, v = self.segment_qkv(h, memory_kv)
         T, K = q.shape[2], k.shape[2]
         bucket = F.one_hot(key_distances(T, K, q.device).clamp(0, self.clip), self.clip + 1).to(q.dtype)  # [T, K, k+1]
         position_scores = torch.einsum("bhtw,tkw->bhtk", q @ self.key_positions.T, bucket)  # q_iᵀ a^K_{w(i,j)}

@@ -287,6 +287,16 @@ def test_adaptive_span_penalty_and_task_loss_reach_the_span():
     assert torch.isfinite(attn.span_fraction.grad).all() and attn.span_fraction.grad.abs().sum() > 0
 
 
+def segment_with_a_start(attn, env: int, step: int):
+    """A float64 segment, a full memory, the mask with one episode start, and the attention's queries,
+    keys and values over ``[memory; segment]`` (for the naive references)."""
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[env, step] = True
+    mask = attention_mask(torch.ones(B, M, dtype=torch.bool), starts, M)
+    return h, memory, mask, attn.segment_qkv(h, attn.keys_values(memory))
+
+
 def test_shaw_attention_equals_its_sums():
     """``e_ij = q_iᵀ(k_j + a^K_w)/√d``, ``z_i = Σ_j α_ij (v_j + a^V_w)``, ``w = min(i − j, k)`` written out per
     (query, key), with memory, an episode start and distances beyond the clip (set to 3 here, below
@@ -297,12 +307,7 @@ def test_shaw_attention_equals_its_sums():
     with torch.no_grad():
         attn.key_positions.data = torch.randn(4, DH, dtype=torch.float64)
         attn.value_positions.data = torch.randn(4, DH, dtype=torch.float64)
-    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
-    starts = torch.zeros(B, T, dtype=torch.bool)
-    starts[1, 2] = True
-    mask = attention_mask(torch.ones(B, M, dtype=torch.bool), starts, M)
-    q = attn.queries(h)
-    k, v = attn.keys_values(torch.cat([memory, h], dim=1))
+    h, memory, mask, (q, k, v) = segment_with_a_start(attn, env=1, step=2)
     expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
     for b in range(B):
         for n in range(H):
@@ -328,12 +333,7 @@ def test_distance_aware_attention_equals_its_formula():
     with torch.no_grad():
         attn.distance_weight.copy_(torch.tensor([-0.5, 0.0, 0.7], dtype=torch.float64))
         attn.sigmoid_offset.copy_(torch.tensor([0.3, -1.0, 1.5], dtype=torch.float64))
-    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
-    starts = torch.zeros(B, T, dtype=torch.bool)
-    starts[0, 4] = True
-    mask = attention_mask(torch.ones(B, M, dtype=torch.bool), starts, M)
-    q = attn.queries(h)
-    k, v = attn.keys_values(torch.cat([memory, h], dim=1))
+    h, memory, mask, (q, k, v) = segment_with_a_start(attn, env=0, step=4)
     expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
     for b in range(B):
         for n in range(H):
