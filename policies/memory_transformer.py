@@ -11,6 +11,7 @@ each layer caches its own input).
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -46,6 +47,7 @@ class MemoryTransformer(MemoryBackbone):
         self.record_shape = (n_depth, d_model)
         self.embed = nn.Linear(input_dim, d_model)
         self._position_cache: tuple[int, list[Tensor | None]] | None = None
+        self._stamp_tensors: list[Tensor] | None = None
 
     depth_loss_coefs: dict[str, float] = {}
     """default coefficients of the losses the depth computation reports (ACT's ponder cost)"""
@@ -90,8 +92,18 @@ class MemoryTransformer(MemoryBackbone):
         (keys, values, position terms) are computed from; it changes whenever one of them is
         updated in place (optimizer steps, ``load_state_dict``) or moved (``.to``). Covering the
         whole block means a new attention cannot forget to declare what its caches depend on."""
-        tensors = [t for block in self._distinct_blocks() for t in (*block.parameters(), *block.buffers())]
-        return hash(tuple((t.data_ptr(), t._version) for t in tensors)) & (2**62 - 1)
+        if self._stamp_tensors is None:  # walked once: only _apply (.to, .double, ...) replaces tensors
+            self._stamp_tensors = [t for block in self._distinct_blocks() for t in (*block.parameters(),
+                                                                                   *block.buffers())]
+        return hash(tuple((t.data_ptr(), t._version) for t in self._stamp_tensors)) & (2**62 - 1)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> MemoryTransformer:
+        self._stamp_tensors = None
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._stamp_tensors = None  # load_state_dict(assign=True) replaces parameters
+        super()._load_from_state_dict(*args, **kwargs)
 
     def _cached_position_terms(self, stamp: int) -> list[Tensor | None]:
         """Position terms for rollout steps, recomputed only when the parameters change."""

@@ -241,6 +241,24 @@ def test_step_caches_follow_every_block_parameter(name):
         torch.testing.assert_close(y_step, y_seq[0], atol=1e-5, rtol=0, msg=f"stale cache after parameter {n}")
 
 
+@pytest.mark.parametrize("name", ATTENDING)
+def test_step_caches_follow_parameters_assigned_by_load_state_dict(name):
+    """``load_state_dict(assign=True)`` puts new parameter objects in place: the caches follow them."""
+    backbone = build(name)
+    B, T = 2, MEMORY + 2
+    x = torch.randn(T + 1, B, INPUT_DIM)
+    starts = torch.zeros(T + 1, B, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+    other = {k: v + 0.3 * torch.randn_like(v) if v.is_floating_point() else v
+             for k, v in backbone.state_dict().items()}
+    backbone.load_state_dict(other, assign=True)
+    with torch.no_grad():
+        y_step, _ = backbone.step(x[T], state, starts[T])
+        y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
+    torch.testing.assert_close(y_step, y_seq[0], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name", list(BACKBONES))
 def test_state_is_env_major_and_indexable(name):
     """A learner can slice and concatenate states per env without knowing the backbone."""
