@@ -124,8 +124,9 @@ def buffer_bytes(s: Settings) -> dict[str, dict[str, float]]:
     options = {"lstm": {"hidden_size": s.hidden}, "gru": {"hidden_size": s.hidden},
                "mlp": {"hidden_size": s.hidden}, "framestack": {"k": 4, "hidden_size": s.hidden},
                "ut-act": {"d_model": s.hidden, "memory_length": s.memory_length, "max_steps": 2}}
-    for name in BACKBONES:
-        kwargs = options.get(name, {"d_model": s.hidden, "n_layers": 2, "memory_length": s.memory_length})
+    for name, spec in BACKBONES.items():
+        wanted = options.get(name, {"d_model": s.hidden, "n_layers": 2, "memory_length": s.memory_length})
+        kwargs = {key: value for key, value in wanted.items() if key in spec.options()}  # linear: no window
         model = MemoryPPO("MemoryPolicy", env, n_steps=s.n_steps, batch_size=s.batch_size, seed=0,
                           segment_length=s.segment_length, policy_kwargs={"backbone": name, "backbone_kwargs": kwargs})
         model.learn(s.n_steps * s.n_envs)
