@@ -9,17 +9,18 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from policies import BACKBONES
 from policies.lm import MemoryLanguageModel
-from tests.conftest import TRANSFORMERS
+from tests.conftest import TRANSFORMERS, small_options
 
 VOCAB = 16
 OPTIONS = {"d_model": 32, "n_heads": 2, "memory_length": 24}
 
 
-@pytest.mark.parametrize("backbone", TRANSFORMERS)
+@pytest.mark.parametrize("backbone", [*TRANSFORMERS, "linear"])
 def test_segments_with_memory_equal_one_pass(backbone):
     torch.manual_seed(0)
-    lm = MemoryLanguageModel(VOCAB, backbone, d_embed=16, **OPTIONS).eval()
+    lm = MemoryLanguageModel(VOCAB, backbone, d_embed=16, **small_options(backbone, **OPTIONS)).eval()
     tokens = torch.randint(VOCAB, (18, 3))
     starts = torch.zeros_like(tokens, dtype=torch.bool)
     starts[0], starts[11, 1] = True, True  # a document boundary inside the second segment
@@ -84,3 +85,10 @@ def test_memory_across_segments_is_what_makes_the_task_learnable():
     # (float summation order), so the bound leaves room: without memory the loss stays near chance.
     assert with_memory < 0.35 * math.log(VOCAB), with_memory
     assert without > 0.6 * math.log(VOCAB), without
+
+
+def test_the_lm_and_the_policy_share_the_backbone_classes():
+    """One implementation per name: the LM's backbone is an instance of the registry's class."""
+    for name in [*TRANSFORMERS, "linear"]:
+        lm = MemoryLanguageModel(VOCAB, name, d_embed=16, **small_options(name, **OPTIONS))
+        assert type(lm.backbone) is BACKBONES[name].cls
