@@ -5,7 +5,8 @@
 
 - ``config.yaml``: the resolved :class:`LMConfig`;
 - ``events.out.tfevents.*``: tensorboard (training loss, validation bits per token);
-- ``evaluations.csv``: step, training loss (nats), validation bits per token, wall seconds;
+- ``evaluations.csv``: step, training loss (nats; with ``future_targets``, the multiple-targets
+  loss of Al-Rfou et al. 2019 included), validation bits per token (next token only), wall seconds;
 - ``checkpoints/lm_<step>.pt``: model, optimizer, the memory carried between segments and the
   step, written atomically, so ``--resume`` continues exactly where a run stopped;
 - ``summary.json`` at the end.
@@ -56,6 +57,8 @@ class LMConfig:
     backbone_options: dict[str, Any] = field(default_factory=lambda: {
         "d_model": 128, "n_layers": 2, "n_heads": 4, "memory_length": 128})
     d_embed: int = 64
+    future_targets: int = 0
+    future_weight: float = 0.5
     segment_length: int = 64
     batch_size: int = 16
     steps: int = 2000
@@ -116,7 +119,7 @@ def build_lm_config(file: str | Path | None = None, overrides: list[str] | None 
 
 def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> MemoryLanguageModel:
     try:
-        return MemoryLanguageModel(vocab_size, config.backbone, config.d_embed,
+        return MemoryLanguageModel(vocab_size, config.backbone, config.d_embed, config.future_targets,
                                    **{**config.backbone_options, **option_overrides})
     except ValueError as error:
         raise ConfigError(str(error)) from error
@@ -182,7 +185,7 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     bar = _progress_bar(config.steps, step) if progress else None
     while step < config.steps:
         tokens, starts = next(batches)
-        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device))
+        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device), config.future_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -32,26 +32,48 @@ class MemoryLanguageModel(nn.Module):
         torch.Size([4, 3])
     """
 
-    def __init__(self, vocab_size: int, backbone: str = "trxl", d_embed: int = 64, **backbone_options: Any) -> None:
+    def __init__(self, vocab_size: int, backbone: str = "trxl", d_embed: int = 64, future_targets: int = 0,
+                 **backbone_options: Any) -> None:
         super().__init__()
+        if future_targets < 0:
+            raise ValueError(f"future_targets must be >= 0, got {future_targets}")
         self.embedding = nn.Embedding(vocab_size, d_embed)
         self.backbone = make_backbone(backbone, d_embed, **backbone_options)
         self.head = nn.Linear(self.backbone.output_dim, vocab_size)
+        # Al-Rfou et al. (2019): extra heads, head k predicting the token k + 2 steps ahead
+        self.future_heads = nn.ModuleList(nn.Linear(self.backbone.output_dim, vocab_size)
+                                          for _ in range(future_targets))
 
     def initial_state(self, batch_size: int) -> State:
         return self.backbone.initial_state(batch_size)
 
+    def hidden_states(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
+        """The backbone's outputs ``[T, B, D]`` for a segment ``tokens`` ``[T, B]`` (``starts``: document starts)."""
+        starts = torch.zeros_like(tokens, dtype=torch.bool) if starts is None else starts
+        return self.backbone.forward_sequence(self.embedding(tokens), strip_cache(state), starts)
+
     def forward(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
         """Logits ``[T, B, vocab]`` for a segment ``tokens`` ``[T, B]``; ``starts`` marks document starts."""
-        starts = torch.zeros_like(tokens, dtype=torch.bool) if starts is None else starts
-        hidden, state, aux = self.backbone.forward_sequence(self.embedding(tokens), strip_cache(state), starts)
+        hidden, state, aux = self.hidden_states(tokens, state, starts)
         return self.head(hidden), state, aux
 
-    def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
+    def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None,
+             future_weight: float = 0.0) -> tuple[Tensor, State, Aux]:
         """Mean next-token cross-entropy of a segment (``tokens[t]`` predicts ``tokens[t + 1]``);
-        the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``."""
-        logits, state, aux = self(tokens[:-1], state, None if starts is None else starts[:-1])
-        return F.cross_entropy(logits.flatten(0, 1), tokens[1:].flatten()), state, aux
+        the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``.
+
+        With ``future_weight > 0`` the future heads add the multiple-targets loss of Al-Rfou et al.
+        (2019, Sec. 2.3): ``future_weight`` times the mean cross-entropy of head ``k`` predicting
+        ``tokens[t + k + 2]`` at every position where that token is in the segment.
+        """
+        hidden, state, aux = self.hidden_states(tokens[:-1], state, None if starts is None else starts[:-1])
+        loss = F.cross_entropy(self.head(hidden).flatten(0, 1), tokens[1:].flatten())
+        if future_weight > 0 and self.future_heads:
+            future = [F.cross_entropy(head(hidden[:-(k + 1)]).flatten(0, 1), tokens[k + 2:].flatten())
+                      for k, head in enumerate(self.future_heads) if tokens.shape[0] > k + 2]
+            if future:
+                loss = loss + future_weight * torch.stack(future).mean()
+        return loss, state, aux
 
     @torch.no_grad()
     def generate(self, last: Tensor, state: State, n_tokens: int, temperature: float = 0.0) -> Tensor:

@@ -92,3 +92,23 @@ def test_the_lm_and_the_policy_share_the_backbone_classes():
     for name in [*TRANSFORMERS, "linear"]:
         lm = MemoryLanguageModel(VOCAB, name, d_embed=16, **small_options(name, **OPTIONS))
         assert type(lm.backbone) is BACKBONES[name].cls
+
+
+def test_future_targets_add_the_multiple_targets_loss():
+    """Al-Rfou et al. (2019): head k predicts the token k + 2 ahead; its loss joins only with a weight,
+    and the next-token loss (what evaluation reports) is unchanged by the extra heads."""
+    torch.manual_seed(0)
+    lm = MemoryLanguageModel(VOCAB, "gtrxl", d_embed=16, future_targets=2, **OPTIONS)
+    tokens = torch.randint(VOCAB, (9, 3))
+    state = lm.initial_state(3)
+    plain, _, _ = lm.loss(tokens, state)
+    with_future, _, _ = lm.loss(tokens, state, future_weight=0.5)
+    logits, _, _ = lm(tokens[:-1], state)
+    third = torch.nn.functional.cross_entropy(lm.future_heads[1](lm.hidden_states(tokens[:-1], state)[0][:-2])
+                                              .flatten(0, 1), tokens[3:].flatten())
+    second = torch.nn.functional.cross_entropy(lm.future_heads[0](lm.hidden_states(tokens[:-1], state)[0][:-1])
+                                               .flatten(0, 1), tokens[2:].flatten())
+    torch.testing.assert_close(plain, torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[1:].flatten()))
+    torch.testing.assert_close(with_future, plain + 0.5 * (second + third) / 2)
+    with_future.backward()
+    assert all(head.weight.grad is not None for head in lm.future_heads)
