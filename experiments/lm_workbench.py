@@ -59,6 +59,7 @@ class LMConfig:
     d_embed: int = 64
     future_targets: int = 0
     future_weight: float = 0.5
+    intermediate_weight: float = 0.0
     segment_length: int = 64
     batch_size: int = 16
     steps: int = 2000
@@ -185,7 +186,11 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     bar = _progress_bar(config.steps, step) if progress else None
     while step < config.steps:
         tokens, starts = next(batches)
-        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device), config.future_weight)
+        # intermediate-layer losses fade out over the first half of training (Al-Rfou et al. 2019
+        # drop them layer by layer; here they decay together, linearly)
+        intermediate = config.intermediate_weight * max(0.0, 1.0 - 2.0 * step / config.steps)
+        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device), config.future_weight,
+                                    intermediate)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -47,27 +47,43 @@ class MemoryLanguageModel(nn.Module):
     def initial_state(self, batch_size: int) -> State:
         return self.backbone.initial_state(batch_size)
 
+    def _backbone_inputs(self, tokens: Tensor, state: State, starts: Tensor | None) -> tuple[Tensor, State, Tensor]:
+        starts = torch.zeros_like(tokens, dtype=torch.bool) if starts is None else starts
+        return self.embedding(tokens), strip_cache(state), starts
+
     def hidden_states(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
         """The backbone's outputs ``[T, B, D]`` for a segment ``tokens`` ``[T, B]`` (``starts``: document starts)."""
-        starts = torch.zeros_like(tokens, dtype=torch.bool) if starts is None else starts
-        return self.backbone.forward_sequence(self.embedding(tokens), strip_cache(state), starts)
+        return self.backbone.forward_sequence(*self._backbone_inputs(tokens, state, starts))
 
     def forward(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
         """Logits ``[T, B, vocab]`` for a segment ``tokens`` ``[T, B]``; ``starts`` marks document starts."""
         hidden, state, aux = self.hidden_states(tokens, state, starts)
         return self.head(hidden), state, aux
 
-    def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None,
-             future_weight: float = 0.0) -> tuple[Tensor, State, Aux]:
+    def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None, future_weight: float = 0.0,
+             intermediate_weight: float = 0.0) -> tuple[Tensor, State, Aux]:
         """Mean next-token cross-entropy of a segment (``tokens[t]`` predicts ``tokens[t + 1]``);
         the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``.
 
-        With ``future_weight > 0`` the future heads add the multiple-targets loss of Al-Rfou et al.
-        (2019, Sec. 2.3): ``future_weight`` times the mean cross-entropy of head ``k`` predicting
-        ``tokens[t + k + 2]`` at every position where that token is in the segment.
+        The auxiliary losses of Al-Rfou et al. (2019, Sec. 2), each off at weight 0:
+
+        - ``future_weight``: the future heads' multiple-targets loss, the mean cross-entropy of head
+          ``k`` predicting ``tokens[t + k + 2]`` wherever that token is in the segment;
+        - ``intermediate_weight``: the next-token loss of every intermediate layer's output (the input
+          of the next depth, through the shared head), averaged over layers (windowed Transformers).
         """
-        hidden, state, aux = self.hidden_states(tokens[:-1], state, None if starts is None else starts[:-1])
+        inputs, input_starts = tokens[:-1], None if starts is None else starts[:-1]
+        if intermediate_weight > 0 and hasattr(self.backbone, "forward_with_depths"):
+            hidden, depths, state, aux = self.backbone.forward_with_depths(
+                *self._backbone_inputs(inputs, state, input_starts))
+        else:
+            hidden, state, aux = self.hidden_states(inputs, state, input_starts)
+            depths = None
         loss = F.cross_entropy(self.head(hidden).flatten(0, 1), tokens[1:].flatten())
+        if depths is not None and depths.shape[2] > 1:
+            intermediate = [F.cross_entropy(self.head(depths[:, :, n]).flatten(0, 1), tokens[1:].flatten())
+                            for n in range(1, depths.shape[2])]
+            loss = loss + intermediate_weight * torch.stack(intermediate).mean()
         if future_weight > 0 and self.future_heads:
             future = [F.cross_entropy(head(hidden[:-(k + 1)]).flatten(0, 1), tokens[k + 2:].flatten())
                       for k, head in enumerate(self.future_heads) if tokens.shape[0] > k + 2]

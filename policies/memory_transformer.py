@@ -116,6 +116,14 @@ class MemoryTransformer(MemoryBackbone):
     shares_records = True
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        y, _, state, aux = self.forward_with_depths(x, state, episode_starts)
+        return y, state, aux
+
+    def forward_with_depths(self, x: Tensor, state: State, episode_starts: Tensor
+                            ) -> tuple[Tensor, Tensor, State, Aux]:
+        """:meth:`forward_sequence` plus the input of every depth ``[T, B, n_depth, D]`` (with gradient):
+        depth ``n + 1``'s input is depth ``n``'s output, which the language model's intermediate-layer
+        losses read (Al-Rfou et al. 2019)."""
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         memory, valid = windows(state), state["valid"]
         mask = attention_mask(valid, starts, self.memory_length)
@@ -128,7 +136,7 @@ class MemoryTransformer(MemoryBackbone):
         for block in blocks:  # the attentions' own terms, averaged over blocks, at every position
             for name, value in block.attn.aux_terms().items():
                 aux[name] = aux.get(name, 0.0) + value.expand(x.shape[0], x.shape[1]) / len(blocks)
-        return y.transpose(0, 1), {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}, aux
+        return y.transpose(0, 1), records.transpose(0, 1), {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}, aux
 
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
         """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""

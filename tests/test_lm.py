@@ -112,3 +112,19 @@ def test_future_targets_add_the_multiple_targets_loss():
     torch.testing.assert_close(with_future, plain + 0.5 * (second + third) / 2)
     with_future.backward()
     assert all(head.weight.grad is not None for head in lm.future_heads)
+
+
+def test_intermediate_layer_losses_read_every_inner_layer():
+    """Al-Rfou et al. (2019): the shared head's next-token loss on the output of each layer below the
+    top (the next depth's input), averaged and weighted; gradient reaches the lower layer through it."""
+    torch.manual_seed(0)
+    lm = MemoryLanguageModel(VOCAB, "gtrxl", d_embed=16, n_layers=3, **OPTIONS)
+    tokens = torch.randint(VOCAB, (9, 3))
+    state = lm.initial_state(3)
+    plain, _, _ = lm.loss(tokens, state)
+    with_layers, _, _ = lm.loss(tokens, state, intermediate_weight=0.3)
+    _, depths, _, _ = lm.backbone.forward_with_depths(lm.embedding(tokens[:-1]), state,
+                                                      torch.zeros(8, 3, dtype=torch.bool))
+    inner = [torch.nn.functional.cross_entropy(lm.head(depths[:, :, n]).flatten(0, 1), tokens[1:].flatten())
+             for n in (1, 2)]
+    torch.testing.assert_close(with_layers, plain + 0.3 * (inner[0] + inner[1]) / 2)
