@@ -221,42 +221,47 @@ def test_step_caches_follow_parameter_updates(name):
     torch.testing.assert_close(y_step, y_seq, atol=1e-5, rtol=0)
 
 
+def cached_rollout(backbone):
+    """Step a few envs so the state holds rollout caches; returns a check that the next step from that
+    state equals ``forward_sequence`` from it without caches (run after changing the parameters)."""
+    B, T = 2, MEMORY + 2
+    x = torch.randn(T + 1, B, INPUT_DIM)
+    starts = torch.zeros(T + 1, B, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+
+    def next_step_agrees(message: str) -> None:
+        with torch.no_grad():
+            y_step, _ = backbone.step(x[T], state, starts[T])
+            y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
+        torch.testing.assert_close(y_step, y_seq[0], atol=1e-5, rtol=0, msg=message)
+
+    return next_step_agrees
+
+
 @pytest.mark.parametrize("name", ATTENDING)
 def test_step_caches_follow_every_block_parameter(name):
     """Changing any single parameter of a memory block in place invalidates the rollout caches, so
     no attention can leave a parameter out of the cache fingerprint (mutation caught: a fingerprint
     over the key/value projection only, which misses W_kR, u, v and the norms)."""
     backbone = build(name)
-    B, T = 2, MEMORY + 2
-    x = torch.randn(T + 1, B, INPUT_DIM)
-    starts = torch.zeros(T + 1, B, dtype=torch.bool)
-    starts[0] = True
-    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+    next_step_agrees = cached_rollout(backbone)
     blocks = {id(block): block for block in backbone.memory_blocks}.values()
     for n, parameter in enumerate(p for block in blocks for p in block.parameters()):
         with torch.no_grad():
             parameter.add_(0.5 * torch.randn_like(parameter))
-            y_step, _ = backbone.step(x[T], state, starts[T])
-            y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
-        torch.testing.assert_close(y_step, y_seq[0], atol=1e-5, rtol=0, msg=f"stale cache after parameter {n}")
+        next_step_agrees(f"stale cache after parameter {n}")
 
 
 @pytest.mark.parametrize("name", ATTENDING)
 def test_step_caches_follow_parameters_assigned_by_load_state_dict(name):
     """``load_state_dict(assign=True)`` puts new parameter objects in place: the caches follow them."""
     backbone = build(name)
-    B, T = 2, MEMORY + 2
-    x = torch.randn(T + 1, B, INPUT_DIM)
-    starts = torch.zeros(T + 1, B, dtype=torch.bool)
-    starts[0] = True
-    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+    next_step_agrees = cached_rollout(backbone)
     other = {k: v + 0.3 * torch.randn_like(v) if v.is_floating_point() else v
              for k, v in backbone.state_dict().items()}
     backbone.load_state_dict(other, assign=True)
-    with torch.no_grad():
-        y_step, _ = backbone.step(x[T], state, starts[T])
-        y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
-    torch.testing.assert_close(y_step, y_seq[0], atol=1e-5, rtol=0)
+    next_step_agrees("stale cache after load_state_dict(assign=True)")
 
 
 @pytest.mark.parametrize("name", list(BACKBONES))
