@@ -38,7 +38,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from experiments.config import ConfigError, load_yaml, parse_override
 from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
-from experiments.run_dir import write_atomic
+from experiments.run_dir import latest_checkpoint, write_atomic
 from experiments.training import torch_threads
 from policies import BACKBONES
 from policies.lm import MemoryLanguageModel
@@ -127,9 +127,8 @@ def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> M
 
 
 def _latest_checkpoint(directory: Path) -> Path | None:
-    found = sorted((directory / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*.pt"),
-                   key=lambda path: int(path.stem.removeprefix(CHECKPOINT_PREFIX)))
-    return found[-1] if found else None
+    found = latest_checkpoint(directory / "checkpoints", CHECKPOINT_PREFIX, ".pt")
+    return None if found is None else found[0]
 
 
 def _save_checkpoint(directory: Path, step: int, model: MemoryLanguageModel, optimizer: torch.optim.Optimizer,

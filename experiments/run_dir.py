@@ -75,11 +75,12 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def latest_checkpoint(directory: Path) -> tuple[Path, int] | None:
-    """The checkpoint with the most timesteps, as ``(path, timesteps)``."""
+def latest_checkpoint(directory: Path, prefix: str = CHECKPOINT_PREFIX,
+                      suffix: str = "_steps.zip") -> tuple[Path, int] | None:
+    """The checkpoint ``{prefix}{steps}{suffix}`` with the most steps, as ``(path, steps)``."""
     found = []
-    for path in directory.glob(f"{CHECKPOINT_PREFIX}*_steps.zip"):
-        steps = path.stem.removeprefix(CHECKPOINT_PREFIX).removesuffix("_steps")
+    for path in directory.glob(f"{prefix}*{suffix}"):
+        steps = path.name.removeprefix(prefix).removesuffix(suffix)
         if steps.isdigit():
             found.append((int(steps), path))
     if not found:
