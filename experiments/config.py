@@ -115,7 +115,8 @@ def section_defaults(name: str) -> dict[str, Any]:
 
 def parse_value(text: str) -> Any:
     """A command-line value: a Python literal (``1e-3``, ``[64, 64]``, ``{'a': 1}``), a YAML
-    scalar (``true``, ``null``), or else the string itself. Never evaluated as code."""
+    scalar (``true``, ``null``) or flow collection (``{top_k: 8}``), or else the string itself.
+    Never evaluated as code."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -124,7 +125,8 @@ def parse_value(text: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    return value if isinstance(value, bool | type(None)) else text
+    flow_collection = isinstance(value, dict | list) and text.lstrip()[:1] in ("{", "[")
+    return value if isinstance(value, bool | type(None)) or flow_collection else text
 
 
 def coerce(key: str, value: Any, default: Any) -> Any:

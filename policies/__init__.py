@@ -5,6 +5,8 @@ from policies import (  # noqa: F401  (each module registers its attention)
     adaptive_span,
     alibi,
     distance_aware,
+    knn_memory,
+    local_attention,
     relative_attention,
     shaw_attention,
     strided_attention,

@@ -16,8 +16,10 @@ Tensor layout: hidden states ``[B, T, D]``, per-head tensors ``[B, H, N, d_head]
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,16 +43,32 @@ def register_attention(name: str) -> Callable[[type[MultiHeadAttention]], type[M
     return register
 
 
+def attention_options(name: str) -> dict[str, Any]:
+    """The options of attention ``name`` beyond the shared ones, with their defaults (e.g. ``knn``'s ``top_k``)."""
+    params = inspect.signature(ATTENTIONS[name].__init__).parameters
+    return {option: p.default for option, p in params.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and option not in ("max_distance", "dropout")}
+
+
 def make_attention(name: str, d_model: int, n_heads: int, d_head: int, *, max_distance: int,
-                   dropout: float = 0.0) -> MultiHeadAttention:
-    """The attention ``name``; ``max_distance`` is the farthest key a query may see (the memory length).
+                   dropout: float = 0.0, options: dict[str, Any] | None = None) -> MultiHeadAttention:
+    """The attention ``name``; ``max_distance`` is the farthest key a query may see (the memory length),
+    ``options`` the attention's own settings (:func:`attention_options`).
 
     Raises:
-        ValueError: unknown name; the message lists the registered ones.
+        ValueError: unknown name or option; the message lists the valid ones.
     """
     if name not in ATTENTIONS:
         raise ValueError(f"unknown attention {name!r}; valid attentions: {', '.join(ATTENTIONS)}")
-    return ATTENTIONS[name](d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise ValueError(f"the options of attention {name!r} must be a mapping of option to value, got {options!r}; "
+                         f"valid options: {', '.join(attention_options(name)) or 'none'}")
+    unknown = sorted(set(options) - set(attention_options(name)))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for attention {name!r}; "
+                         f"valid options: {', '.join(attention_options(name)) or 'none'}")
+    return ATTENTIONS[name](d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout, **options)
 
 
 def key_distances(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
@@ -113,6 +131,11 @@ class MultiHeadAttention(HeadProjections):
     aux_loss_coefs: dict[str, float] = {}
     """default coefficients of the losses among :meth:`aux_terms`"""
 
+    @property
+    def reach(self) -> int:
+        """The farthest key, in steps back, that can change a query's output (the memory length here)."""
+        return self.max_distance
+
     def position_terms(self) -> Tensor | None:
         """What the position scheme computes from its parameters once per pass (none here)."""
         return None
@@ -149,10 +172,12 @@ class MultiHeadAttention(HeadProjections):
             ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
         """
         q, k, v = self.segment_qkv(h, memory_kv)
+        return self.merge(self.attend(q, k, v, mask.unsqueeze(1), position_terms)), (k, v)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, position_terms: Tensor | None) -> Tensor:
+        """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
+        (``[B, H, N, d_head]``); ``mask`` ``[B, 1, T, K]`` broadcasts over the heads."""
         bias = self.score_bias(q, position_terms, k.shape[2])
-        mask = mask.unsqueeze(1)  # broadcast over heads
         attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))
-        out = F.scaled_dot_product_attention(self.content_query(q), k, v, attn_mask=attn_mask,
-                                             dropout_p=self.dropout if self.training else 0.0,
-                                             scale=self.scale)
-        return self.merge(out), (k, v)
+        return F.scaled_dot_product_attention(self.content_query(q), k, v, attn_mask=attn_mask,
+                                              dropout_p=self.dropout if self.training else 0.0, scale=self.scale)

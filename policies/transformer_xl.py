@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -34,12 +36,13 @@ class GatedTransformerXL(MemoryTransformer):
     def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
                  layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
-                 attention: str = "relative", dropout: float = 0.0) -> None:
+                 attention: str = "relative", attention_options: dict[str, Any] | None = None,
+                 dropout: float = 0.0) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=n_layers)
         self.layers = nn.ModuleList(
             TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head, max_distance=memory_length,
-                                              dropout=dropout),
+                                              dropout=dropout, options=attention_options),
                                d_model, d_inner or 4 * d_model, layout=layout, gate=gate, gate_bias=gate_bias,
                                dropout=dropout)
             for _ in range(n_layers))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -32,11 +34,12 @@ class UniversalTransformerACT(MemoryTransformer):
                  d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,
                  epsilon: float = 0.01, halting_bias: float = 1.0, step_encoding: str = "sinusoidal",
                  gate: str = "gru", gate_bias: float | None = None, attention: str = "relative",
-                 dropout: float = 0.0) -> None:
+                 attention_options: dict[str, Any] | None = None, dropout: float = 0.0) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=max_steps)
         self.block = TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
-                                                       max_distance=memory_length, dropout=dropout),
+                                                       max_distance=memory_length, dropout=dropout,
+                                                       options=attention_options),
                                         d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate,
                                         gate_bias=gate_bias, dropout=dropout)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)

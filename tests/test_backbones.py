@@ -18,8 +18,10 @@ OPTIONS = {name: small_options(name, d_model=16, n_heads=2, memory_length=MEMORY
 DEFAULT_ATTENTION = BACKBONES["gtrxl"].options()["attention"]
 CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     f"gtrxl-{attention}": ("gtrxl", {**OPTIONS["gtrxl"], "attention": attention})
-    for attention in ATTENTIONS if attention != DEFAULT_ATTENTION}
-"""test case → (backbone, options): every backbone, then GTrXL with each other attention"""
+    for attention in ATTENTIONS if attention != DEFAULT_ATTENTION} | {
+    "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}})}
+"""test case → (backbone, options): every backbone, then GTrXL with each other attention, and kNN
+retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
 
@@ -116,9 +118,11 @@ def test_episode_isolation(name, mode):
 
 @pytest.mark.parametrize("name", ATTENDING)
 def test_window_is_exactly_memory_length(name):
-    """An input exactly M steps back still changes a 1-layer transformer's output; one M+1 back does not."""
+    """An input exactly M steps back still changes a 1-layer transformer's output; one M+1 back does not
+    (M is the attention's reach: the memory length, or a local attention's window)."""
     extra = {"max_steps": 1} if name == "ut-act" else {"n_layers": 1}
     backbone = build(name, **extra)
+    reach = backbone.memory_blocks[0].attn.reach
     T, B = MEMORY + 3, 1
     x = torch.randn(T, B, INPUT_DIM)
     starts = torch.zeros(T, B, dtype=torch.bool)
@@ -131,7 +135,7 @@ def test_window_is_exactly_memory_length(name):
             return backbone.forward_sequence(inputs, state, starts)[0][last]
 
     base = final_output(x)
-    for back, changes in ((MEMORY, True), (MEMORY + 1, False)):
+    for back, changes in ((reach, True), (reach + 1, False)):
         # a few random directions: an attention with ReLU weights (distance-aware) may give one key
         # exactly zero weight for one perturbation, but not for all
         moved = []

@@ -53,6 +53,8 @@ def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
 def test_values_are_parsed_safely():
     assert parse_value("1e-3") == 0.001 and parse_value("[64, 64]") == [64, 64]
     assert parse_value("true") is True and parse_value("null") is None
+    assert parse_value("{top_k: 2, local_window: 4}") == {"top_k": 2, "local_window": 4}
+    assert parse_value("lin_5e-4") == "lin_5e-4" and parse_value("a: b") == "a: b"
     assert parse_value("__import__('os').system('echo pwned')") == "__import__('os').system('echo pwned')"
     assert coerce("x", "3e-4", 0.1) == 3e-4 and coerce("n", 1e5, 1) == 100000
     assert coerce("d_inner", 256, None) == 256 and isinstance(coerce("d_inner", 256, None), int)

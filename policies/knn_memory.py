@@ -1,0 +1,75 @@
+"""Memorizing Transformer attention (Wu et al. 2022): local attention plus top-k retrieval from the
+older part of the episode, mixed by a learned gate; registered as ``knn``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from policies.attention import KeysValues, register_attention
+from policies.local_attention import LocalAttention
+
+DEFAULT_TOP_K = 8
+"""``k``, the number of older keys each query retrieves (the paper used 32 with far larger stores)"""
+
+
+def top_k_keys(scores: Tensor, allowed: Tensor, k: int) -> Tensor:
+    """The ``k`` allowed keys with the highest scores in every row of ``scores`` ``[..., K]`` (all
+    allowed keys when there are at most ``k``; equal scores at the ``k``-th place are all kept)."""
+    if k >= scores.shape[-1]:
+        return allowed
+    masked = scores.detach().masked_fill(~allowed, float("-inf"))
+    kth = masked.topk(k, dim=-1).values[..., -1:]
+    return allowed & (masked >= kth)
+
+
+@register_attention("knn")
+class KNNMemoryAttention(LocalAttention):
+    """The kNN-augmented attention layer of Memorizing Transformers (Wu et al. 2022, Sec. 3).
+
+    Each query attends twice. Locally (:class:`~policies.local_attention.LocalAttention`), with
+    Transformer-XL relative attention, to the keys at most ``W = local_window`` steps back: output
+    ``V_c``. And to the ``k`` keys with the highest content scores ``q·k/√d`` among the older keys of
+    the episode, ``W < i − j ≤ max_distance`` (exact kNN over the store, no position terms): output ``V_m``.
+    A learned scalar gate per head mixes them, ``V_a = V_m ⊙ g + V_c ⊙ (1 − g)``, ``g = σ(b_g)``
+    (``b_g`` initialised to 0). A query with no older key yet uses ``V_c`` alone.
+
+    In engram the store is the episode memory (``memory_length`` of the backbone): the per-step
+    records of the last ``max_distance`` steps of the episode, which the episode boundary clears
+    and no other env reads (the window rule of :mod:`policies.memory`), so episode isolation holds by
+    construction. The paper's store holds stale keys without gradient; here training recomputes
+    them from the stored records like every other memory key.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+                 local_window: int | None = None, top_k: int = DEFAULT_TOP_K) -> None:
+        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
+                         local_window=local_window)
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        self.top_k = top_k
+        self.gate_logit = nn.Parameter(torch.zeros(n_heads))  # b_g
+
+    @property
+    def reach(self) -> int:
+        return self.max_distance  # retrieval covers the whole store
+
+    def gate(self) -> Tensor:
+        """``g = σ(b_g)`` per head, ``[H]``: the weight of the retrieved memories."""
+        return torch.sigmoid(self.gate_logit)
+
+    def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
+                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
+        q, k, v = self.segment_qkv(h, memory_kv)
+        mask = mask.unsqueeze(1)  # [B, 1, T, K]
+        local = self.attend(q, k, v, mask, position_terms)  # V_c over the window
+        external = mask & ~self.near(q.shape[2], k.shape[2], q.device)
+        has_memory = external.any(dim=-1, keepdim=True)  # [B, 1, T, 1]
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
+        # a row with nothing to retrieve attends everywhere (no -inf row, no NaN) and is gated out below
+        retrieved = top_k_keys(scores, external, self.top_k) | ~has_memory
+        weights = torch.softmax(scores.masked_fill(~retrieved, float("-inf")), dim=-1)
+        memory = torch.matmul(F.dropout(weights, self.dropout, self.training), v)  # V_m
+        gate = self.gate().view(1, -1, 1, 1) * has_memory
+        return self.merge(local + gate * (memory - local)), (k, v)

@@ -1,0 +1,126 @@
+"""Local attention (``local``) and Memorizing Transformer attention (``knn``) against their references,
+and the top-k rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policies.attention import MultiHeadAttention
+from policies.knn_memory import KNNMemoryAttention, top_k_keys
+from policies.local_attention import LocalAttention
+from policies.memory import attention_mask
+from policies.relative_attention import RelativeMultiHeadAttention
+
+B, M, T, D, H, DH = 2, 6, 5, 12, 3, 4
+WINDOW = 2
+
+
+def inputs(starts: torch.Tensor | None = None):
+    torch.manual_seed(1)
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    valid = torch.tensor([[False] + [True] * (M - 1), [True] * M])
+    starts = torch.zeros(B, T, dtype=torch.bool) if starts is None else starts
+    mask = attention_mask(valid, starts, M)
+    older = (torch.arange(T).view(-1, 1) + M - torch.arange(M + T).view(1, -1)) > WINDOW
+    return h, memory, mask, older
+
+
+def knn(top_k: int, gate_logit: float) -> KNNMemoryAttention:
+    torch.manual_seed(0)
+    attn = KNNMemoryAttention(D, H, DH, max_distance=M, local_window=WINDOW, top_k=top_k).double()
+    with torch.no_grad():
+        attn.gate_logit.fill_(gate_logit)
+    return attn
+
+
+def test_local_attention_equals_relative_attention_with_a_band_mask():
+    """Keys at most ``W`` steps back, the query itself included (mutation caught: ``<`` for ``≤``)."""
+    torch.manual_seed(0)
+    local = LocalAttention(D, H, DH, max_distance=M, local_window=WINDOW).double()
+    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    relative.load_state_dict(local.state_dict())
+    h, memory, mask, older = inputs()
+    band = torch.tensor([[0 <= M + i - j <= WINDOW for j in range(M + T)] for i in range(T)])
+    assert torch.equal(band, ~older & (torch.arange(T).view(-1, 1) + M >= torch.arange(M + T)))
+    with torch.no_grad():
+        out, _ = local(h, local.keys_values(memory), mask, local.position_terms())
+        expected, _ = relative(h, relative.keys_values(memory), mask & band, relative.position_terms())
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+
+
+def test_a_closed_gate_leaves_relative_attention_over_the_local_window():
+    """``g = 0``: Transformer-XL attention restricted to the last ``W`` steps (mutation caught: the
+    local half seeing the whole store)."""
+    attn = knn(top_k=1, gate_logit=float("-inf"))
+    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    relative.load_state_dict({k: v for k, v in attn.state_dict().items() if k != "gate_logit"})
+    h, memory, mask, older = inputs()
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+        expected, _ = relative(h, relative.keys_values(memory), mask & ~older, relative.position_terms())
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+
+
+def test_retrieving_the_whole_store_equals_content_attention_over_the_older_keys():
+    """``k`` ≥ store size and ``g = 1``: plain softmax attention over every older key of the episode,
+    without position terms (mutations caught: retrieving local keys too, adding the position bias)."""
+    attn = knn(top_k=M + T, gate_logit=float("inf"))
+    content = MultiHeadAttention(D, H, DH, max_distance=M).double()
+    content.load_state_dict({k: v for k, v in attn.state_dict().items() if k in content.state_dict()})
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[1, 3] = True  # env 1's last two steps start an episode: nothing older to retrieve
+    h, memory, mask, older = inputs(starts)
+    has_memory = (mask & older).any(-1)
+    assert has_memory.sum() == B * T - 2
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+        expected, _ = content(h, content.keys_values(memory), mask & older | ~has_memory.unsqueeze(-1))
+    torch.testing.assert_close(out[has_memory], expected[has_memory], atol=1e-12, rtol=0)
+
+
+def test_one_retrieved_key_gives_its_value():
+    """``k = 1``, ``g = 1``: each query reads the value of its best-scoring older key alone (mutation
+    caught: attending to every older key)."""
+    attn = knn(top_k=1, gate_logit=float("inf"))
+    content = MultiHeadAttention(D, H, DH, max_distance=M).double()
+    content.load_state_dict({k: v for k, v in attn.state_dict().items() if k in content.state_dict()})
+    h, memory, mask, older = inputs()
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+        q, k, _ = content.segment_qkv(h, content.keys_values(memory))
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~(mask & older).unsqueeze(1), float("-inf"))
+        best = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, scores.argmax(-1, keepdim=True), True)
+        heads = torch.softmax(scores.masked_fill(~best, float("-inf")), -1) @ content.segment_qkv(
+            h, content.keys_values(memory))[2]
+    torch.testing.assert_close(out, content.merge(heads), atol=1e-12, rtol=0)
+
+
+def test_a_query_with_nothing_older_uses_the_local_half_alone():
+    """Early in an episode there is no older key: the output is the local attention whatever the gate."""
+    h, memory, mask, older = inputs(torch.ones(B, T, dtype=torch.bool))  # every step a new episode
+    assert not (mask & older).any()
+    with torch.no_grad():
+        open_gate, closed = knn(top_k=1, gate_logit=5.0), knn(top_k=1, gate_logit=float("-inf"))
+        out, _ = open_gate(h, open_gate.keys_values(memory), mask, open_gate.position_terms())
+        expected, _ = closed(h, closed.keys_values(memory), mask, closed.position_terms())
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 20])
+def test_top_k_keeps_the_k_best_allowed_keys(k):
+    torch.manual_seed(0)
+    scores, allowed = torch.randn(4, 3, 10), torch.rand(4, 3, 10) > 0.3
+    kept = top_k_keys(scores, allowed, k)
+    for row_scores, row_allowed, row_kept in zip(scores.view(-1, 10), allowed.view(-1, 10), kept.view(-1, 10),
+                                                 strict=True):
+        best = sorted((s for s, a in zip(row_scores.tolist(), row_allowed.tolist(), strict=True) if a),
+                      reverse=True)[:k]
+        assert sorted(row_scores[row_kept].tolist(), reverse=True) == best
+
+
+def test_bad_options_name_the_valid_range():
+    with pytest.raises(ValueError, match="local_window must be in 1..6.*got 7"):
+        KNNMemoryAttention(D, H, DH, max_distance=M, local_window=7)
+    with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
+        KNNMemoryAttention(D, H, DH, max_distance=M, top_k=0)
