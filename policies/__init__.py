@@ -7,6 +7,7 @@ from policies import (  # noqa: F401  (each module registers its attention)
     distance_aware,
     knn_memory,
     local_attention,
+    lsh_attention,
     relative_attention,
     shaw_attention,
     strided_attention,
