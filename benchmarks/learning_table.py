@@ -3,7 +3,8 @@
 For every group of runs (task, learner, backbone) it reports the runs, the final success rate
 (mean ± std over seeds), how many runs solved the task (final success ≥ threshold), the env
 steps and wall seconds at the first evaluation reaching the threshold (median over the runs
-that reached it), and how many runs diverged or failed. It reads only the files runs write
+that reached it), how many runs diverged or failed, and the rollout buffer's memory-state bytes
+per stored env step (runs that record it). It reads only the files runs write
 (``config.yaml``, ``evaluations.csv``, ``summary.json``, ``status.json``), so studies launched in
 any way can be tabulated; the commands recorded in each study's ``study.yaml`` are copied.
 
@@ -39,6 +40,12 @@ def _seed(run: Run) -> int:
     return int(run.config.get("seed", -1))
 
 
+def _median_summary(runs: list[Run], key: str) -> float | None:
+    """The median of a ``summary.json`` entry over the runs that report it."""
+    values = [run.summary[key] for run in runs if run.summary and run.summary.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
 def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
     finals = [run.score(success=True) for run in runs]
     finals = [f for f in finals if f is not None]
@@ -58,6 +65,7 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
                                   "lowest_after_solving": run.lowest_after_solving(True, threshold)}
                      for run in sorted(runs, key=_seed)},
         "env_steps": sorted({run.timesteps() for run in runs}),
+        "buffer_bytes_per_step": _median_summary(runs, "buffer_bytes_per_step"),
     }
 
 
@@ -103,8 +111,8 @@ def render(result: dict[str, Any]) -> str:
     if commands:
         lines += ["Commands that produced the runs:", "", *commands, ""]
     lines += ["| task | learner | backbone | runs | final success (mean ± std) | solved | env steps to threshold |"
-              " wall s to threshold | diverged/failed | lowest after solving | per seed |",
-              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+              " wall s to threshold | diverged/failed | lowest after solving | buffer bytes/step | per seed |",
+              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for row in result["rows"]:
         success = ("—" if row["final_success_mean"] is None
                    else f"{row['final_success_mean']:.2f} ± {row['final_success_std']:.2f}")
@@ -112,7 +120,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {runs} | {success} | "
                      f"{row['solved']}/{row['runs']} | {_cell(row['median_steps_to_threshold'], 0)} | "
                      f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} | "
-                     f"{_cell(row['lowest_after_solving'])} | {_per_seed(row['per_seed'])} |")
+                     f"{_cell(row['lowest_after_solving'])} | {_cell(row.get('buffer_bytes_per_step'), 0)} | "
+                     f"{_per_seed(row['per_seed'])} |")
     return "\n".join(lines) + "\n"
 
 

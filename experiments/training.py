@@ -110,6 +110,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         "steps_per_second": round((model.num_timesteps - steps_before) / max(elapsed, 1e-9), 1),
         "resumed_from": None if resumed is None else resumed[1],
         "parameters": int(sum(p.numel() for p in model.policy.parameters())),
+        "buffer_bytes_per_step": model.rollout_buffer.bytes_per_step() if remaining > 0 else None,
         "torch_threads": torch.get_num_threads(), "device": str(model.device),
     }
     write_atomic(directory / "summary.json", json.dumps(summary, indent=2))
