@@ -17,7 +17,8 @@ class LinearTransformer(MemoryBackbone):
     whose attention is :class:`~policies.linear_attention.CausalLinearAttention`.
 
     The state window holds one record, the carry after the previous step: per layer the sums
-    ``S`` and ``z`` of every key and value of the episode so far, ``[n_layers, H, d_head, d_head + 1]``.
+    ``S`` and ``z`` of every key and value of the episode so far, ``[n_layers, H, m, d_head + 1]``
+    (``m = d_head`` features of ``elu(x) + 1``, or ``n_features`` Performer features with ``feature_map="favor"``).
     An episode start invalidates it, which feeds zero sums. ``step`` uses the recurrent form,
     ``forward_sequence`` the parallel form over the segment; both give the same outputs.
 
@@ -31,7 +32,7 @@ class LinearTransformer(MemoryBackbone):
 
     def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, gate: str = "gru",
-                 gate_bias: float | None = None) -> None:
+                 gate_bias: float | None = None, feature_map: str = "elu", n_features: int | None = None) -> None:
         super().__init__()
         if d_head is None:
             if d_model % n_heads:
@@ -39,12 +40,13 @@ class LinearTransformer(MemoryBackbone):
             d_head = d_model // n_heads
         self.output_dim = d_model
         self.memory_length = 1
-        self.record_shape = (n_layers, n_heads, d_head, d_head + 1)
         self.embed = nn.Linear(input_dim, d_model)
         self.layers = nn.ModuleList(
-            TransformerXLBlock(CausalLinearAttention(d_model, n_heads, d_head), d_model, d_inner or 4 * d_model,
-                               layout="identity-map", gate=gate, gate_bias=gate_bias)
+            TransformerXLBlock(CausalLinearAttention(d_model, n_heads, d_head, feature_map=feature_map,
+                                                     n_features=n_features),
+                               d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate, gate_bias=gate_bias)
             for _ in range(n_layers))
+        self.record_shape = (n_layers, n_heads, self.layers[0].attn.n_features, d_head + 1)
 
     def _run(self, h: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
         """Every layer on ``h`` ``[B, T, D]`` from ``carry`` ``[B, n_layers, H, d, d+1]``."""

@@ -19,9 +19,11 @@ DEFAULT_ATTENTION = BACKBONES["gtrxl"].options()["attention"]
 CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     f"gtrxl-{attention}": ("gtrxl", {**OPTIONS["gtrxl"], "attention": attention})
     for attention in ATTENTIONS if attention != DEFAULT_ATTENTION} | {
-    "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}})}
-"""test case → (backbone, options): every backbone, then GTrXL with each other attention, and kNN
-retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4)"""
+    "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}}),
+    "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12})}
+"""test case → (backbone, options): every backbone, then GTrXL with each other attention, kNN
+retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4),
+and the linear backbone with Performer features"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
 
@@ -55,7 +57,8 @@ def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -
     """A state as left by earlier steps: random records, every slot valid; with ``partial``, env b's
     episode began only ``M - b`` steps ago, so its oldest ``b`` slots hold another episode's records."""
     state = backbone.initial_state(B)
-    state["memory"] = torch.randn_like(state["memory"])
+    # |N(0, 1)| records: positive, so that a linear attention's carry (sums of positive features) is a valid one
+    state["memory"] = torch.randn_like(state["memory"]).abs()
     M = state["valid"].shape[1]
     older = torch.arange(B).view(-1, 1) if partial else torch.zeros(B, 1, dtype=torch.long)
     state["valid"] = torch.arange(M).view(1, -1) >= older

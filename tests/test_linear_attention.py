@@ -3,6 +3,7 @@ recurrent form against its parallel form."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from policies.linear_attention import EPSILON, CausalLinearAttention, feature_map
@@ -63,3 +64,30 @@ def test_recurrent_form_equals_parallel_form():
             outputs.append(y)
     torch.testing.assert_close(torch.cat(outputs, dim=1), parallel, atol=1e-5, rtol=0)
     torch.testing.assert_close(carry, carry_parallel, atol=1e-4, rtol=1e-5)
+
+
+def test_performer_features_estimate_softmax_attention():
+    """FAVOR+ (Choromanski et al. 2021): linear attention with ``m`` positive random features estimates
+    ``softmax(qᵀk/√d)`` attention, the more closely the more features (mutation caught: features
+    without the ``−‖x‖²/2`` term, whose key factor biases the estimate)."""
+    torch.manual_seed(0)
+    h = 0.5 * torch.randn(B, T, D, dtype=torch.float64)
+    reference = CausalLinearAttention(D, H, DH).double()
+    with torch.no_grad():
+        q, (k, v) = reference.queries(h), reference.keys_values(h)
+        scores = (q @ k.transpose(-1, -2) / DH ** 0.5).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(),
+                                                                   float("-inf"))
+        exact = reference.merge(torch.softmax(scores, dim=-1) @ v)
+    errors = []
+    for m in (8, 128, 4096):
+        attn = CausalLinearAttention(D, H, DH, feature_map="favor", n_features=m).double()
+        attn.load_state_dict({**attn.state_dict(), **reference.state_dict()})
+        with torch.no_grad():
+            out, _ = attn(h, torch.zeros(B, H, m, DH + 1, dtype=torch.float64), torch.zeros(B, T, dtype=torch.bool))
+        errors.append((out - exact).abs().max().item())
+    assert errors[2] < errors[0] / 4 and errors[2] < 0.05, errors
+
+
+def test_unknown_feature_map_names_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown feature_map 'relu'; valid: elu, favor"):
+        CausalLinearAttention(D, H, DH, feature_map="relu")

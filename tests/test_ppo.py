@@ -24,13 +24,14 @@ from agents import MemoryPPO, NonFiniteError
 from policies import ATTENTIONS, BACKBONES
 from tests.conftest import LogpGaps, small_model, tmaze
 
-ATTENTION_CASES = {f"gtrxl-{name}": {"attention": name} for name in ATTENTIONS
-                   if name != BACKBONES["gtrxl"].options()["attention"]} | {
-    "gtrxl-knn-top1": {"attention": "knn", "attention_options": {"top_k": 1}}}
-"""GTrXL with each registered attention, and kNN retrieval that keeps one older key"""
+OPTION_CASES = {f"gtrxl-{name}": ("gtrxl", {"attention": name}) for name in ATTENTIONS
+                if name != BACKBONES["gtrxl"].options()["attention"]} | {
+    "gtrxl-knn-top1": ("gtrxl", {"attention": "knn", "attention_options": {"top_k": 1}}),
+    "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12})}
+"""GTrXL with each registered attention, kNN retrieval that keeps one older key, Performer features"""
 
 
-@pytest.mark.parametrize("backbone", list(BACKBONES) + list(ATTENTION_CASES))
+@pytest.mark.parametrize("backbone", list(BACKBONES) + list(OPTION_CASES))
 @pytest.mark.parametrize("segment_length", [1, 4])
 def test_rollout_equals_training(backbone, segment_length):
     """Invariant 3: before any gradient step of an update, recomputed log-probs equal the rollout's.
@@ -38,8 +39,8 @@ def test_rollout_equals_training(backbone, segment_length):
     Four updates, so windows cross rollout boundaries; TMaze length 3 ends episodes inside rollouts.
     ``gtrxl-<attention>`` runs GTrXL with each registered attention.
     """
-    options = ATTENTION_CASES.get(backbone)
-    model = small_model("gtrxl" if options else backbone, segment_length=segment_length, backbone_options=options)
+    backbone, options = OPTION_CASES.get(backbone, (backbone, None))
+    model = small_model(backbone, segment_length=segment_length, backbone_options=options)
     gaps = LogpGaps()
     model.learn(5 * 16 * 4, callback=gaps)
     assert len(gaps.gaps) == 4
