@@ -4,6 +4,7 @@ baselines) and the components they are built from."""
 from policies import (  # noqa: F401  (each module registers its attention)
     adaptive_span,
     alibi,
+    compressive_memory,
     distance_aware,
     knn_memory,
     local_attention,
