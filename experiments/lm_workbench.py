@@ -41,6 +41,7 @@ from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
 from experiments.run_dir import latest_checkpoint, write_atomic
 from experiments.training import torch_threads
 from policies import BACKBONES
+from policies.knn_lm import Datastore, knn_lm_loss, segment_keys
 from policies.lm import MemoryLanguageModel
 from policies.memory import State
 
@@ -142,17 +143,46 @@ def _save_checkpoint(directory: Path, step: int, model: MemoryLanguageModel, opt
 
 
 @torch.no_grad()
-def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int) -> float:
-    """Mean next-token cross-entropy in bits over the first ``n_segments`` segments of ``stream``."""
+def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
+                   knn: KNNSettings | None = None) -> float:
+    """Mean next-token cross-entropy in bits over the first ``n_segments`` segments of ``stream``; with
+    ``knn``, of the kNN-LM mixture (:mod:`policies.knn_lm`)."""
     model.eval()
     state, total = model.initial_state(config.batch_size), 0.0
     batches = segments(stream, config.batch_size, config.segment_length)
     for _ in range(n_segments):
-        tokens, starts = next(batches)
-        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device))
+        tokens, starts = (x.to(config.device) for x in next(batches))
+        if knn is None:
+            loss, state, _ = model.loss(tokens, state, starts)
+        else:
+            loss, state = knn_lm_loss(model, tokens, state, knn.datastore, knn.k, knn.weight, starts)
         total += loss.item()
     model.train()
     return total / n_segments / math.log(2)
+
+
+@dataclass
+class KNNSettings:
+    """kNN-LM evaluation: the datastore, the neighbours ``k`` and the interpolation weight ``λ``."""
+
+    datastore: Datastore
+    k: int
+    weight: float
+
+
+@torch.no_grad()
+def build_datastore(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int) -> Datastore:
+    """The datastore of the first ``n_segments`` segments of ``stream`` (the training split), read as in training."""
+    model.eval()
+    state, keys, values = model.initial_state(config.batch_size), [], []
+    batches = segments(stream, config.batch_size, config.segment_length)
+    for _ in range(n_segments):
+        tokens, starts = (x.to(config.device) for x in next(batches))
+        segment_entries, next_tokens, state = segment_keys(model, tokens, state, starts)
+        keys.append(segment_entries)
+        values.append(next_tokens)
+    model.train()
+    return Datastore(torch.cat(keys), torch.cat(values), model.head.out_features)
 
 
 def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> dict[str, Any]:
@@ -253,6 +283,11 @@ def main(argv: list[str]) -> int:
     evaluate.add_argument("--memory-length", type=int, nargs="+", default=[],
                           help="evaluate with these memory lengths (default: the training one)")
     evaluate.add_argument("--segments", type=int, default=None, help="validation segments (default: eval_segments)")
+    evaluate.add_argument("--knn-weight", type=float, nargs="+", default=[],
+                          help="kNN-LM: also evaluate the mixture with these weights λ (Khandelwal et al. 2020)")
+    evaluate.add_argument("--knn-k", type=int, default=32, help="kNN-LM: neighbours retrieved per token")
+    evaluate.add_argument("--datastore-segments", type=int, default=256,
+                          help="kNN-LM: training segments whose (hidden state, next token) pairs fill the datastore")
     sample = commands.add_parser("sample", help="continue a prompt (byte-level data)")
     sample.add_argument("run", help="run directory")
     sample.add_argument("--prompt", default="def ", help="text to continue")
@@ -267,9 +302,17 @@ def main(argv: list[str]) -> int:
             for memory_length in args.memory_length or [None]:
                 overrides = {} if memory_length is None else {"memory_length": memory_length}
                 config, model = load_run(Path(args.run), **overrides)
-                bits = bits_per_token(model, config.stream("validation"), config, args.segments or config.eval_segments)
+                n_segments = args.segments or config.eval_segments
+                bits = bits_per_token(model, config.stream("validation"), config, n_segments)
                 label = memory_length or config.backbone_options.get("memory_length", "-")
                 print(f"memory_length {label}: {bits:.4f} bits per token")
+                if args.knn_weight:
+                    datastore = build_datastore(model, config.stream("train"), config, args.datastore_segments)
+                for weight in args.knn_weight:
+                    knn = KNNSettings(datastore, args.knn_k, weight)
+                    bits = bits_per_token(model, config.stream("validation"), config, n_segments, knn)
+                    print(f"memory_length {label}, kNN-LM λ = {weight} (k = {args.knn_k}, datastore of "
+                          f"{len(datastore):,} tokens): {bits:.4f} bits per token")
         else:
             config, model = load_run(Path(args.run))
             if config.data != "python":
@@ -282,7 +325,7 @@ def main(argv: list[str]) -> int:
                     _, state, _ = model.loss(prompt, state)
             generated = model.generate(prompt[-1], state, args.n, args.temperature)[:, 0]
             print(args.prompt + bytes(generated.tolist()).decode(errors="replace"))
-    except ConfigError as error:
+    except ValueError as error:  # ConfigError included: bad settings, and bad kNN-LM arguments
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

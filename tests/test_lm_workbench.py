@@ -83,6 +83,11 @@ def test_resume_continues_from_the_checkpoint_and_eval_takes_a_longer_memory(tmp
     assert bits_per_token(model, config.stream("validation"), config, 4) < math.log2(8)
     assert train_rl.main(["lm", "eval", str(config.directory()), "--memory-length", "16", "48"]) == 0
     assert "memory_length 48:" in capsys.readouterr().out
+    assert train_rl.main(["lm", "eval", str(config.directory()), "--knn-weight", "0.25", "--knn-k", "4",
+                          "--datastore-segments", "8"]) == 0
+    assert "kNN-LM λ = 0.25 (k = 4, datastore of 1,024 tokens):" in capsys.readouterr().out
+    assert train_rl.main(["lm", "eval", str(config.directory()), "--knn-weight", "2"]) == 2
+    assert "the kNN weight must be in [0, 1], got 2.0" in capsys.readouterr().err
 
 
 def test_bad_settings_name_the_valid_choices(tmp_path, capsys):
