@@ -1,7 +1,8 @@
 """Rollout step cost against memory reach, for every long-memory member.
 
 Reach is how far back a step can see: ``M`` for a windowed Transformer, the local window for
-``local`` attention, the whole store ``M`` for ``knn`` (its local window stays at 64), and the whole
+``local`` attention, the whole store ``M`` for ``knn`` (its local window stays at 64) and for
+``compressive`` (64 steps one by one, the rest in mean-pooled blocks of 4), and the whole
 episode for the recurrent ``linear`` backbone (elu and Performer features) and the LSTM. Each
 member is timed at several store sizes ``M`` (16 envs, ``d_model = 128``, 2 layers, one torch
 thread): microseconds per cached rollout step from a full window, in interleaved rounds, with
@@ -35,12 +36,14 @@ MEMBERS: dict[str, tuple[str, dict[str, Any]]] = {
     "gtrxl": ("gtrxl", {}),
     "gtrxl local": ("gtrxl", {"attention": "local", "attention_options": {"local_window": LOCAL_WINDOW}}),
     "gtrxl knn": ("gtrxl", {"attention": "knn", "attention_options": {"local_window": LOCAL_WINDOW}}),
+    "gtrxl compressive": ("gtrxl", {"attention": "compressive",
+                                    "attention_options": {"fifo_length": LOCAL_WINDOW, "compression_rate": 4}}),
     "linear": ("linear", {}),
     "linear favor (m = 64)": ("linear", {"feature_map": "favor", "n_features": 64}),
     "lstm": ("lstm", {}),
 }
 """member → (backbone, options); the windowed ones are timed at every M, the others once"""
-WINDOWED = ("gtrxl", "gtrxl local", "gtrxl knn")
+WINDOWED = ("gtrxl", "gtrxl local", "gtrxl knn", "gtrxl compressive")
 REFERENCE = ("gtrxl", 64)
 
 
