@@ -8,15 +8,15 @@ import torch
 from torch import Tensor, nn
 
 
-def orthogonal_gaussian(n_features: int, dim: int, generator: torch.Generator | None = None) -> Tensor:
+def orthogonal_gaussian(n_features: int, dim: int) -> Tensor:
     """``[n_features, dim]`` rows drawn as blocks of orthogonal directions whose norms follow the
     chi distribution of Gaussian rows (FAVOR+'s orthogonal random features, Sec. 2.4)."""
     blocks = []
     for start in range(0, n_features, dim):
-        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=generator))
+        q, r = torch.linalg.qr(torch.randn(dim, dim))
         q = q * torch.sign(torch.diagonal(r))  # the signs that make Q Haar-distributed (uniform directions)
         blocks.append(q.T[:min(dim, n_features - start)])
-    norms = torch.randn(n_features, dim, generator=generator).norm(dim=1, keepdim=True)
+    norms = torch.randn(n_features, dim).norm(dim=1, keepdim=True)
     return torch.cat(blocks) * norms
 
 
