@@ -28,12 +28,14 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
+from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
 from experiments.config import ConfigError, load_yaml, parse_override
@@ -142,22 +144,30 @@ def _save_checkpoint(directory: Path, step: int, model: MemoryLanguageModel, opt
     os.replace(temporary, path)
 
 
+def evaluation_segments(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int
+                        ) -> Iterator[tuple[Tensor, Tensor]]:
+    """The first ``n_segments`` ``(tokens, starts)`` of ``stream`` on the config's device, read as in
+    training, with ``model`` in evaluation mode until the last one has been used."""
+    model.eval()
+    batches = segments(stream, config.batch_size, config.segment_length)
+    for _ in range(n_segments):
+        tokens, starts = next(batches)
+        yield tokens.to(config.device), starts.to(config.device)
+    model.train()
+
+
 @torch.no_grad()
 def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
                    knn: KNNSettings | None = None) -> float:
     """Mean next-token cross-entropy in bits over the first ``n_segments`` segments of ``stream``; with
     ``knn``, of the kNN-LM mixture (:mod:`policies.knn_lm`)."""
-    model.eval()
     state, total = model.initial_state(config.batch_size), 0.0
-    batches = segments(stream, config.batch_size, config.segment_length)
-    for _ in range(n_segments):
-        tokens, starts = (x.to(config.device) for x in next(batches))
+    for tokens, starts in evaluation_segments(model, stream, config, n_segments):
         if knn is None:
             loss, state, _ = model.loss(tokens, state, starts)
         else:
             loss, state = knn_lm_loss(model, tokens, state, knn.datastore, knn.k, knn.weight, starts)
         total += loss.item()
-    model.train()
     return total / n_segments / math.log(2)
 
 
@@ -173,15 +183,11 @@ class KNNSettings:
 @torch.no_grad()
 def build_datastore(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int) -> Datastore:
     """The datastore of the first ``n_segments`` segments of ``stream`` (the training split), read as in training."""
-    model.eval()
     state, keys, values = model.initial_state(config.batch_size), [], []
-    batches = segments(stream, config.batch_size, config.segment_length)
-    for _ in range(n_segments):
-        tokens, starts = (x.to(config.device) for x in next(batches))
+    for tokens, starts in evaluation_segments(model, stream, config, n_segments):
         segment_entries, next_tokens, state = segment_keys(model, tokens, state, starts)
         keys.append(segment_entries)
         values.append(next_tokens)
-    model.train()
     return Datastore(torch.cat(keys), torch.cat(values), model.head.out_features)
 
 
