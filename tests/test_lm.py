@@ -94,15 +94,20 @@ def test_the_lm_and_the_policy_share_the_backbone_classes():
         assert type(lm.backbone) is BACKBONES[name].cls
 
 
+def losses_with_and_without(model_options: dict, **weights: float):
+    """A small GTrXL language model, a segment, its state, and the segment's loss without and with the
+    auxiliary loss ``weights``."""
+    torch.manual_seed(0)
+    lm = MemoryLanguageModel(VOCAB, "gtrxl", d_embed=16, **model_options, **OPTIONS)
+    tokens = torch.randint(VOCAB, (9, 3))
+    state = lm.initial_state(3)
+    return lm, tokens, state, lm.loss(tokens, state)[0], lm.loss(tokens, state, **weights)[0]
+
+
 def test_future_targets_add_the_multiple_targets_loss():
     """Al-Rfou et al. (2019): head k predicts the token k + 2 ahead; its loss joins only with a weight,
     and the next-token loss (what evaluation reports) is unchanged by the extra heads."""
-    torch.manual_seed(0)
-    lm = MemoryLanguageModel(VOCAB, "gtrxl", d_embed=16, future_targets=2, **OPTIONS)
-    tokens = torch.randint(VOCAB, (9, 3))
-    state = lm.initial_state(3)
-    plain, _, _ = lm.loss(tokens, state)
-    with_future, _, _ = lm.loss(tokens, state, future_weight=0.5)
+    lm, tokens, state, plain, with_future = losses_with_and_without(dict(future_targets=2), future_weight=0.5)
     logits, _, _ = lm(tokens[:-1], state)
     third = torch.nn.functional.cross_entropy(lm.future_heads[1](lm.hidden_states(tokens[:-1], state)[0][:-2])
                                               .flatten(0, 1), tokens[3:].flatten())
@@ -117,12 +122,7 @@ def test_future_targets_add_the_multiple_targets_loss():
 def test_intermediate_layer_losses_read_every_inner_layer():
     """Al-Rfou et al. (2019): the shared head's next-token loss on the output of each layer below the
     top (the next depth's input), averaged and weighted; gradient reaches the lower layer through it."""
-    torch.manual_seed(0)
-    lm = MemoryLanguageModel(VOCAB, "gtrxl", d_embed=16, n_layers=3, **OPTIONS)
-    tokens = torch.randint(VOCAB, (9, 3))
-    state = lm.initial_state(3)
-    plain, _, _ = lm.loss(tokens, state)
-    with_layers, _, _ = lm.loss(tokens, state, intermediate_weight=0.3)
+    lm, tokens, state, plain, with_layers = losses_with_and_without(dict(n_layers=3), intermediate_weight=0.3)
     _, depths, _, _ = lm.backbone.forward_with_depths(lm.embedding(tokens[:-1]), state,
                                                       torch.zeros(8, 3, dtype=torch.bool))
     inner = [torch.nn.functional.cross_entropy(lm.head(depths[:, :, n]).flatten(0, 1), tokens[1:].flatten())
