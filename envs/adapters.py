@@ -21,6 +21,9 @@ import numpy as np
 from gymnasium import spaces
 
 MINIGRID_OBS_MODES: tuple[str, ...] = ("symbolic", "rgb")
+# MiniGrid's action sets: all seven (left, right, forward, pickup, drop, toggle, done) or the three
+# that move the agent, as in the PPO-TrXL / recurrent-PPO MiniGrid-Memory baselines of Pleines et al.
+MINIGRID_ACTION_SETS: dict[str, tuple[int, ...]] = {"all": tuple(range(7)), "navigation": (0, 1, 2)}
 MEMORY_GYM_IDS: tuple[str, ...] = (
     "MortarMayhem-v0", "MortarMayhem-Grid-v0", "MortarMayhemB-v0", "MortarMayhemB-Grid-v0",
     "MysteryPath-v0", "MysteryPath-Grid-v0", "SearingSpotlights-v0",
@@ -159,12 +162,26 @@ class SuccessInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, reward, terminated, truncated, info
 
 
+class ActionSubset(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
+    """``Discrete(len(actions))`` whose action ``i`` is the wrapped env's ``actions[i]``."""
+
+    def __init__(self, env: gym.Env, actions: tuple[int, ...]) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, actions=actions)
+        super().__init__(env)
+        self._actions = np.asarray(actions, dtype=np.int64)
+        self.action_space = spaces.Discrete(len(actions))
+
+    def action(self, action: Any) -> int:
+        return int(self._actions[int(action)])
+
+
 def _time_limit(env: gym.Env, max_episode_steps: int | None) -> gym.Env:
     return env if max_episode_steps is None else gym.wrappers.TimeLimit(env, max_episode_steps)
 
 
 def make_minigrid(env_id: str, obs: str = "symbolic", agent_view_size: int = 7, tile_size: int | None = None,
-                  max_episode_steps: int | None = None, render_mode: str | None = None) -> gym.Env:
+                  max_episode_steps: int | None = None, actions: str = "all",
+                  render_mode: str | None = None) -> gym.Env:
     """A MiniGrid env for SB3.
 
     ``obs="symbolic"`` (default): `SymbolicView`, ``agent_view_size**2 * 20`` float32.
@@ -172,16 +189,22 @@ def make_minigrid(env_id: str, obs: str = "symbolic", agent_view_size: int = 7, 
     uint8 ``(V * tile_size, V * tile_size, 3)``; ``tile_size`` defaults to ``84 // V``, i.e.
     84 x 84 for V = 3 or 7. ``max_episode_steps`` adds a ``TimeLimit`` on top of MiniGrid's
     own ``max_steps`` (5 S^2 for MemoryS<S>). CleanRL's PPO-TrXL set-up for MemoryS9 is
-    ``obs="rgb", agent_view_size=3, tile_size=28, max_episode_steps=96``.
+    ``obs="rgb", agent_view_size=3, tile_size=28, max_episode_steps=96``. ``actions`` names a
+    set of `MINIGRID_ACTION_SETS`: ``"navigation"`` keeps turn left, turn right and forward (the
+    action space of Pleines et al.'s MiniGrid-Memory baselines; CleanRL keeps all seven).
     """
     import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
     from minigrid.wrappers import ImgObsWrapper, RGBImgPartialObsWrapper
 
     if obs not in MINIGRID_OBS_MODES:
         raise ValueError(f"obs must be one of {MINIGRID_OBS_MODES}, got {obs!r}")
+    if actions not in MINIGRID_ACTION_SETS:
+        raise ValueError(f"actions must be one of {tuple(MINIGRID_ACTION_SETS)}, got {actions!r}")
     tile_size = 84 // agent_view_size if tile_size is None else tile_size
     env = gym.make(env_id, agent_view_size=agent_view_size, tile_size=tile_size, render_mode=render_mode)
     env = ImgObsWrapper(RGBImgPartialObsWrapper(env, tile_size=tile_size)) if obs == "rgb" else SymbolicView(env)
+    if actions != "all":
+        env = ActionSubset(env, MINIGRID_ACTION_SETS[actions])
     return SuccessInfo(_time_limit(env, max_episode_steps))
 
 

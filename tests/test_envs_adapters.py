@@ -107,6 +107,18 @@ def test_minigrid_rgb_reproduces_cleanrl_setup() -> None:
     assert all(info["episode"]["l"] <= 96 for info in ends)
 
 
+def test_minigrid_navigation_actions_are_turn_left_turn_right_and_forward() -> None:
+    full, navigation = envs.make_env("MiniGrid-MemoryS7-v0"), envs.make_env("MiniGrid-MemoryS7-v0", actions="navigation")
+    assert navigation.action_space == gym.spaces.Discrete(3) and full.action_space == gym.spaces.Discrete(7)
+    for env in (full, navigation):
+        env.reset(seed=3)
+    for action in [0, 2, 1, 1, 2, 2, 0]:  # left, forward, right, ... are the same indices in both sets
+        np.testing.assert_array_equal(full.step(action)[0], navigation.step(action)[0])
+        assert tuple(full.unwrapped.agent_pos) == tuple(navigation.unwrapped.agent_pos)
+    with pytest.raises(ValueError, match="actions must be one of \\('all', 'navigation'\\), got 'move'"):
+        envs.make_env("MiniGrid-MemoryS7-v0", actions="move")
+
+
 def test_minigrid_seeding_is_reproducible() -> None:
     def rollout(seed: int) -> np.ndarray:
         venv = envs.make_vec_env("MiniGrid-MemoryS7-v0", 2, seed=seed)
