@@ -96,7 +96,7 @@ def test_vectorised_attention_equals_the_per_query_projections():
 
 def test_initial_projections_average_contiguous_runs_of_distances():
     """Slot ``r`` pools the ``r``-th run of the window, nearest first; ``k = M + 1`` gives the identity.
-    Mutation caught: runs of ``⌈n/k⌉`` distances, which leave the last slot empty."""
+    Mutation caught: runs of ``⌈n/k⌉`` distances (the last run short, or empty)."""
     third, half = 1 / 3, 1 / 2
     torch.testing.assert_close(block_projection(3, 7), torch.tensor([
         [third, third, third, 0, 0, 0, 0],
