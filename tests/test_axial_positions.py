@@ -58,8 +58,11 @@ def test_a_dimension_below_two_is_refused():
         AxialPositionalEncoding(1, max_positions=MAX)
 
 
+def test_axial_is_selectable_by_name():
+    assert ABSOLUTE_ENCODINGS["axial"] is AxialPositionalEncoding
+
+
 @pytest.mark.parametrize("name", list(ABSOLUTE_ENCODINGS))
 def test_every_absolute_encoding_gives_one_vector_per_position(name):
-    assert "axial" in ABSOLUTE_ENCODINGS
     encodings = ABSOLUTE_ENCODINGS[name](DIM, MAX)(torch.arange(MAX))
     assert encodings.shape == (MAX, DIM) and torch.isfinite(encodings).all()
