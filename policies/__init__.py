@@ -7,6 +7,7 @@ from policies import (  # noqa: F401  (each module registers its attention)
     compressive_memory,
     distance_aware,
     knn_memory,
+    linformer_attention,
     local_attention,
     lsh_attention,
     relative_attention,

@@ -8,7 +8,7 @@ import torch
 
 from policies import ATTENTIONS, BACKBONES, make_backbone
 from policies.memory import gather_windows, shared_windows, strip_cache, window_history
-from policies.positional import sinusoid_table
+from policies.positional import ABSOLUTE_ENCODINGS, sinusoid_table
 from tests.conftest import GATED, TRANSFORMERS, small_options
 
 INPUT_DIM = 5
@@ -20,9 +20,12 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     f"gtrxl-{attention}": ("gtrxl", {**OPTIONS["gtrxl"], "attention": attention})
     for attention in ATTENTIONS if attention != DEFAULT_ATTENTION} | {
     "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}}),
+    "gtrxl-linformer-rank2": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "linformer",
+                                        "attention_options": {"rank": 2}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12})}
 """test case → (backbone, options): every backbone, then GTrXL with each other attention, kNN
 retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4),
+Linformer with two projected slots (its default rank, 5, starts as the identity over the 5 distances),
 and the linear backbone with Performer features"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
@@ -306,10 +309,11 @@ def test_state_follows_module_dtype_and_device(name):
         assert all(t.device.type == device for t in state.values())
 
 
-@pytest.mark.parametrize("step_encoding", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("step_encoding", list(ABSOLUTE_ENCODINGS))
 def test_ut_adds_the_step_encoding_of_each_ponder_step(step_encoding):
     """With halting probabilities ≈ 0 the state does not move before the last ponder step, so the
-    inputs recorded for ponder steps n and 0 differ exactly by P_n − P_0."""
+    inputs recorded for ponder steps n and 0 differ exactly by P_n − P_0 (the sinusoids from their
+    formula, the trained encodings from their module)."""
     backbone = build("ut-act", max_steps=3, step_encoding=step_encoding)
     with torch.no_grad():
         backbone.act.halting.weight.zero_()
@@ -317,7 +321,7 @@ def test_ut_adds_the_step_encoding_of_each_ponder_step(step_encoding):
         _, state = backbone.step(torch.randn(2, INPUT_DIM), backbone.initial_state(2), torch.ones(2, dtype=torch.bool))
     records = state["memory"][:, -1]  # [B, n_depth, D]
     encoding = (sinusoid_table(torch.arange(3), OPTIONS["ut-act"]["d_model"]) if step_encoding == "sinusoidal"
-                else backbone.step_encoding.table.weight.detach())
+                else backbone.step_encoding(torch.arange(3)).detach())
     torch.testing.assert_close(records - records[:, :1], (encoding - encoding[:1]).expand(2, -1, -1))
 
 
