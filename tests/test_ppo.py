@@ -27,8 +27,10 @@ from tests.conftest import LogpGaps, small_model, tmaze
 OPTION_CASES = {f"gtrxl-{name}": ("gtrxl", {"attention": name}) for name in ATTENTIONS
                 if name != BACKBONES["gtrxl"].options()["attention"]} | {
     "gtrxl-knn-top1": ("gtrxl", {"attention": "knn", "attention_options": {"top_k": 1}}),
-    "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12})}
-"""GTrXL with each registered attention, kNN retrieval that keeps one older key, Performer features"""
+    "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12}),
+    "gtrxl-ff-chunks": ("gtrxl", {"ff_chunks": 3})}
+"""GTrXL with each registered attention, kNN retrieval that keeps one older key, Performer features,
+a chunked feed-forward"""
 
 
 @pytest.mark.parametrize("backbone", list(BACKBONES) + list(OPTION_CASES))
