@@ -94,14 +94,23 @@ class TransformerXLBlock(nn.Module):
         """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
         return self.attn.keys_values(self.attn_norm(memory) if self.identity_map else memory)
 
+    def attention_branch(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
+        """The identity-map attention submodule ``ReLU(MHA(LN(h̃)))`` and what the attention returns beside it."""
+        y, carried = self.attn(self.attn_norm(h), *context)
+        return self.drop(y).relu(), carried
+
+    def feedforward_branch(self, h: Tensor) -> Tensor:
+        """The identity-map feed-forward submodule ``ReLU(f(LN(h)))``."""
+        return self.drop(self.ff(self.ff_norm(h))).relu()
+
     def forward(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
         """``h``: ``[B, T, D]`` this layer's input for the segment, ``context`` the attention's other
         arguments; returns the block's output and what the attention returns beside its own (the
         keys and values of ``[memory; segment]``, or the carry after the segment)."""
         if self.identity_map:
-            y, carried = self.attn(self.attn_norm(h), *context)
-            stream = self.attn_gate(h, self.drop(y).relu())
-            out = self.ff_gate(stream, self.drop(self.ff(self.ff_norm(stream))).relu())
+            y, carried = self.attention_branch(h, *context)
+            stream = self.attn_gate(h, y)
+            out = self.ff_gate(stream, self.feedforward_branch(stream))
         else:
             y, carried = self.attn(h, *context)
             stream = self.attn_norm(self.attn_gate(h, self.drop(y)))
