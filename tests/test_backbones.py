@@ -21,10 +21,12 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     for attention in ATTENTIONS if attention != DEFAULT_ATTENTION} | {
     "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12}),
-    "gtrxl-ff-chunks": ("gtrxl", {**OPTIONS["gtrxl"], "ff_chunks": 3})}
+    "gtrxl-ff-chunks": ("gtrxl", {**OPTIONS["gtrxl"], "ff_chunks": 3}),
+    "trxl-rev-reformer": ("trxl-rev", {**OPTIONS["trxl-rev"], "attention": "lsh", "ff_chunks": 3})}
 """test case → (backbone, options): every backbone, then GTrXL with each other attention, kNN
 retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4),
-the linear backbone with Performer features, and GTrXL with a chunked feed-forward"""
+the linear backbone with Performer features, GTrXL with a chunked feed-forward, and the reversible
+backbone with the Reformer's other two parts (LSH attention, chunked feed-forward)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
 
