@@ -32,7 +32,8 @@ class LinearTransformer(MemoryBackbone):
 
     def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, gate: str = "gru",
-                 gate_bias: float | None = None, feature_map: str = "elu", n_features: int | None = None) -> None:
+                 gate_bias: float | None = None, feature_map: str = "elu", n_features: int | None = None,
+                 ff_chunks: int = 1) -> None:
         super().__init__()
         if d_head is None:
             if d_model % n_heads:
@@ -44,7 +45,8 @@ class LinearTransformer(MemoryBackbone):
         self.layers = nn.ModuleList(
             TransformerXLBlock(CausalLinearAttention(d_model, n_heads, d_head, feature_map=feature_map,
                                                      n_features=n_features),
-                               d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate, gate_bias=gate_bias)
+                               d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate, gate_bias=gate_bias,
+                               ff_chunks=ff_chunks)
             for _ in range(n_layers))
         self.record_shape = (n_layers, n_heads, self.layers[0].attn.n_features, d_head + 1)
 

@@ -10,6 +10,7 @@ from policies.backbone import MemoryBackbone
 from policies.feedforward import FrameStack, MLPMemoryless
 from policies.linear_transformer import LinearTransformer
 from policies.recurrent import RecurrentMemory
+from policies.reversible_transformer import ReversibleTransformerXL
 from policies.transformer_xl import GatedTransformerXL
 from policies.universal import UniversalTransformerACT
 
@@ -36,6 +37,9 @@ BACKBONES: dict[str, BackboneSpec] = {
                            {"layout": "identity-map", "gate": "residual", "gate_bias": None}),
     "gtrxl": BackboneSpec(GatedTransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
                           {"layout": "identity-map"}),
+    "trxl-rev": BackboneSpec(ReversibleTransformerXL,
+                             "reversible Transformer-XL: TrXL-I submodules in RevNet couplings, no activations "
+                             "kept for backward (Gomez et al. 2017; Kitaev et al. 2020)"),
     "ut-act": BackboneSpec(UniversalTransformerACT,
                            "Universal Transformer with ACT halting (Dehghani et al. 2019; Graves 2016)"),
     "linear": BackboneSpec(LinearTransformer,

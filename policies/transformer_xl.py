@@ -37,14 +37,14 @@ class GatedTransformerXL(MemoryTransformer):
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
                  layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
                  attention: str = "relative", attention_options: dict[str, Any] | None = None,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, ff_chunks: int = 1) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=n_layers)
         self.layers = nn.ModuleList(
             TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head, max_distance=memory_length,
                                               dropout=dropout, options=attention_options),
                                d_model, d_inner or 4 * d_model, layout=layout, gate=gate, gate_bias=gate_bias,
-                               dropout=dropout)
+                               dropout=dropout, ff_chunks=ff_chunks)
             for _ in range(n_layers))
 
     @property

@@ -34,14 +34,15 @@ class UniversalTransformerACT(MemoryTransformer):
                  d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,
                  epsilon: float = 0.01, halting_bias: float = 1.0, step_encoding: str = "sinusoidal",
                  gate: str = "gru", gate_bias: float | None = None, attention: str = "relative",
-                 attention_options: dict[str, Any] | None = None, dropout: float = 0.0) -> None:
+                 attention_options: dict[str, Any] | None = None, dropout: float = 0.0,
+                 ff_chunks: int = 1) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=max_steps)
         self.block = TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
                                                        max_distance=memory_length, dropout=dropout,
                                                        options=attention_options),
                                         d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate,
-                                        gate_bias=gate_bias, dropout=dropout)
+                                        gate_bias=gate_bias, dropout=dropout, ff_chunks=ff_chunks)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)
         if step_encoding not in ABSOLUTE_ENCODINGS:
             raise ValueError(f"unknown step_encoding {step_encoding!r}; valid: {', '.join(ABSOLUTE_ENCODINGS)}")

@@ -108,7 +108,8 @@ def test_minigrid_rgb_reproduces_cleanrl_setup() -> None:
 
 
 def test_minigrid_navigation_actions_are_turn_left_turn_right_and_forward() -> None:
-    full, navigation = envs.make_env("MiniGrid-MemoryS7-v0"), envs.make_env("MiniGrid-MemoryS7-v0", actions="navigation")
+    full = envs.make_env("MiniGrid-MemoryS7-v0")
+    navigation = envs.make_env("MiniGrid-MemoryS7-v0", actions="navigation")
     assert navigation.action_space == gym.spaces.Discrete(3) and full.action_space == gym.spaces.Discrete(7)
     for env in (full, navigation):
         env.reset(seed=3)

@@ -28,9 +28,12 @@ OPTION_CASES = {f"gtrxl-{name}": ("gtrxl", {"attention": name}) for name in ATTE
                 if name != BACKBONES["gtrxl"].options()["attention"]} | {
     "gtrxl-knn-top1": ("gtrxl", {"attention": "knn", "attention_options": {"top_k": 1}}),
     "gtrxl-linformer-rank2": ("gtrxl", {"attention": "linformer", "attention_options": {"rank": 2}}),
-    "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12})}
+    "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12}),
+    "gtrxl-ff-chunks": ("gtrxl", {"ff_chunks": 3}),
+    "trxl-rev-reformer": ("trxl-rev", {"attention": "lsh", "ff_chunks": 3})}
 """GTrXL with each registered attention, kNN retrieval that keeps one older key, Linformer with two projected
-slots, Performer features"""
+slots, Performer features, a chunked feed-forward; the reversible backbone with LSH attention and a chunked
+feed-forward (Reformer)"""
 
 
 @pytest.mark.parametrize("backbone", list(BACKBONES) + list(OPTION_CASES))

@@ -1,0 +1,60 @@
+"""The ``trxl-rev`` backbone: Transformer-XL memory in reversible layers (Reformer, Kitaev et al. 2020,
+Sec. 3; RevNet, Gomez et al. 2017), trained without keeping any layer's activations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from policies.attention import KeysValues, make_attention
+from policies.backbone import Aux
+from policies.blocks import TransformerXLBlock
+from policies.memory_transformer import MemoryTransformer
+from policies.reversible import ReversibleLayer, reversible_stack
+
+
+class ReversibleTransformerXL(MemoryTransformer):
+    """A stack of ``n_layers`` reversible layers (:class:`~policies.reversible.ReversibleLayer`) over an
+    episode memory of ``memory_length`` steps.
+
+    The embedded input is duplicated, ``X₁ = X₂ = E`` (Reformer), every layer computes
+    ``Y₁ = X₁ + ReLU(MHA(LN([SG(m); X₂])))``, ``Y₂ = X₂ + ReLU(f(LN(Y₁)))`` (TrXL-I's submodules in
+    RevNet's coupling), and the output is the mean ``(Y₁ + Y₂) / 2`` of the last layer's halves, so a
+    fresh stack, whose branches are near zero, is near the identity like TrXL-I.
+
+    Memory: the attention of layer ``l`` reads ``X₂``, so the record a step leaves is every layer's
+    ``X₂``, ``[n_layers, d_model]``, exactly as many bytes as GTrXL's (1,024 per step at d_model 128,
+    2 layers, float32); layer ``l`` attends from ``X₂`` to its ``X₂`` of the last ``M`` steps of the
+    episode (kept without gradient) and to the current step. Training segments run through
+    :func:`~policies.reversible.reversible_stack`, which keeps only the stack's outputs and the memory's
+    keys and values for backward and recomputes each layer once in backward; rollout steps run the same
+    layers without gradient, so both paths compute the same function.
+
+    There is no ``gate``: a GTrXL gate cannot be inverted by subtraction; and no ``dropout``: the
+    backward pass recomputes every branch and would need the forward's random numbers.
+    """
+
+    def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
+                 d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
+                 attention: str = "relative", attention_options: dict[str, Any] | None = None,
+                 ff_chunks: int = 1) -> None:
+        super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
+                         memory_length=memory_length, n_depth=n_layers)
+        self.layers = nn.ModuleList(
+            ReversibleLayer(TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
+                                                              max_distance=memory_length, options=attention_options),
+                                               d_model, d_inner or 4 * d_model, layout="identity-map",
+                                               gate="residual", ff_chunks=ff_chunks))
+            for _ in range(n_layers))
+
+    @property
+    def memory_blocks(self) -> list[TransformerXLBlock]:
+        return [layer.block for layer in self.layers]
+
+    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
+               position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+        contexts = [(keys, values, mask, terms)
+                    for (keys, values), terms in zip(memory_kv, position_terms, strict=True)]
+        y1, y2, records, window_kv = reversible_stack(list(self.layers), h, h, contexts)
+        return (y1 + y2) / 2, records, window_kv, {}
