@@ -7,10 +7,13 @@
 - ``copy``: blocks of ``distance`` random tokens, each followed by an exact copy of itself. The
   second half of every pair can only be predicted by a memory reaching ``distance`` tokens back,
   so a model whose memory is shorter stays at chance on it (``ln(vocab - 1)`` nats per token).
+- ``associative-recall``: records of ``n_pairs`` key-value pairs, then a query key whose next token
+  is the value paired with it (:func:`associative_recall`). Only the answers are scored.
 
 A stream is cut into ``batch_size`` contiguous rows read in parallel, segment after segment
 (Transformer-XL's training scheme, Dai et al. 2019): consecutive segments share one token, the
-last input of one being the first of the next, so the memory carries over between them.
+last input of one being the first of the next, so the memory carries over between them. A stream
+may mark the tokens evaluation scores as targets (``scored``); by default it scores every one.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ SPLITS = ("train", "validation")
 
 @dataclass(frozen=True)
 class TokenStream:
-    """A stream of ``tokens`` ``[N]`` (int64) with ``starts`` ``[N]`` (bool) marking document starts."""
+    """A stream of ``tokens`` ``[N]`` (int64) with ``starts`` ``[N]`` (bool) marking document starts and
+    ``scored`` ``[N]`` (bool) the tokens whose prediction evaluation scores (``None``: every token)."""
 
     tokens: Tensor
     starts: Tensor
     vocab_size: int
+    scored: Tensor | None = None
 
     def __len__(self) -> int:
         return self.tokens.numel()
@@ -82,23 +87,64 @@ def copy_task(n_tokens: int, vocab_size: int, distance: int, seed: int) -> Token
     return TokenStream(tokens.clone(), starts, vocab_size)
 
 
-DATASETS = ("python", "copy")
+QUERY = 0
+"""associative recall's query token, between a record's pairs and its query key"""
+
+
+def associative_recall(n_tokens: int, vocab_size: int, n_pairs: int, seed: int) -> TokenStream:
+    """Records ``k_1 v_1 … k_n v_n Q k_q v_q`` of ``2 n + 3`` tokens, ``n = n_pairs``, each a document.
+
+    Associative recall as in Ba et al. 2016 (*Using Fast Weights to Attend to the Recent Past*,
+    Sec. 4.1) and H3's and Zoology's recall tasks (Fu et al. 2023, Arora et al. 2023), with one query
+    per record: the keys are distinct, drawn without replacement from ``1 … K``, ``K = (vocab_size - 1) // 2``;
+    the values uniformly, with replacement, from the disjoint half ``K + 1 … vocab_size - 1``; ``Q`` is
+    token :data:`QUERY`; ``q`` is uniform over the record's pairs. The answer ``v_q`` (the record's
+    last token) is the only scored token: predicting it takes attention from the query key back to
+    its pair, up to ``2 n + 1`` tokens earlier, and without that reach it is at chance,
+    ``log2(vocab_size - 1 - K)`` bits. The last record may be cut short by ``n_tokens``.
+
+    Raises:
+        ValueError: ``n_pairs`` outside ``1 … K`` (the message names it and the range).
+    """
+    n_keys = (vocab_size - 1) // 2
+    if not 1 <= n_pairs <= n_keys:
+        raise ValueError(f"associative recall needs n_pairs in 1..{n_keys} ((vocab_size - 1) // 2 distinct keys for "
+                         f"vocab_size {vocab_size}), got n_pairs = {n_pairs}")
+    generator = torch.Generator().manual_seed(seed)
+    length = 2 * n_pairs + 3
+    n_records = -(-n_tokens // length)
+    keys = torch.rand(n_records, n_keys, generator=generator).argsort(dim=1)[:, :n_pairs] + 1
+    values = torch.randint(n_keys + 1, vocab_size, (n_records, n_pairs), generator=generator)
+    query = torch.randint(n_pairs, (n_records, 1), generator=generator)
+    records = torch.cat([torch.stack([keys, values], dim=2).flatten(1), torch.full((n_records, 1), QUERY),
+                         keys.gather(1, query), values.gather(1, query)], dim=1)
+    starts, scored = torch.zeros_like(records, dtype=torch.bool), torch.zeros_like(records, dtype=torch.bool)
+    starts[:, 0], scored[:, -1] = True, True
+    return TokenStream(records.flatten()[:n_tokens], starts.flatten()[:n_tokens], vocab_size,
+                       scored.flatten()[:n_tokens])
+
+
+DATASETS = ("python", "copy", "associative-recall")
 
 
 def make_stream(name: str, split: str, *, max_bytes: int, n_tokens: int, vocab_size: int, distance: int,
-                seed: int) -> TokenStream:
-    """The stream ``name`` (one of :data:`DATASETS`); the copy task's splits differ by their seed."""
+                n_pairs: int, seed: int) -> TokenStream:
+    """The stream ``name`` (one of :data:`DATASETS`); the synthetic tasks' splits differ by their seed
+    (``n_tokens`` and ``vocab_size`` are theirs, ``distance`` the copy task's, ``n_pairs`` associative recall's)."""
+    synthetic_seed = seed + (1 if split == "validation" else 0)
     if name == "python":
         return python_corpus(split, max_bytes)
     if name == "copy":
-        return copy_task(n_tokens, vocab_size, distance, seed + (1 if split == "validation" else 0))
+        return copy_task(n_tokens, vocab_size, distance, synthetic_seed)
+    if name == "associative-recall":
+        return associative_recall(n_tokens, vocab_size, n_pairs, synthetic_seed)
     raise ValueError(f"unknown data {name!r}; valid data: {', '.join(DATASETS)}")
 
 
 def segments(stream: TokenStream, batch_size: int, segment_length: int, first: int = 0
-             ) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(tokens, starts)`` of shape ``[T + 1, B]`` for segment ``first``, ``first + 1``, ... of the
-    ``B`` parallel rows, forever: after the last full segment the rows start over, with a document
+             ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """``(tokens, starts, scored)`` of shape ``[T + 1, B]`` for segment ``first``, ``first + 1``, ... of
+    the ``B`` parallel rows, forever: after the last full segment the rows start over, with a document
     start on their first token."""
     T = segment_length
     row = len(stream) // batch_size
@@ -108,9 +154,11 @@ def segments(stream: TokenStream, batch_size: int, segment_length: int, first: i
     tokens = stream.tokens[:row * batch_size].view(batch_size, row).T  # [row, B]
     starts = stream.starts[:row * batch_size].view(batch_size, row).T.clone()
     starts[0] = True
+    scored = (torch.ones_like(stream.starts) if stream.scored is None else stream.scored)[:row * batch_size]
+    scored = scored.view(batch_size, row).T
     per_pass = (row - 1) // T
     index = first
     while True:
         begin = (index % per_pass) * T
-        yield tokens[begin:begin + T + 1], starts[begin:begin + T + 1]
+        yield tokens[begin:begin + T + 1], starts[begin:begin + T + 1], scored[begin:begin + T + 1]
         index += 1

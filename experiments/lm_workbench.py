@@ -7,6 +7,7 @@
 - ``events.out.tfevents.*``: tensorboard (training loss, validation bits per token);
 - ``evaluations.csv``: step, training loss (nats; with ``future_targets``, the multiple-targets
   loss of Al-Rfou et al. 2019 included), validation bits per token (next token only), wall seconds;
+  both over the stream's scored tokens (every token, but only the answers of associative recall);
 - ``checkpoints/lm_<step>.pt``: model, optimizer, the memory carried between segments and the
   step, written atomically, so ``--resume`` continues exactly where a run stopped;
 - ``summary.json`` at the end.
@@ -79,6 +80,9 @@ class LMConfig:
     copy_tokens: int = 200_000
     copy_vocab: int = 16
     copy_distance: int = 64
+    recall_tokens: int = 200_000
+    recall_vocab: int = 32
+    recall_pairs: int = 8
 
     def run_name(self) -> str:
         return f"{self.data}__lm-{self.backbone}__{self.seed}"
@@ -87,8 +91,11 @@ class LMConfig:
         return Path(self.log_dir) / self.run_name()
 
     def stream(self, split: str) -> TokenStream:
-        return make_stream(self.data, split, max_bytes=self.max_bytes, n_tokens=self.copy_tokens,
-                           vocab_size=self.copy_vocab, distance=self.copy_distance, seed=self.seed)
+        recall = self.data == "associative-recall"
+        return make_stream(self.data, split, max_bytes=self.max_bytes,
+                           n_tokens=self.recall_tokens if recall else self.copy_tokens,
+                           vocab_size=self.recall_vocab if recall else self.copy_vocab,
+                           distance=self.copy_distance, n_pairs=self.recall_pairs, seed=self.seed)
 
 
 FIELDS = {f.name for f in dataclasses.fields(LMConfig)}
@@ -145,30 +152,37 @@ def _save_checkpoint(directory: Path, step: int, model: MemoryLanguageModel, opt
 
 
 def evaluation_segments(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int
-                        ) -> Iterator[tuple[Tensor, Tensor]]:
-    """The first ``n_segments`` ``(tokens, starts)`` of ``stream`` on the config's device, read as in
-    training, with ``model`` in evaluation mode until the last one has been used."""
+                        ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """The first ``n_segments`` ``(tokens, starts, scored)`` of ``stream`` on the config's device, read as
+    in training, with ``model`` in evaluation mode until the last one has been used."""
     model.eval()
     batches = segments(stream, config.batch_size, config.segment_length)
     for _ in range(n_segments):
-        tokens, starts = next(batches)
-        yield tokens.to(config.device), starts.to(config.device)
+        yield tuple(part.to(config.device) for part in next(batches))
     model.train()
 
 
 @torch.no_grad()
 def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
                    knn: KNNSettings | None = None) -> float:
-    """Mean next-token cross-entropy in bits over the first ``n_segments`` segments of ``stream``; with
-    ``knn``, of the kNN-LM mixture (:mod:`policies.knn_lm`)."""
-    state, total = model.initial_state(config.batch_size), 0.0
-    for tokens, starts in evaluation_segments(model, stream, config, n_segments):
+    """Mean next-token cross-entropy in bits over the scored targets (:class:`TokenStream`) of the first
+    ``n_segments`` segments of ``stream``; with ``knn``, of the kNN-LM mixture (:mod:`policies.knn_lm`).
+
+    Raises:
+        ValueError: those segments hold no scored target.
+    """
+    state, total, count = model.initial_state(config.batch_size), 0.0, 0
+    for tokens, starts, scored in evaluation_segments(model, stream, config, n_segments):
         if knn is None:
-            loss, state, _ = model.loss(tokens, state, starts)
+            loss, state, _ = model.loss(tokens, state, starts, scored=scored)
         else:
-            loss, state = knn_lm_loss(model, tokens, state, knn.datastore, knn.k, knn.weight, starts)
-        total += loss.item()
-    return total / n_segments / math.log(2)
+            loss, state = knn_lm_loss(model, tokens, state, knn.datastore, knn.k, knn.weight, starts, scored)
+        n_scored = int(scored[1:].sum())
+        total += loss.item() * n_scored
+        count += n_scored
+    if count == 0:
+        raise ValueError(f"the first {n_segments} evaluation segments hold no scored token; evaluate more segments")
+    return total / count / math.log(2)
 
 
 @dataclass
@@ -184,7 +198,7 @@ class KNNSettings:
 def build_datastore(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int) -> Datastore:
     """The datastore of the first ``n_segments`` segments of ``stream`` (the training split), read as in training."""
     state, keys, values = model.initial_state(config.batch_size), [], []
-    for tokens, starts in evaluation_segments(model, stream, config, n_segments):
+    for tokens, starts, _ in evaluation_segments(model, stream, config, n_segments):
         segment_entries, next_tokens, state = segment_keys(model, tokens, state, starts)
         keys.append(segment_entries)
         values.append(next_tokens)
@@ -220,12 +234,12 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     started, losses = time.time(), []
     bar = _progress_bar(config.steps, step) if progress else None
     while step < config.steps:
-        tokens, starts = next(batches)
+        tokens, starts, scored = next(batches)
         # intermediate-layer losses fade out over the first half of training (Al-Rfou et al. 2019
         # drop them layer by layer; here they decay together, linearly)
         intermediate = config.intermediate_weight * max(0.0, 1.0 - 2.0 * step / config.steps)
         loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device), config.future_weight,
-                                    intermediate)
+                                    intermediate, scored.to(config.device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -21,6 +21,16 @@ from policies.memory import State, strip_cache
 from policies.registry import make_backbone
 
 
+def scored_mean(nats: Tensor, scored: Tensor | None) -> Tensor:
+    """The mean of the per-target losses ``nats`` ``[T·B]`` of a segment over the targets ``scored[1:]``
+    marks (``scored``: ``[T + 1, B]``, aligned with the segment's tokens; ``None``: every target); 0 when
+    it marks none."""
+    if scored is None:
+        return nats.mean()
+    weights = scored[1:].flatten().to(nats.dtype)
+    return (nats * weights).sum() / weights.sum().clamp(min=1)
+
+
 class MemoryLanguageModel(nn.Module):
     """``p(x_t | x_<t) = softmax(W h_t)``, ``h_t = backbone(E x_≤t)`` with the backbone's memory.
 
@@ -61,9 +71,10 @@ class MemoryLanguageModel(nn.Module):
         return self.head(hidden), state, aux
 
     def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None, future_weight: float = 0.0,
-             intermediate_weight: float = 0.0) -> tuple[Tensor, State, Aux]:
+             intermediate_weight: float = 0.0, scored: Tensor | None = None) -> tuple[Tensor, State, Aux]:
         """Mean next-token cross-entropy of a segment (``tokens[t]`` predicts ``tokens[t + 1]``);
-        the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``.
+        the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``. With
+        ``scored`` ``[T + 1, B]``, the mean is over the targets ``tokens[t + 1]`` it marks (:func:`scored_mean`).
 
         The auxiliary losses of Al-Rfou et al. (2019, Sec. 2), each off at weight 0:
 
@@ -79,7 +90,8 @@ class MemoryLanguageModel(nn.Module):
         else:
             hidden, state, aux = self.hidden_states(inputs, state, input_starts)
             depths = None
-        loss = F.cross_entropy(self.head(hidden).flatten(0, 1), tokens[1:].flatten())
+        nats = F.cross_entropy(self.head(hidden).flatten(0, 1), tokens[1:].flatten(), reduction="none")
+        loss = scored_mean(nats, scored)
         if depths is not None and depths.shape[2] > 1:
             intermediate = [F.cross_entropy(self.head(depths[:, :, n]).flatten(0, 1), tokens[1:].flatten())
                             for n in range(1, depths.shape[2])]

@@ -1,17 +1,15 @@
 """Helpers shared by the test modules: backbone lists and small options derived from the registry,
-small learners on a short T-Maze, a callback that records invariant 3's gap, and the bytes autograd
-saves for backward.
+small learners on a short T-Maze, and a callback that records invariant 3's gap (the bytes autograd
+saves for backward: :mod:`experiments.activation_memory`).
 
 Every test's SB3 logger writes under its own ``tmp_path``, never into the system temp directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import ALGOS
@@ -47,23 +45,6 @@ def small_model(backbone: str, env: Any = None, algo: str = "ppo", backbone_opti
     backbone_kwargs = {**small_options(backbone, **LEARNER_SIZES), **(backbone_options or {})}
     return ALGOS[algo]("MemoryPolicy", env if env is not None else tmaze(),
                        policy_kwargs={"backbone": backbone, "backbone_kwargs": backbone_kwargs}, **options)
-
-
-def saved_activation_bytes(forward: Callable[[], Any], parameters: Iterable[torch.Tensor]) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``forward()`` runs, parameters
-    left out: the activations a backward pass will need (views of one storage count once)."""
-    excluded = {p.untyped_storage().data_ptr() for p in parameters}
-    storages: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in excluded:
-            storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        forward()
-    return sum(storages.values())
 
 
 class LogpGaps(BaseCallback):

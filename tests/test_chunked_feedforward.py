@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 
+from experiments.activation_memory import saved_activation_bytes
 from policies.blocks import PositionwiseFeedForward
 from policies.registry import make_backbone
-from tests.conftest import saved_activation_bytes
 
 D, D_INNER = 8, 32
 

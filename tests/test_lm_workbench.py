@@ -39,8 +39,8 @@ def test_segments_overlap_by_one_token_and_restart_rows_with_a_document_start():
     assert torch.equal(first[0], rows[:8]) and torch.equal(second[0], rows[7:15])
     assert first[1][0].all() and not second[1][0].any()
     for _ in range(6):  # 7 segments per pass over rows of 50 tokens
-        tokens, starts = next(batches)
-    assert torch.equal(tokens, rows[:8]) and starts[0].all()
+        tokens, starts, scored = next(batches)
+    assert torch.equal(tokens, rows[:8]) and starts[0].all() and scored.all()
 
 
 def test_copy_task_repeats_every_block_once():

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import policies.reversible_transformer
+from experiments.activation_memory import saved_activation_bytes
 from policies import ATTENTIONS, make_backbone
 from policies.attention import make_attention
 from policies.blocks import TransformerXLBlock
 from policies.memory import attention_mask
 from policies.reversible import ReversibleLayer, reversible_stack, run_layers
-from tests.conftest import saved_activation_bytes
 
 B, T, M, D, INPUT_DIM = 3, 6, 4, 16, 5
 
