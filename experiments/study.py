@@ -149,14 +149,16 @@ class Grid:
         return configs
 
     def study_configs(self) -> tuple[Path, list[RunConfig]]:
-        """The study directory and the run configurations placed in it (one torch thread each)."""
+        """The study directory and the run configurations placed in it: one torch thread each, or the
+        ``threads`` given as a flag (a study's workers share the machine, so a config file's count is not used)."""
         configs = self.configs()
         first = configs[0]
         directory = Path(first.log_dir) / (self.name or f"{first.env}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
+        threads = self.flags.get("threads") or 1
         for config in configs:
             config.log_dir = str(directory / task_folder(config.to_dict()) if shared_env else directory)
-            config.threads = 1
+            config.threads = threads
         names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
         repeated = [name for name, count in names.items() if count > 1]
         if repeated:

@@ -84,7 +84,9 @@ def test_grid_from_the_command_line(tmp_path):
     directory, configs = train_rl.grid_from_args(args).study_configs()
     assert directory == tmp_path / "TMaze-v0__ppo"
     assert [c.run_name() for c in configs] == [f"TMaze-v0__ppo-{b}__{s}" for b in ("gtrxl", "lstm") for s in (0, 1, 2)]
-    assert {c.threads for c in configs} == {1} and {c.env_kwargs["length"] for c in configs} == {3}
+    assert {c.threads for c in configs} == {2} and {c.env_kwargs["length"] for c in configs} == {3}
+    args = train_rl.make_parser().parse_args([*TINY, "--log-dir", str(tmp_path), "--seed", "0", "1"])
+    assert {c.threads for c in train_rl.grid_from_args(args).study_configs()[1]} == {1}  # one thread per worker
 
 
 def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, capsys):
