@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
+from common import RESULTS, BackboneSize, heading, machine_info, machine_line, provenance, write_results
 from step_cost import time_block
 
 from experiments.activation_memory import peak_allocated_bytes, saved_activation_bytes
@@ -55,16 +55,11 @@ REFERENCE = BACKBONES["gtrxl"].options()["attention"]
 
 
 @dataclass
-class Settings:
+class Settings(BackboneSize):
     """What one run measures and how."""
 
     lengths: tuple[int, ...] = (64, 256, 1024)
-    n_envs: int = 16
     segment_length: int = 16
-    input_dim: int = 32
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
     rounds: int = 5
     calls: int = 5
     seed: int = 0

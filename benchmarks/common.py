@@ -10,10 +10,23 @@ import platform
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class BackboneSize:
+    """The model and batch the backbone-cost benchmarks build: ``n_envs`` envs of ``input_dim``
+    features into a backbone of ``n_layers`` × ``d_model`` with ``n_heads`` heads."""
+
+    n_envs: int = 16
+    input_dim: int = 32
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
 
 
 def cpu_model() -> str:

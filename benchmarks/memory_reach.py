@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
+from common import RESULTS, BackboneSize, heading, machine_info, machine_line, provenance, write_results
 from step_cost import time_block
 
 from policies import make_backbone
@@ -48,13 +48,8 @@ REFERENCE = ("gtrxl", 64)
 
 
 @dataclass
-class Settings:
+class Settings(BackboneSize):
     memory_lengths: tuple[int, ...] = (64, 256, 1024)
-    n_envs: int = 16
-    input_dim: int = 32
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
     rounds: int = 7
     calls: int = 200
     seed: int = 0

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import heading, machine_info, machine_line, provenance, write_results
+from common import BackboneSize, heading, machine_info, machine_line, provenance, write_results
 from torch import Tensor
 
 from policies import make_backbone
@@ -59,16 +59,11 @@ M_INDEPENDENT = ("lstm",)  # backbones whose cached step does not depend on M
 
 
 @dataclass
-class Settings:
+class Settings(BackboneSize):
     """What one run measures and how."""
 
     backbones: tuple[str, ...] = BACKBONES
     memory_lengths: tuple[int, ...] = MEMORY_LENGTHS
-    n_envs: int = 16
-    input_dim: int = 32
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
     threads: int = 1
     rounds: int = 7
     block_seconds: float = 0.3
