@@ -113,9 +113,13 @@ def test_minigrid_navigation_actions_are_turn_left_turn_right_and_forward() -> N
     assert navigation.action_space == gym.spaces.Discrete(3) and full.action_space == gym.spaces.Discrete(7)
     for env in (full, navigation):
         env.reset(seed=3)
-    for action in [0, 2, 1, 1, 2, 2, 0]:  # left, forward, right, ... are the same indices in both sets
+    start = tuple(full.unwrapped.agent_pos)
+    visited = set()
+    for action in [0, 0, 2, 1, 1, 2, 2, 0]:  # turn around, walk back, ...: the same indices in both sets
         np.testing.assert_array_equal(full.step(action)[0], navigation.step(action)[0])
         assert tuple(full.unwrapped.agent_pos) == tuple(navigation.unwrapped.agent_pos)
+        visited.add(tuple(full.unwrapped.agent_pos))
+    assert visited - {start}, "the walk must move the agent, or forward is not tested"
     with pytest.raises(ValueError, match="actions must be one of \\('all', 'navigation'\\), got 'move'"):
         envs.make_env("MiniGrid-MemoryS7-v0", actions="move")
 
