@@ -27,7 +27,7 @@ import shlex
 import sys
 from typing import Any
 
-from agents import ALGOS, NonFiniteError
+from agents import ALGOS, PRECISIONS, NonFiniteError
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config, parse_override
 from experiments.launchers import LAUNCHERS, LauncherError
 from experiments.lm_workbench import main as lm_main
@@ -47,6 +47,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--n-envs": ("n_envs", {"type": int}),
     "--device": ("device", {}),
     "--threads": ("threads", {"type": int}),
+    "--precision": ("precision", {"choices": list(PRECISIONS)}),
     "--log-dir": ("log_dir", {}),
     "--eval-freq": ("eval_freq", {"type": int}),
     "--n-eval-episodes": ("n_eval_episodes", {"type": int}),

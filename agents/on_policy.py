@@ -4,6 +4,7 @@ losses of the backbone, and the guard against non-finite losses, gradients and p
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,6 +26,13 @@ from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (README, "Learners")"""
+
+
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+"""Compute dtype of the update's forward pass. ``bf16``: the features extractor and the backbone run
+under ``torch.autocast`` (Micikevicius et al. 2018's mixed precision, with bfloat16's float32 range,
+so no loss scaling); parameters, gradients, the optimizer, the heads and the losses stay float32, and
+rollouts are computed in float32 as before."""
 
 
 class NonFiniteError(RuntimeError):
@@ -66,6 +74,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision
         settled early on a wrong or no-op action (T-Maze's junction) can still be revised.
         ``None``: ``DEFAULT_UNIFORM_KL`` for finite action spaces, 0 for continuous ones.
+    :param precision: a key of :data:`PRECISIONS`, the compute dtype of the update's forward pass.
+        With ``bf16`` the recomputed log-probabilities differ from the rollout's by bfloat16's
+        rounding (``train/rollout_logp_gap``), not the float32 1e-5 of invariant 3.
     """
 
     policy: MemoryActorCriticPolicy
@@ -73,7 +84,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
                  segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
-                 uniform_kl_coef: float | None, minibatch_order: str = "shuffled", **kwargs: Any) -> None:
+                 uniform_kl_coef: float | None, minibatch_order: str = "shuffled", precision: str = "fp32",
+                 **kwargs: Any) -> None:
         for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -83,6 +95,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if minibatch_order not in MINIBATCH_ORDERS:
             raise ValueError(f"unknown minibatch_order {minibatch_order!r}; "
                              f"valid orders: {', '.join(MINIBATCH_ORDERS)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
+        self.precision = precision
         self.batch_size = batch_size
         self.segment_length = segment_length
         self.minibatch_order = minibatch_order
@@ -192,8 +207,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         actions = batch.actions
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.long().flatten()
-        values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
-                                                                  batch.episode_starts)
+        with self._update_precision():
+            values, distribution, aux = self.policy.evaluate_segments(batch.observations, actions, batch.states,
+                                                                      batch.episode_starts)
         log_prob = distribution.log_prob(actions)
         if "rollout_logp_gap" not in logs:
             logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
@@ -206,6 +222,11 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             logs["uniform_kl"].append(barrier.item())
             aux_loss = aux_loss + self.uniform_kl_coef * barrier
         return Recomputed(actions, values, distribution, log_prob, advantages, aux_loss)
+
+    def _update_precision(self) -> AbstractContextManager[Any]:
+        """The autocast of the update's forward pass that :data:`PRECISIONS` names (none for ``fp32``)."""
+        dtype = PRECISIONS[self.precision]
+        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
         """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""

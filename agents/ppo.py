@@ -51,7 +51,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None,
                  exploration_floor: float | Schedule = 0.0, uniform_kl_coef: float | None = None,
-                 segment_length: int = 16, minibatch_order: str = "shuffled",
+                 segment_length: int = 16, minibatch_order: str = "shuffled", precision: str = "fp32",
                  aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, seed: int | None = None, device: torch.device | str = "auto",
@@ -64,7 +64,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self.target_kl = target_kl
         self.exploration_floor = exploration_floor
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
-                         segment_length=segment_length, minibatch_order=minibatch_order, aux_coefs=aux_coefs,
+                         segment_length=segment_length, minibatch_order=minibatch_order, precision=precision,
+                         aux_coefs=aux_coefs,
                          normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
                          gamma=gamma, gae_lambda=gae_lambda,
                          ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,

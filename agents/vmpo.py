@@ -71,7 +71,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
                  epsilon_alpha_sigma: float = 1e-5, eta_init: float = 1.0, alpha_init: float | None = None,
                  dual_learning_rate: float = 1e-2, normalize_advantage: bool = True,
                  uniform_kl_coef: float | None = None, popart: bool = False, popart_beta: float = 1e-3,
-                 segment_length: int = 16, minibatch_order: str = "shuffled",
+                 segment_length: int = 16, minibatch_order: str = "shuffled", precision: str = "fp32",
                  aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
                  seed: int | None = None, device: torch.device | str = "auto", _init_setup_model: bool = True) -> None:
@@ -91,7 +91,8 @@ class VMPO(MemoryOnPolicyAlgorithm):
         self.dual_learning_rate = dual_learning_rate
         self.popart, self.popart_beta = popart, popart_beta
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
-                         segment_length=segment_length, minibatch_order=minibatch_order, aux_coefs=aux_coefs,
+                         segment_length=segment_length, minibatch_order=minibatch_order, precision=precision,
+                         aux_coefs=aux_coefs,
                          normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
                          gamma=gamma, gae_lambda=1.0,
                          ent_coef=0.0, vf_coef=vf_coef, max_grad_norm=max_grad_norm,

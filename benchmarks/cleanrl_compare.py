@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 
+from agents import PRECISIONS
 from experiments.config import RunConfig, build_config
 from experiments.training import torch_threads
 
@@ -135,11 +136,11 @@ def cleanrl_command(python: str, script: str, flags: dict[str, str]) -> list[str
     return command
 
 
-def engram_command(config_file: str, steps: int, threads: int, seed: int, log_dir: str) -> list[str]:
+def engram_command(args: argparse.Namespace, log_dir: str) -> list[str]:
     """The engram command line: the README's training command, with no evaluation or checkpoint during it."""
-    return [sys.executable, "train_rl.py", "--config", config_file, "--total-timesteps", str(steps),
-            "--threads", str(threads), "--seed", str(seed), "--log-dir", log_dir, "--eval-freq", "0",
-            "--checkpoint-freq", "0", "--n-eval-episodes", "1"]
+    return [sys.executable, "train_rl.py", "--config", args.config, "--total-timesteps", str(args.steps),
+            "--threads", str(args.threads), "--precision", args.precision, "--seed", str(args.seed),
+            "--log-dir", log_dir, "--eval-freq", "0", "--checkpoint-freq", "0", "--n-eval-episodes", "1"]
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -167,13 +168,13 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, float]
     return done.stdout + done.stderr, wall
 
 
-def engram_round(config_file: str, steps: int, threads: int, seed: int, work: Path) -> dict[str, Any]:
+def engram_round(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     log_dir = work / f"engram_{time.time_ns()}"
-    _, wall = run(engram_command(config_file, steps, threads, seed, str(log_dir)), ROOT, thread_env(threads))
+    _, wall = run(engram_command(args, str(log_dir)), ROOT, thread_env(args.threads))
     summary = json.loads(next(log_dir.glob("*/summary.json")).read_text())
-    if summary["env_steps"] != steps:
-        raise SystemExit(f"engram trained {summary['env_steps']} env steps, not {steps}")
-    return {"steps_per_second": summary["steps_per_second"], "process_steps_per_second": steps / wall,
+    if summary["env_steps"] != args.steps:
+        raise SystemExit(f"engram trained {summary['env_steps']} env steps, not {args.steps}")
+    return {"steps_per_second": summary["steps_per_second"], "process_steps_per_second": args.steps / wall,
             "torch_threads": summary["torch_threads"], "parameters": summary["parameters"]}
 
 
@@ -229,7 +230,7 @@ def measure(args: argparse.Namespace, config: RunConfig, cleanrl: list[str], wor
     rounds = []
     for index in range(args.rounds):
         load = list(os.getloadavg())
-        engram = engram_round(args.config, args.steps, args.threads, args.seed, work)
+        engram = engram_round(args, work)
         peer = cleanrl_round(cleanrl, args.steps, rollout, args.threads, work)
         rounds.append({"round": index, "load_average_at_start": load, "engram": engram, "cleanrl": peer,
                        "ratio": engram["steps_per_second"] / peer["steps_per_second"]})
@@ -317,6 +318,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--threads", type=int, default=torch_threads(0), help="torch threads, both sides")
     parser.add_argument("--seed", type=int, default=1, help="seed of both sides (CleanRL's default)")
+    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                        help="engram's update precision (--precision of train_rl.py); results of a precision other "
+                             "than fp32 go to cleanrl_compare_<precision>.{json,md}")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory of cleanrl_compare.{json,md}")
     return parser.parse_args()
 
@@ -331,17 +335,17 @@ def main() -> None:
     cleanrl = cleanrl_command(args.cleanrl_python, str(Path(args.cleanrl_script).resolve()), flags)
     result: dict[str, Any] = {**provenance(), "machine": machine_info(),
                               "settings": {"steps": args.steps, "rounds": args.rounds, "threads": args.threads,
-                                           "seed": args.seed, "config": args.config},
+                                           "seed": args.seed, "config": args.config, "precision": args.precision},
                               "cleanrl_versions": cleanrl_versions(args.cleanrl_python, args.cleanrl_script,
                                                                    args.threads),
-                              "engram_command": shlex.join(engram_command(args.config, args.steps, args.threads,
-                                                                          args.seed, "<tmp>")),
+                              "engram_command": shlex.join(engram_command(args, "<tmp>")),
                               "cleanrl_command": shlex.join(cleanrl), "cleanrl_flags": flags,
                               "documented_differences": documented_differences(flags), "notes": NOTES}
     with tempfile.TemporaryDirectory(prefix="cleanrl_compare_") as work:
         result["rounds"] = measure(args, config, cleanrl, Path(work))
     result["summary"] = summarise(result["rounds"])
-    write_results("cleanrl_compare", result, render, out=args.out)
+    name = "cleanrl_compare" if args.precision == "fp32" else f"cleanrl_compare_{args.precision}"
+    write_results(name, result, render, out=args.out)
 
 
 if __name__ == "__main__":

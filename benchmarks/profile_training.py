@@ -28,7 +28,7 @@ from experiments.training import build_model, make_envs
 PHASES = {
     "collect_rollouts": "rollout collection",
     "train": "update (train)",
-    "forward_sequence": "backbone forward in the update",
+    "forward_outputs": "backbone forward in the update",
     "backward": "backward pass",
 }
 

@@ -74,9 +74,9 @@ def contenders(s: Settings) -> dict[str, Callable[[], Any]]:
     env = lambda: make_vec_env(s.env, s.n_envs, seed=0, length=s.length)  # noqa: E731
     common = {"n_steps": s.n_steps, "batch_size": s.batch_size, "n_epochs": s.n_epochs, "seed": 0, "device": "cpu"}
 
-    def memory_ppo(backbone: str, **options: Any) -> Callable[[], MemoryPPO]:
-        return lambda: MemoryPPO("MemoryPolicy", env(), segment_length=s.segment_length, **common,
-                                 policy_kwargs={"backbone": backbone, "backbone_kwargs": options})
+    def memory_ppo(backbone: str, precision: str = "fp32", **options: Any) -> Callable[[], MemoryPPO]:
+        return lambda: MemoryPPO("MemoryPolicy", env(), segment_length=s.segment_length, precision=precision,
+                                 **common, policy_kwargs={"backbone": backbone, "backbone_kwargs": options})
 
     transformer = {"d_model": s.hidden, "n_heads": 4, "memory_length": s.memory_length}
     return {
@@ -85,6 +85,8 @@ def contenders(s: Settings) -> dict[str, Callable[[], Any]]:
         "MemoryPPO lstm": memory_ppo("lstm", hidden_size=s.hidden),
         "MemoryPPO gtrxl 1 layer": memory_ppo("gtrxl", n_layers=1, **transformer),
         "MemoryPPO gtrxl 2 layers": memory_ppo("gtrxl", n_layers=2, **transformer),
+        "MemoryPPO gtrxl 1 layer, bf16": memory_ppo("gtrxl", "bf16", n_layers=1, **transformer),
+        "MemoryPPO gtrxl 2 layers, bf16": memory_ppo("gtrxl", "bf16", n_layers=2, **transformer),
     }
 
 
@@ -150,7 +152,8 @@ def render(result: dict[str, Any]) -> str:
         f"batch {s['batch_size']}, {s['n_epochs']} epochs, hidden size {s['hidden']}; "
         f"MemoryPPO segment length {s['segment_length']}, "
         f"GTrXL memory {s['memory_length']}, 4 heads. RecurrentPPO as configured by default (separate actor and "
-        f"critic LSTMs); MemoryPPO shares its backbone. Each cell: median over {s['rounds']} interleaved rounds "
+        f"critic LSTMs); MemoryPPO shares its backbone; `bf16`: the update's forward pass under bfloat16 autocast "
+        f"(`precision`). Each cell: median over {s['rounds']} interleaved rounds "
         f"of `learn` over {s['rollouts']} rollouts; ratio = median of per-round ratios to RecurrentPPO (range).",
         "", "| learner | env steps/s | × RecurrentPPO | per-round range | share collecting |",
         "|---|---:|---:|---|---:|",

@@ -29,7 +29,7 @@ import yaml
 from stable_baselines3.common.utils import LinearSchedule
 from torch import nn
 
-from agents import ALGOS
+from agents import ALGOS, PRECISIONS
 from policies.registry import BACKBONES
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
@@ -63,6 +63,8 @@ class RunConfig:
     """torch device: auto, cpu, cuda, cuda:1, ..."""
     threads: int = 0
     """torch CPU threads; 0: every core this process may use (a study gives each run 1)"""
+    precision: str = "fp32"
+    """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see README, "Training speed")"""
     log_dir: str = "runs"
     """parent directory of run directories"""
     eval_freq: int = 10_000
@@ -101,7 +103,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options
 def algo_defaults(name: str) -> dict[str, Any]:
     """The options of an algorithm with their defaults (from its constructor)."""
     params = inspect.signature(ALGOS[name].__init__).parameters
-    skip = {"self", "policy", "env", "policy_kwargs", "tensorboard_log", "verbose", "seed", "device",
+    skip = {"self", "policy", "env", "policy_kwargs", "tensorboard_log", "verbose", "seed", "device", "precision",
             "_init_setup_model"}
     return {k: p.default for k, p in params.items() if k not in skip and p.default is not inspect.Parameter.empty}
 
@@ -212,6 +214,8 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
             raise ConfigError(f"unknown algo {value!r}; valid algos: {', '.join(ALGOS)}")
         if head == "backbone" and value not in BACKBONES:
             raise ConfigError(f"unknown backbone {value!r}; valid backbones: {', '.join(BACKBONES)}")
+        if head == "precision" and value not in PRECISIONS:
+            raise ConfigError(f"unknown precision {value!r}; valid precisions: {', '.join(PRECISIONS)}")
         setattr(config, head, value)
         return
     if head in ALGOS or head in BACKBONES:

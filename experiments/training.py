@@ -47,7 +47,8 @@ def policy_kwargs(config: RunConfig) -> dict[str, Any]:
 def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
     try:
         return ALGOS[config.algo]("MemoryPolicy", env, policy_kwargs=policy_kwargs(config), seed=config.seed,
-                                  device=config.device, tensorboard_log=tensorboard_log, **config.algo_options())
+                                  device=config.device, precision=config.precision, tensorboard_log=tensorboard_log,
+                                  **config.algo_options())
     except (ValueError, TypeError) as error:
         raise ConfigError(f"cannot build {config.algo} with backbone {config.backbone}: {error}") from error
 

@@ -22,7 +22,9 @@ class MemoryBackbone(nn.Module, ABC):
     - ``forward_sequence(x[T, B, D], state, episode_starts[T, B]) -> (y[T, B, output_dim], state, aux)``:
       a stored segment at once (training); ``aux`` maps names to per-position values ``[T, B]``
       (auxiliary losses and statistics). ``aux_loss_coefs`` names the entries that are losses
-      and their default coefficients; learners add them to their loss and log every entry.
+      and their default coefficients; learners add them to their loss and log every entry;
+    - ``forward_outputs(x, state, episode_starts) -> (y, aux)``: the same without the state after the
+      segment (the learners' update).
 
     The state is a window of the last ``memory_length`` per-step records (``[B, M, *record_shape]``)
     with its validity mask (:mod:`policies.memory`), so learners can store, index and
@@ -66,6 +68,13 @@ class MemoryBackbone(nn.Module, ABC):
     @abstractmethod
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         """A time-major segment ``[T, B, D]`` starting from ``state``."""
+
+    def forward_outputs(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Aux]:
+        """``forward_sequence``'s outputs and ``aux`` without the state after the segment, which the
+        learners' update never reads; a backbone may skip building it (the Transformers do: for
+        ``N`` one-step segments it is ``N`` new windows, as large as the memory the update reads)."""
+        y, _, aux = self.forward_sequence(x, state, episode_starts)
+        return y, aux
 
     def segment_state(self, state: State) -> State:
         """A stored state in the form ``forward_sequence`` takes: shared records stay shared when the

@@ -116,27 +116,42 @@ class MemoryTransformer(MemoryBackbone):
     shares_records = True
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
-        y, _, state, aux = self.forward_with_depths(x, state, episode_starts)
-        return y, state, aux
+        y, records, aux = self._segment(x, state, episode_starts)
+        return y, self._state_after(records, state, episode_starts), aux
+
+    def forward_outputs(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Aux]:
+        y, _, aux = self._segment(x, state, episode_starts)
+        return y, aux
 
     def forward_with_depths(self, x: Tensor, state: State, episode_starts: Tensor
                             ) -> tuple[Tensor, Tensor, State, Aux]:
         """:meth:`forward_sequence` plus the input of every depth ``[T, B, n_depth, D]`` (with gradient):
         depth ``n + 1``'s input is depth ``n``'s output, which the language model's intermediate-layer
         losses read (Al-Rfou et al. 2019)."""
+        y, records, aux = self._segment(x, state, episode_starts)
+        return y, records, self._state_after(records, state, episode_starts), aux
+
+    def _segment(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Tensor, Aux]:
+        """The outputs ``[T, B, D]``, records ``[T, B, n_depth, D]`` and ``aux`` of a segment. Shared
+        records (:func:`policies.memory.shared_windows`) are projected once and never expanded into windows."""
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
-        memory, valid = windows(state), state["valid"]
-        mask = attention_mask(valid, starts, self.memory_length)
-        memory_kv = self._memory_kv(memory) if "memory" in state else self._shared_memory_kv(state)
+        mask = attention_mask(state["valid"], starts, self.memory_length)
+        memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
         y, records, _, aux = self._depth(self.embed(x.transpose(0, 1)), memory_kv, mask, self._position_terms())
-        T = torch.tensor([x.shape[0]], device=x.device)
-        new_memory, new_valid = window_before(memory, valid, records.detach(), starts, T)
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
         blocks = self._distinct_blocks()
         for block in blocks:  # the attentions' own terms, averaged over blocks, at every position
             for name, value in block.attn.aux_terms().items():
                 aux[name] = aux.get(name, 0.0) + value.expand(x.shape[0], x.shape[1]) / len(blocks)
-        return y.transpose(0, 1), records.transpose(0, 1), {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}, aux
+        return y.transpose(0, 1), records.transpose(0, 1), aux
+
+    def _state_after(self, records: Tensor, state: State, episode_starts: Tensor) -> State:
+        """The window after the segment: the last ``M`` steps of ``[memory; records]`` in the episode."""
+        starts = as_bool(episode_starts).transpose(0, 1)
+        T = torch.tensor([records.shape[0]], device=records.device)
+        new_memory, new_valid = window_before(windows(state), state["valid"], records.detach().transpose(0, 1),
+                                              starts, T)
+        return {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}
 
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
         """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""

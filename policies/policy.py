@@ -184,16 +184,18 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         T, N = episode_starts.shape
         features = self.extract_features(obs)
         features = features.view(T, N, -1)
-        latent_pi, _, aux = self.backbone.forward_sequence(features, self.backbone.segment_state(state["pi"]),
-                                                           episode_starts)
+        latent_pi, aux = self.backbone.forward_outputs(features, self.backbone.segment_state(state["pi"]),
+                                                       episode_starts)
         latent_vf = latent_pi
         if self.critic_backbone is not None:
-            latent_vf, _, aux_vf = self.critic_backbone.forward_sequence(
+            latent_vf, aux_vf = self.critic_backbone.forward_outputs(
                 features, self.critic_backbone.segment_state(state["vf"]), episode_starts)
             aux = {**aux, **{f"vf/{k}": v for k, v in aux_vf.items()}}
-        latent_pi = self.mlp_extractor.forward_actor(latent_pi.reshape(T * N, -1))
-        latent_vf = self.mlp_extractor.forward_critic(latent_vf.reshape(T * N, -1))
-        return self.value_net(latent_vf).flatten(), self._get_action_dist_from_latent(latent_pi), aux
+        with torch.autocast(latent_pi.device.type, enabled=False):  # heads in float32 under a learner's autocast
+            latent_pi = self.mlp_extractor.forward_actor(latent_pi.float().reshape(T * N, -1))
+            latent_vf = self.mlp_extractor.forward_critic(latent_vf.float().reshape(T * N, -1))
+            return (self.value_net(latent_vf).flatten(), self._get_action_dist_from_latent(latent_pi),
+                    {name: value.float() for name, value in aux.items()})
 
     # -- SB3 inference API -----------------------------------------------------------------
     def predict(self, observation: np.ndarray | dict[str, np.ndarray],  # type: ignore[override]

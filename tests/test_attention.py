@@ -60,7 +60,11 @@ def naive_relative_attention(attn: RelativeMultiHeadAttention, h, memory, mask):
     return attn.out_net(out.reshape(B, T, H * DH))
 
 
-def test_relative_attention_equals_the_four_terms():
+@pytest.mark.parametrize("grad", [False, True], ids=["acting", "training"])
+def test_relative_attention_equals_the_four_terms(grad):
+    """Both execution paths of :meth:`MultiHeadAttention.attend`: the fused kernel when acting, and
+    the path with a differentiable bias when training (mutation caught: the training path's queries
+    left unscaled)."""
     torch.manual_seed(0)
     attn = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
     with torch.no_grad():  # non-trivial u, v so terms (c) and (d) matter
@@ -71,8 +75,10 @@ def test_relative_attention_equals_the_four_terms():
     starts = torch.zeros(B, T, dtype=torch.bool)
     starts[1, 4] = True
     mask = attention_mask(valid, starts, M)
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad):
         fast, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+    assert fast.requires_grad == grad
+    with torch.no_grad():
         slow = naive_relative_attention(attn, h, memory, mask)
     torch.testing.assert_close(fast, slow, atol=1e-10, rtol=0)
 

@@ -202,17 +202,22 @@ def test_shared_records_equal_per_window_computation(name, T):
     x = torch.randn(T, env.numel(), INPUT_DIM)
     starts = torch.rand(T, env.numel()) < 0.3
 
-    def outputs_and_grads(state):
+    def outputs_and_grads(state, update_path=False):
         backbone.zero_grad()
-        y, _, _ = backbone.forward_sequence(x, backbone.segment_state(state), starts)
+        segment_state = backbone.segment_state(state)
+        if update_path:  # what the learners' update calls: no state after the segment
+            y, _ = backbone.forward_outputs(x, segment_state, starts)
+        else:
+            y, _, _ = backbone.forward_sequence(x, segment_state, starts)
         y.square().sum().backward()
         return y, [p.grad.clone() for p in backbone.parameters() if p.grad is not None]
 
-    y_shared, grads_shared = outputs_and_grads(shared)
     y_windows, grads_windows = outputs_and_grads({"memory": memory, "valid": valid})
-    torch.testing.assert_close(y_shared, y_windows, atol=1e-5, rtol=0)
-    for a, b in zip(grads_shared, grads_windows, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    for update_path in (False, True):
+        y_shared, grads_shared = outputs_and_grads(shared, update_path)
+        torch.testing.assert_close(y_shared, y_windows, atol=1e-5, rtol=0)
+        for a, b in zip(grads_shared, grads_windows, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", ATTENDING)
