@@ -299,11 +299,11 @@ NOTES = [
     "engram's schedule `lin_2.75e-4_1.42e-4` spans the run's budget, so in a short benchmark run engram's "
     "rate falls faster. Rates do not change the work per step.",
     "Models are not identical (see the config's header): engram's trxl-i uses relative positions "
-    "(CleanRL: absolute), a two-layer position-wise MLP (d_inner 256; CleanRL: one d→d layer), SB3's "
-    "NatureCNN (512 features, then d_model), full d×d query/key/value projections (CleanRL: one "
-    "64×64 projection shared by the heads) and separate actor/critic heads of 256 (CleanRL: conv → 256 "
-    "and one shared 256 layer). CleanRL's Agent has 1,237,672 parameters at these sizes (counted from "
-    "the script at commit fe8d8a0); engram's count is in every round's record.",
+    "(CleanRL: absolute), a two-layer position-wise MLP (d_inner 256; CleanRL: one d→d layer), an input "
+    "projection d→d after the Nature CNN's 256 features (CleanRL feeds those to the first layer), full d×d "
+    "query/key/value projections (CleanRL: one 64×64 projection shared by the heads) and separate "
+    "actor/critic heads of 256 (CleanRL: one shared 256 layer). CleanRL's Agent has 1,237,672 parameters "
+    "at these sizes (counted from the script at commit fe8d8a0); engram's count is in every round's record.",
     "Both recompute every step's window in the update from the records stored during the rollout "
     "(CleanRL: cached hidden states; engram: segment_length 1).",
 ]

@@ -34,6 +34,7 @@ from policies.registry import BACKBONES
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
+                  "features_extractor_kwargs": None,
                   "log_std_init": 0.0, "normalize_images": True}
 
 
