@@ -258,9 +258,11 @@ def versions_line(result: dict[str, Any]) -> str:
             f"`{v['script_sha256'][:16]}…`. engram side: gymnasium {result['machine']['gymnasium']}.")
 
 
-def target_line(summary: dict[str, Any]) -> str:
+def target_line(summary: dict[str, Any], precision: str) -> str:
     ratio = summary["ratio"]
     met = "met" if summary["target_met"] else "not met"
+    if precision != "fp32":
+        met += f" with engram's update in {precision} (CleanRL computes in float32; the target is for fp32)"
     return (f"**Target: engram ≥ {summary['target_ratio']}× CleanRL (median of per-round ratios, same threads): "
             f"{met}** — median {ratio['median']:.2f}× (range {ratio['min']:.2f}–{ratio['max']:.2f}).")
 
@@ -276,7 +278,7 @@ def render(result: dict[str, Any]) -> str:
         "before the first env reset to the end of the last update (engram: `summary.json` steps_per_second; "
         "CleanRL: the `SPS=` of its last log line, an integer). `process` is the whole process's wall time: it "
         "adds interpreter start-up, set-up and teardown (engram: one evaluation episode and saving the model).", "",
-        target_line(summary), "",
+        target_line(summary, s.get("precision", "fp32")), "",
         "| round | engram steps/s | CleanRL steps/s | ratio | process ratio | load at start |",
         "|---:|---:|---:|---:|---:|---|",
         *(round_row(r) for r in result["rounds"]), "",

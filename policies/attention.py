@@ -180,9 +180,9 @@ class MultiHeadAttention(HeadProjections):
         bias = self.score_bias(q, position_terms, k.shape[2])
         dropout = self.dropout if self.training else 0.0
         if bias is not None and bias.requires_grad:
-            # A bias that needs a gradient sends torch's CPU kernel to its unfused path, which scales
-            # every key; scaling the queries instead makes a training update's attention 1.35-1.6x faster
-            # (one query per window, 64 keys; benchmarks/results/profile_cleanrl_setup.md).
+            # A bias that needs a gradient sends torch's CPU kernel to its unfused path, which scales every
+            # key; here the scale goes on the queries, of which an update has one per window (README,
+            # "Training speed").
             scores = (self.content_query(q) * self.scale) @ k.transpose(-2, -1) + bias
             weights = F.dropout(scores.masked_fill(~mask, float("-inf")).softmax(dim=-1), dropout, self.training)
             return weights @ v

@@ -69,7 +69,9 @@ def test_the_defaults_solve_a_short_tmaze(algo, tmp_path):
 @pytest.mark.parametrize("config_file", ["configs/tmaze100.yaml", "configs/minigrid_memory_s9.yaml"])
 def test_gtrxl_solves_the_long_memory_tasks(config_file, tmp_path):
     """The issue's targets: GTrXL solves the passive T-Maze of length 100 and MiniGrid-MemoryS9
-    (view 3, 96 steps, navigation actions) on at least 4 of seeds 0-4 within 1M env steps. Measured
-    (README, the memory study): T-Maze-100 4/5; MiniGrid-MemoryS9 5/5 (with all seven actions: 3/5)."""
+    (view 3, 96 steps, navigation actions) on at least 4 of seeds 0-4 within 1M env steps, with every
+    core. Measured (README, the memory study; AMD EPYC): T-Maze-100 4/5 with one thread; MiniGrid-MemoryS9
+    5/5 with one thread but 3/5 with two (benchmarks/results/minigrid_actions.md), so on a 2-core machine
+    this test is expected to fail for MiniGrid: the target is not met there."""
     finals = solved_seeds(config_file, range(5), tmp_path, backbone="gtrxl", total_timesteps=1_000_000)
     assert sum(final >= 0.9 for final in finals.values()) >= 4, finals
