@@ -8,7 +8,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance
 from torch import Tensor
 
 from agents.exploration import behaviour_sample, check_action_space
@@ -16,6 +16,9 @@ from agents.on_policy import MemoryOnPolicyAlgorithm
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
 
 SelfMemoryPPO = TypeVar("SelfMemoryPPO", bound="MemoryPPO")
+
+LEARNING_RATE = LinearSchedule(1e-3, 0.0, 1.0)
+"""the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; README, "Tuned defaults")"""
 
 
 class MemoryPPO(MemoryOnPolicyAlgorithm):
@@ -25,9 +28,9 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
     ``n_epochs``, ``gamma``, ``gae_lambda``, ``clip_range`` and ``clip_range_vf`` (schedules
     allowed), ``normalize_advantage``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
     ``target_kl``), with its defaults except four chosen by a seed study on memory tasks
-    (README, "Learners"): ``learning_rate`` 5e-4, ``n_steps`` 64, ``batch_size`` 256 and
-    ``n_epochs`` 4 (RecurrentPPO: 3e-4, 128, 128, 10); plus the memory options of :class:`MemoryOnPolicyAlgorithm`
-    (``segment_length``, ``aux_coefs``). The backbone is chosen in ``policy_kwargs``:
+    (README, "Learners"): ``learning_rate`` 1e-3 decaying linearly to 0, ``n_steps`` 64, ``batch_size``
+    256 and ``n_epochs`` 4 (RecurrentPPO: constant 3e-4, 128, 128, 10); plus the memory options of
+    :class:`MemoryOnPolicyAlgorithm` (``segment_length``, ``aux_coefs``). The backbone is chosen in ``policy_kwargs``:
     ``MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gtrxl",
     "backbone_kwargs": {"memory_length": 64}})``.
 
@@ -45,7 +48,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: GymEnv | str,
-                 learning_rate: float | Schedule = 5e-4, n_steps: int = 64, batch_size: int = 256,
+                 learning_rate: float | Schedule = LEARNING_RATE, n_steps: int = 64, batch_size: int = 256,
                  n_epochs: int = 4, gamma: float = 0.99, gae_lambda: float = 0.95,
                  clip_range: float | Schedule = 0.2, clip_range_vf: float | Schedule | None = None,
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,

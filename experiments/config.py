@@ -145,7 +145,7 @@ def coerce(key: str, value: Any, default: Any) -> Any:
         if isinstance(number, int):
             return number
         raise ConfigError(f"{key}={value!r}: expected an integer")
-    if isinstance(default, float) or (default is None and _parse_number(value) is not None):
+    if isinstance(default, float | LinearSchedule) or (default is None and _parse_number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_"):
             return _linear_schedule(key, value)
         number = _parse_number(value)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import train_rl
-from experiments.config import ConfigError, build_config, coerce, parse_value
+from experiments.config import ConfigError, algo_defaults, build_config, coerce, parse_value
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eval-freq", "64",
@@ -61,6 +61,8 @@ def test_values_are_parsed_safely():
     assert coerce("target_kl", "0.02", None) == 0.02 and coerce("target_kl", None, None) is None
     assert coerce("lr", "lin_1e-3", 0.1)(0.5) == pytest.approx(5e-4)
     assert coerce("lr", "lin_2e-3_1e-3", 0.1)(0.0) == pytest.approx(1e-3)
+    schedule_default = algo_defaults("ppo")["learning_rate"]  # PPO's default is a schedule; numbers still replace it
+    assert coerce("lr", "3e-4", schedule_default) == 3e-4 and coerce("lr", "lin_2e-3", schedule_default)(0.5) == 1e-3
     with pytest.raises(ConfigError, match="lin_<start> or lin_<start>_<end>"):
         coerce("lr", "lin_fast", 0.1)
     with pytest.raises(ConfigError, match="expected true or false"):

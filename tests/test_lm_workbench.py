@@ -4,7 +4,10 @@ evaluation with a longer memory than training, and memory that matters on the co
 from __future__ import annotations
 
 import csv
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +107,18 @@ def test_shipped_lm_configs_are_valid():
     assert configs
     for path in configs:
         build_lm_config(path)
+
+
+def test_lm_benchmark_writes_every_cell_and_reads_finished_runs_back(tmp_path):
+    """``benchmarks/lm_memory.py --quick``: a curve and an evaluation-memory row per cell; run again over the
+    same log directory it reads the finished runs instead of training them (mutation caught: retraining
+    a finished run, which fails because its directory already holds a run)."""
+    command = [sys.executable, str(REPO / "benchmarks" / "lm_memory.py"), "--quick", "--workers", "1",
+               "--out", str(tmp_path), "--log-dir", str(tmp_path / "runs")]
+    for _ in range(2):
+        subprocess.run(command, check=True, cwd=REPO, capture_output=True)
+    result = json.loads((tmp_path / "lm.json").read_text())
+    assert [cell["memory_length"] for cell in result["cells"]] == [16, 4]
+    assert all(len(cell["curve"]) == 2 and cell["final_bits"] > 0 for cell in result["cells"])
+    assert set(result["cells"][0]["eval_memory"]) == {"8", "32"} and "eval_memory" not in result["cells"][1]
+    assert "| trxl | relative | 16 |" in (tmp_path / "lm.md").read_text()

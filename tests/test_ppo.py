@@ -282,3 +282,16 @@ def test_bf16_precision_autocasts_the_update_forward_and_keeps_heads_float32(alg
 def test_an_unknown_precision_names_the_valid_ones():
     with pytest.raises(ValueError, match="'fp16'.*fp32, bf16"):
         small_model("gtrxl", precision="fp16")
+
+
+def test_the_default_learning_rate_decays_linearly_to_zero_over_the_run():
+    """PPO's default step size (README, "Tuned defaults": the decay is what stopped solved T-Mazes from being
+    unlearned): each update uses 1e-3 times the fraction of the run left after its rollout (SB3's progress, so
+the last update's rate is 0). Mutation caught: a constant
+    default (or a schedule read at the wrong progress) gives the same rate to every update."""
+    model = small_model("gtrxl")
+    rates: list[float] = []
+    model.policy.optimizer.step = lambda *args, **kwargs: rates.append(model.policy.optimizer.param_groups[0]["lr"])
+    model.learn(4 * 16 * 4)  # four rollouts of 16 steps x 4 envs
+    per_update = sorted(set(rates), reverse=True)
+    assert per_update == pytest.approx([0.75e-3, 0.5e-3, 0.25e-3, 0.0])
