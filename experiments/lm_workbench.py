@@ -16,7 +16,8 @@ Training follows Transformer-XL (Dai et al. 2019): ``batch_size`` parallel rows 
 are read segment by segment, each segment attending to the memory the previous one left
 (detached). Evaluation may use a longer memory than training: the position schemes have no
 parameter that depends on the memory length, so the trained weights load into a model with
-another ``memory_length``.
+another ``memory_length`` (Linformer's projections do depend on it: :func:`load_run` refuses such a run
+and names them).
 """
 
 from __future__ import annotations
@@ -284,7 +285,13 @@ def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, Memory
     if checkpoint is None:
         raise ConfigError(f"{str(directory)!r} has no checkpoint yet")
     model = build_model(config, config.stream("validation").vocab_size, **option_overrides).to(config.device)
-    model.load_state_dict(torch.load(checkpoint, map_location=config.device, weights_only=False)["model"])
+    weights = torch.load(checkpoint, map_location=config.device, weights_only=False)["model"]
+    misfits = [name for name, tensor in model.state_dict().items()
+               if name in weights and weights[name].shape != tensor.shape]
+    if misfits:  # e.g. Linformer's projections have memory_length + 1 columns
+        raise ConfigError(f"the weights of {str(directory)!r} do not fit {option_overrides}: {', '.join(misfits)} "
+                          f"depend on the options it was trained with ({config.backbone_options})")
+    model.load_state_dict(weights)
     return config, model
 
 

@@ -122,3 +122,15 @@ def test_lm_benchmark_writes_every_cell_and_reads_finished_runs_back(tmp_path):
     assert all(len(cell["curve"]) == 2 and cell["final_bits"] > 0 for cell in result["cells"])
     assert set(result["cells"][0]["eval_memory"]) == {"8", "32"} and "eval_memory" not in result["cells"][1]
     assert "| trxl | relative | 16 |" in (tmp_path / "lm.md").read_text()
+
+
+def test_eval_with_a_memory_length_the_weights_depend_on_names_them(tmp_path, capsys):
+    """Linformer's projections have ``memory_length + 1`` columns, so its weights cannot be evaluated with
+    another memory: a clear error naming the parameters, not torch's size-mismatch trace (mutation caught:
+    loading without the shape check raises a RuntimeError)."""
+    config = copy_config(tmp_path, 8, steps=2, **{"backbone_options.attention": "linformer"})
+    train_lm(config)
+    with pytest.raises(ConfigError, match=r"do not fit \{'memory_length': 16\}: .*key_projection"):
+        load_run(config.directory(), memory_length=16)
+    assert train_rl.main(["lm", "eval", str(config.directory()), "--memory-length", "16"]) == 2
+    assert "do not fit" in capsys.readouterr().err
