@@ -67,3 +67,14 @@ def sb3_logs_in_tmp_path(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None
     """SB3 puts the logger of a model without ``tensorboard_log`` in ``$SB3_LOGDIR``, else in a new
     ``SB3-<time>`` folder of the system temp directory: point it at the test's ``tmp_path``."""
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3_logs"))
+
+
+SLOW_TIMEOUT = 4 * 3600
+"""seconds a ``slow`` test may run: the 600 s of setup.cfg is for CI's tests; a slow learning test trains
+up to ten seeds one after another (a 2-core machine with other work on it took over 600 s for five)"""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
