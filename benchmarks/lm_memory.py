@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 
-from experiments.lm_workbench import LMConfig, bits_per_token, load_run, train_lm
+from experiments.lm_workbench import LMConfig, evaluate_run, train_lm
 
 BACKBONE_OPTIONS: dict[str, dict[str, Any]] = {
     "ut-act": {"d_model": 128, "n_heads": 4, "max_steps": 2},
@@ -80,11 +80,7 @@ def run_cell(config: LMConfig) -> dict[str, Any]:
 def eval_memory(run: str, lengths: list[int], segments: int) -> dict[int, float]:
     """Bits per byte of a trained run evaluated with each memory length."""
     torch.set_num_threads(1)
-    results = {}
-    for length in lengths:
-        config, model = load_run(Path(run), memory_length=length)
-        results[length] = bits_per_token(model, config.stream("validation"), config, segments)
-    return results
+    return {length: evaluate_run(Path(run), length, segments)[2] for length in lengths}
 
 
 def render(result: dict[str, Any]) -> str:

@@ -295,6 +295,15 @@ def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, Memory
     return config, model
 
 
+def evaluate_run(directory: Path, memory_length: int | None = None, n_segments: int | None = None
+                 ) -> tuple[LMConfig, MemoryLanguageModel, float]:
+    """A run's last checkpoint with ``memory_length`` (default: its own), and its validation bits per token
+    over ``n_segments`` segments (default: the run's ``eval_segments``)."""
+    config, model = load_run(directory, **({} if memory_length is None else {"memory_length": memory_length}))
+    bits = bits_per_token(model, config.stream("validation"), config, n_segments or config.eval_segments)
+    return config, model, bits
+
+
 def main(argv: list[str]) -> int:
     """``train_rl.py lm train|eval|sample``; exit status 2 on bad input, with the valid choices named."""
     parser = argparse.ArgumentParser(prog="train_rl.py lm", description="Train, evaluate and sample the LM variants.")
@@ -327,10 +336,8 @@ def main(argv: list[str]) -> int:
             print(json.dumps(summary, indent=2))
         elif args.command == "eval":
             for memory_length in args.memory_length or [None]:
-                overrides = {} if memory_length is None else {"memory_length": memory_length}
-                config, model = load_run(Path(args.run), **overrides)
+                config, model, bits = evaluate_run(Path(args.run), memory_length, args.segments)
                 n_segments = args.segments or config.eval_segments
-                bits = bits_per_token(model, config.stream("validation"), config, n_segments)
                 label = memory_length or config.backbone_options.get("memory_length", "-")
                 print(f"memory_length {label}: {bits:.4f} bits per token")
                 if args.knn_weight:

@@ -116,8 +116,8 @@ class MemoryTransformer(MemoryBackbone):
     shares_records = True
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
-        y, records, aux = self._segment(x, state, episode_starts)
-        return y, self._state_after(records, state, episode_starts), aux
+        y, _, state_after, aux = self.forward_with_depths(x, state, episode_starts)
+        return y, state_after, aux
 
     def forward_outputs(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Aux]:
         y, _, aux = self._segment(x, state, episode_starts)
