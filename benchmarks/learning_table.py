@@ -61,6 +61,7 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
         "median_seconds_to_threshold": statistics.median(w for _, w in reached) if reached else None,
         "diverged_or_failed": outcomes.diverged + outcomes.failed,
         "lowest_after_solving": outcomes.lowest_after_solving,
+        "lowest_after_solving_stochastic": outcomes.lowest_after_solving_stochastic,
         "per_seed": {_seed(run): {"final": run.score(success=True),
                                   "lowest_after_solving": run.lowest_after_solving(True, threshold)}
                      for run in sorted(runs, key=_seed)},
@@ -104,15 +105,17 @@ def render(result: dict[str, Any]) -> str:
              f"Runs from: {', '.join(f'`{d}`' for d in result['directories'])}. Threshold: success ≥ "
              f"{result['threshold']}. Steps and seconds to threshold: first evaluation reaching it, median "
              "over the runs that reached it. Lowest after solving: the lowest evaluation of any run after "
-             "its first one at the threshold. Per seed: final success (lowest after solving, if it solved).",
+             "its first one at the threshold; stochastic: the same for the policy that samples its actions (— where "
+             "the runs predate that evaluation). Per seed: final success (lowest after solving, if it solved).",
              ""]
     commands = [f"- `{c['command']}` ({c['time']})" for c in result["study_commands"]]
     commands += [f"- `{c}`" for c in result["produced_by"]]
     if commands:
         lines += ["Commands that produced the runs:", "", *commands, ""]
     lines += ["| task | learner | backbone | runs | final success (mean ± std) | solved | env steps to threshold |"
-              " wall s to threshold | diverged/failed | lowest after solving | buffer bytes/step | per seed |",
-              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+              " wall s to threshold | diverged/failed | lowest after solving | lowest after solving, stochastic |"
+              " buffer bytes/step | per seed |",
+              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in result["rows"]:
         success = ("—" if row["final_success_mean"] is None
                    else f"{row['final_success_mean']:.2f} ± {row['final_success_std']:.2f}")
@@ -120,7 +123,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {runs} | {success} | "
                      f"{row['solved']}/{row['runs']} | {_cell(row['median_steps_to_threshold'], 0)} | "
                      f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} | "
-                     f"{_cell(row['lowest_after_solving'])} | {_cell(row.get('buffer_bytes_per_step'), 0)} | "
+                     f"{_cell(row['lowest_after_solving'])} | {_cell(row.get('lowest_after_solving_stochastic'))} | "
+                     f"{_cell(row.get('buffer_bytes_per_step'), 0)} | "
                      f"{_per_seed(row['per_seed'])} |")
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,14 @@
 """Evaluation and checkpoints for training runs: nothing written is ever half-written.
 
+Every evaluation scores two policies. The *deterministic* one takes the most probable action
+(SB3's ``EvalCallback`` default; the run's score). The *stochastic* one samples, like the
+policy PPO and V-MPO train and collect rollouts with. In a partially observable task the two
+can differ a lot: where the memory leaves a state ambiguous, the most probable action can
+repeat for ever (turning on the spot, walking into a wall) while sampling walks out. A
+collapse in the deterministic score alone is then not a collapse of what was learned
+(README, "Deterministic and stochastic evaluation"). The stochastic evaluation draws from a
+forked random state, so adding it does not change the training that follows.
+
 Files are written to a temporary name and renamed into place (``os.replace`` is atomic on
 POSIX), so a run killed at any moment leaves the previous checkpoint, CSV row or summary
 intact.
@@ -16,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
@@ -23,7 +33,8 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from experiments.run_dir import CHECKPOINT_PREFIX, write_atomic
 
-EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds"]
+EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds",
+                "stochastic_mean_return", "stochastic_success_rate"]
 
 
 @dataclass
@@ -38,11 +49,17 @@ class EvalResult:
     def success_rate(self) -> float | None:
         return None if self.successes is None else float(self.successes.mean())
 
-    def row(self, timesteps: int, wall_seconds: float) -> dict[str, Any]:
+    def row(self, timesteps: int, wall_seconds: float, stochastic: EvalResult) -> dict[str, Any]:
+        """The ``evaluations.csv`` row of this (deterministic) result and its ``stochastic`` twin."""
         return {"timesteps": timesteps, "mean_return": float(self.returns.mean()),
                 "std_return": float(self.returns.std()), "mean_length": float(self.lengths.mean()),
-                "success_rate": "" if self.success_rate is None else self.success_rate,
-                "wall_seconds": round(wall_seconds, 2)}
+                "success_rate": _blank_if_none(self.success_rate), "wall_seconds": round(wall_seconds, 2),
+                "stochastic_mean_return": float(stochastic.returns.mean()),
+                "stochastic_success_rate": _blank_if_none(stochastic.success_rate)}
+
+
+def _blank_if_none(value: float | None) -> float | str:
+    return "" if value is None else value
 
 
 def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: bool = True) -> EvalResult:
@@ -59,6 +76,16 @@ def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: 
                       np.asarray(successes) if successes else None)
 
 
+def evaluate_both(model: BaseAlgorithm, env: VecEnv, n_episodes: int) -> tuple[EvalResult, EvalResult]:
+    """The deterministic and the stochastic policy, ``n_episodes`` each. The stochastic one samples
+    from a forked torch random state: the global one, which training draws from, is left as it was."""
+    deterministic = evaluate(model, env, n_episodes)
+    devices = [model.device] if model.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        stochastic = evaluate(model, env, n_episodes, deterministic=False)
+    return deterministic, stochastic
+
+
 def save_model_atomic(model: BaseAlgorithm, path: Path) -> None:
     """``model.save`` to a temporary file, then rename over ``path`` (a ``.zip``)."""
     tmp = path.with_name(f".{path.stem}.tmp.zip")
@@ -72,20 +99,29 @@ class EvalLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def columns(self) -> list[str]:
+        """The file's own header (a run started before a column was added keeps its layout), else ``EVAL_COLUMNS``."""
+        if not self.path.exists():
+            return EVAL_COLUMNS
+        with self.path.open(newline="") as f:
+            return next(csv.reader(f), EVAL_COLUMNS)
+
     def truncate_after(self, timesteps: int) -> None:
         """Drop rows newer than a checkpoint being resumed from (that training is redone)."""
         if not self.path.exists():
             return
+        columns = self.columns()
         rows = [r for r in self.rows() if int(float(r["timesteps"])) <= timesteps]
         with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, EVAL_COLUMNS)
+            writer = csv.DictWriter(f, columns)
             writer.writeheader()
             writer.writerows(rows)
 
     def append(self, row: dict[str, Any]) -> None:
         new = not self.path.exists()
+        columns = self.columns()
         with self.path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, EVAL_COLUMNS)
+            writer = csv.DictWriter(f, columns, extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerow(row)
@@ -148,12 +184,14 @@ class RunCallback(BaseCallback):
 
     def evaluate(self) -> EvalResult:
         assert self.eval_env is not None
-        result = evaluate(self.model, self.eval_env, self.n_eval_episodes)
-        row = result.row(self.num_timesteps, self.wall_seconds())
+        result, stochastic = evaluate_both(self.model, self.eval_env, self.n_eval_episodes)
+        row = result.row(self.num_timesteps, self.wall_seconds(), stochastic)
         self.logger.record("eval/mean_reward", row["mean_return"])
         self.logger.record("eval/mean_ep_length", row["mean_length"])
+        self.logger.record("eval/stochastic_mean_reward", row["stochastic_mean_return"])
         if result.success_rate is not None:
             self.logger.record("eval/success_rate", result.success_rate)
+            self.logger.record("eval/stochastic_success_rate", stochastic.success_rate)
         self.logger.dump(self.num_timesteps)
         if row["mean_return"] > self.best_return:
             self.best_return = row["mean_return"]

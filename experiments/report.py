@@ -79,6 +79,8 @@ class Reliability:
     worst: float
     lowest_after_solving: float | None
     """the lowest evaluation of any run after its first one at ≥ the threshold (collapse after solving)"""
+    lowest_after_solving_stochastic: float | None
+    """the same for the stochastic policy's evaluations (``None`` too where runs predate them)"""
 
     @property
     def with_result(self) -> int:
@@ -124,8 +126,13 @@ def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability
         iqr=stats.iqr(scores) if has_scores else float("nan"),
         cvar=stats.cvar(scores) if has_scores else float("nan"),
         worst=float(scores.min()) if has_scores else float("nan"),
-        lowest_after_solving=min((low for low in (run.lowest_after_solving(success, threshold) for run in runs)
-                                  if low is not None), default=None))
+        lowest_after_solving=_lowest_after_solving(runs, success, threshold, stochastic=False),
+        lowest_after_solving_stochastic=_lowest_after_solving(runs, success, threshold, stochastic=True))
+
+
+def _lowest_after_solving(runs: list[Run], success: bool, threshold: float, stochastic: bool) -> float | None:
+    lows = (run.lowest_after_solving(success, threshold, stochastic) for run in runs)
+    return min((low for low in lows if low is not None), default=None)
 
 
 @dataclass
@@ -347,9 +354,11 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
             share += f" ({rel.solved / rel.with_result:.0%})"
         rows.append([backbone, rel.runs, rel.finished, share, rel.diverged, rel.failed,
                      rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst)),
-                     "–" if rel.lowest_after_solving is None else _format_number(rel.lowest_after_solving)])
+                     *("–" if low is None else _format_number(low)
+                       for low in (rel.lowest_after_solving, rel.lowest_after_solving_stochastic))])
     lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "diverged", "failed",
-                     "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving"], rows)
+                     "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
+                     "lowest after solving, stochastic policy"], rows)
     return [*lines, ""]
 
 
@@ -385,7 +394,10 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
         f"({study.reps} resamples; Agarwal et al. 2021). IQM is the mean of the middle 50 % of scores; "
         "P(X > Y) the probability that a run of X scores higher than a run of Y (ties count ½). "
         "IQR and CVaR 25 % (mean of the worst quarter of final scores) measure dispersion and risk "
-        "across runs (Chan et al. 2020).", ""]
+        "across runs (Chan et al. 2020). Scores are of the deterministic policy (the most probable action); "
+        "\"lowest after solving\" is the lowest evaluation of any run after its first one at the threshold, and "
+        "its stochastic twin the same for the policy that samples its actions, as in training (– where the runs "
+        "predate that evaluation).", ""]
     for task in study.tasks:
         lines += _task_section(task, directory, study.reps, seed)
     if study.overall is not None:

@@ -171,19 +171,24 @@ class Run:
             return self.summary["final_success_rate"] is not None
         return bool(self.evaluations) and all(row["success_rate"] != "" for row in self.evaluations)
 
-    def curve(self, success: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Evaluation timesteps and scores (success rate or mean return) from ``evaluations.csv``."""
-        column = "success_rate" if success else "mean_return"
-        rows = [r for r in self.evaluations if r[column] != ""]
+    def curve(self, success: bool, stochastic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluation timesteps and scores (success rate or mean return) from ``evaluations.csv``, of
+        the deterministic policy or, with ``stochastic``, the sampling one (empty for a run that
+        predates those columns)."""
+        column = _score_column(success, stochastic)
+        rows = [r for r in self.evaluations if r.get(column)]
         steps = np.array([int(float(r["timesteps"])) for r in rows], dtype=np.int64)
         return steps, np.array([float(r[column]) for r in rows], dtype=np.float64)
 
-    def lowest_after_solving(self, success: bool, threshold: float) -> float | None:
+    def lowest_after_solving(self, success: bool, threshold: float, stochastic: bool = False) -> float | None:
         """The lowest evaluation from the first one scoring ≥ ``threshold`` on, the final one
         included (how far a run that solved its task fell back afterwards); ``None`` for a run
-        that never reached it."""
-        _, values = self.curve(success)
-        final = self.score(success) if self.state() == FINISHED else None
+        that never reached it. ``stochastic``: the same for the sampling policy's evaluations."""
+        _, values = self.curve(success, stochastic)
+        final = None
+        if self.state() == FINISHED:
+            assert self.summary is not None
+            final = self.summary.get(f"final_{_score_column(success, stochastic)}")
         if final is not None:
             values = np.append(values, final)
         reached = np.flatnonzero(values >= threshold)
@@ -205,6 +210,10 @@ class Run:
     def error(self) -> str:
         """The message of a run that diverged or failed (empty otherwise)."""
         return "" if self.status is None else str(self.status.get("error", ""))
+
+
+def _score_column(success: bool, stochastic: bool) -> str:
+    return ("stochastic_" if stochastic else "") + ("success_rate" if success else "mean_return")
 
 
 def find_runs(directory: Path) -> list[Run]:

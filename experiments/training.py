@@ -20,7 +20,7 @@ import torch
 from agents import ALGOS
 from envs import make_vec_env
 from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
-from experiments.evaluation import RunCallback, evaluate, save_model_atomic
+from experiments.evaluation import RunCallback, evaluate_both, save_model_atomic
 from experiments.run_dir import latest_checkpoint, run_dir, write_atomic
 from policies import BACKBONES
 
@@ -99,13 +99,15 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     elapsed = time.time() - started
     save_model_atomic(model, directory / "model.zip")
     callback.save_checkpoint()
-    final = evaluate(model, eval_env, config.n_eval_episodes)
+    final, final_stochastic = evaluate_both(model, eval_env, config.n_eval_episodes)
     summary = {
         "run": config.run_name(), "env": config.env, "algo": config.algo, "backbone": config.backbone,
         "seed": config.seed, "env_steps": int(model.num_timesteps),
         "final_mean_return": float(final.returns.mean()), "final_std_return": float(final.returns.std()),
         "final_success_rate": final.success_rate,
         "solved": None if final.success_rate is None else final.success_rate >= config.success_threshold,
+        "final_stochastic_mean_return": float(final_stochastic.returns.mean()),
+        "final_stochastic_success_rate": final_stochastic.success_rate,
         "n_eval_episodes": config.n_eval_episodes,
         "wall_seconds": round(wall_offset + elapsed, 2),
         "steps_per_second": round((model.num_timesteps - steps_before) / max(elapsed, 1e-9), 1),

@@ -23,10 +23,11 @@ REPS = 300
 
 def fake_run(root: Path, backbone: str, seed: int, score: float | None, *, state: str = "finished",
              env: str = "TMaze-v0", env_kwargs: dict | None = None, success: bool = True,
-             curve: list[float] | None = None, every: int = 100) -> Path:
+             curve: list[float] | None = None, every: int = 100, stochastic: list[float] | None = None) -> Path:
     """A run directory as experiments.training writes it (and a study's status.json): ``score`` is the final
-    evaluation; ``curve`` the evaluations logged during training; ``state`` finished, diverged,
-    failed or interrupted (a checkpoint, no summary)."""
+    evaluation; ``curve`` the evaluations logged during training; ``stochastic`` the stochastic policy's
+    success rates beside them, the final one last (none: a run from before those columns); ``state``
+    finished, diverged, failed or interrupted (a checkpoint, no summary)."""
     env_kwargs = {"length": 10} if env_kwargs is None else env_kwargs
     directory = root / f"{env}__ppo-{backbone}__{seed}"
     directory.mkdir(parents=True)
@@ -39,11 +40,14 @@ def fake_run(root: Path, backbone: str, seed: int, score: float | None, *, state
         writer.writeheader()
         for i, value in enumerate(curve, 1):
             writer.writerow({"timesteps": i * every, "mean_return": value, "std_return": 0.0, "mean_length": 11,
-                             "success_rate": value if success else "", "wall_seconds": i})
+                             "success_rate": value if success else "", "wall_seconds": i,
+                             "stochastic_success_rate": stochastic[i - 1] if stochastic else ""})
     if state == "finished":
-        (directory / "summary.json").write_text(json.dumps({
-            "env_steps": every * max(len(curve), 1), "final_mean_return": score, "final_std_return": 0.0,
-            "final_success_rate": score if success else None, "wall_seconds": 10.0, "steps_per_second": 100.0}))
+        summary = {"env_steps": every * max(len(curve), 1), "final_mean_return": score, "final_std_return": 0.0,
+                   "final_success_rate": score if success else None, "wall_seconds": 10.0, "steps_per_second": 100.0}
+        if stochastic:
+            summary["final_stochastic_success_rate"] = stochastic[-1]
+        (directory / "summary.json").write_text(json.dumps(summary))
     elif state in ("diverged", "failed"):
         (directory / "status.json").write_text(json.dumps({"state": state, "error": f"{state} at update 3"}))
     elif state == "interrupted":
@@ -221,3 +225,19 @@ def test_lowest_after_solving_is_the_deepest_fall_after_the_first_solved_evaluat
     reliability = study.tasks[0].reliability
     assert reliability["gtrxl"].lowest_after_solving == 0.56
     assert reliability["mlp"].lowest_after_solving is None
+
+
+def test_the_stochastic_policy_has_its_own_lowest_after_solving(tmp_path: Path):
+    """The deterministic policy's dip (an argmax loop) and the sampling policy's evaluations are
+    reported apart; runs that predate the stochastic columns have none."""
+    fake_run(tmp_path, "gtrxl", 0, 1.0, curve=[0.5, 1.0, 0.47, 1.0], stochastic=[0.6, 0.95, 0.93, 1.0, 0.99])
+    fake_run(tmp_path, "gtrxl", 1, 1.0, curve=[0.5, 1.0, 1.0, 1.0], stochastic=[0.4, 0.7, 0.92, 0.97, 0.81])
+    fake_run(tmp_path, "lstm", 0, 1.0, curve=[0.5, 1.0, 0.6, 1.0])
+    study = Study.analyse(tmp_path, reps=20)
+    lows = {run.name: run.lowest_after_solving(True, 0.9, stochastic=True) for run in study.runs}
+    assert lows == {"TMaze-v0__ppo-gtrxl__0": 0.93, "TMaze-v0__ppo-gtrxl__1": 0.81, "TMaze-v0__ppo-lstm__0": None}
+    reliability = study.tasks[0].reliability
+    assert (reliability["gtrxl"].lowest_after_solving, reliability["gtrxl"].lowest_after_solving_stochastic) == (
+        0.47, 0.81)
+    assert (reliability["lstm"].lowest_after_solving, reliability["lstm"].lowest_after_solving_stochastic) == (
+        0.6, None)
