@@ -75,18 +75,22 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def latest_checkpoint(directory: Path, prefix: str = CHECKPOINT_PREFIX,
-                      suffix: str = "_steps.zip") -> tuple[Path, int] | None:
-    """The checkpoint ``{prefix}{steps}{suffix}`` with the most steps, as ``(path, steps)``."""
+def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
+                suffix: str = "_steps.zip") -> list[tuple[Path, int]]:
+    """Every checkpoint ``{prefix}{steps}{suffix}`` in ``directory``, as ``(path, steps)``, fewest steps first."""
     found = []
     for path in directory.glob(f"{prefix}*{suffix}"):
         steps = path.name.removeprefix(prefix).removesuffix(suffix)
         if steps.isdigit():
             found.append((int(steps), path))
-    if not found:
-        return None
-    steps, path = max(found)
-    return path, steps
+    return [(path, steps) for steps, path in sorted(found)]
+
+
+def latest_checkpoint(directory: Path, prefix: str = CHECKPOINT_PREFIX,
+                      suffix: str = "_steps.zip") -> tuple[Path, int] | None:
+    """The checkpoint ``{prefix}{steps}{suffix}`` with the most steps, as ``(path, steps)``."""
+    found = checkpoints(directory, prefix, suffix)
+    return found[-1] if found else None
 
 
 def read_study_record(directory: Path) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -12,7 +14,7 @@ import torch
 import train_rl
 from agents import MemoryPPO
 from experiments.evaluation import EVAL_COLUMNS, EvalLog
-from tests.test_cli import TINY
+from tests.test_cli import REPO, TINY
 
 
 def _train(directory: Path, *argv: str) -> Path:
@@ -56,3 +58,16 @@ def test_a_run_logged_before_the_stochastic_columns_keeps_its_layout(tmp_path: P
     log.truncate_after(2)
     log.append({**dict.fromkeys(EVAL_COLUMNS, 4), "timesteps": 5})
     assert path.read_text().splitlines() == [",".join(old_columns), "1,1,1,1,1,1", "5,4,4,4,4,4"]
+
+
+def test_the_evaluation_modes_benchmark_scores_every_checkpoint_with_both_policies(tmp_path: Path):
+    run = _train(tmp_path / "runs")
+    command = [sys.executable, str(REPO / "benchmarks" / "evaluation_modes.py"), str(tmp_path / "runs"),
+               "--name", "modes", "--episodes", "4", "--out", str(tmp_path)]
+    subprocess.run(command, check=True, cwd=REPO, capture_output=True)
+    (result,) = json.loads((tmp_path / "modes.json").read_text())["runs"]
+    assert result["run"] == run.name and [r["steps"] for r in result["checkpoints"]] == [64, 128, 192, 256]
+    for row in result["checkpoints"]:
+        assert 0.0 <= row["deterministic_success"] <= 1.0 and 0.0 <= row["stochastic_success"] <= 1.0
+        assert 1 <= row["deterministic_length"] <= 1000 and 1 <= row["stochastic_length"] <= 1000
+    assert f"| {run.name} | 4 |" in (tmp_path / "modes.md").read_text()
