@@ -146,9 +146,9 @@ def train_one(config: RunConfig, args: argparse.Namespace) -> None:
     """A single run, in this process."""
     summary = train(config, resume=args.resume, progress_bar=args.progress, verbose=args.verbose)
     directory = run_dir(config)
-    rate = summary["final_success_rate"]
+    rate, stochastic = summary["final_success_rate"], summary["final_stochastic_success_rate"]
     print(f"{config.run_name()}: mean return {summary['final_mean_return']:.3f}"
-          + ("" if rate is None else f", success rate {rate:.2f}")
+          + ("" if rate is None else f", success rate {rate:.2f} (stochastic policy {stochastic:.2f})")
           + f" after {summary['env_steps']} steps ({summary['steps_per_second']:.0f} steps/s)")
     print(f"  summary:     {directory / 'summary.json'}")
     print(f"  tensorboard: tensorboard --logdir {directory}")
