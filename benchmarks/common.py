@@ -99,4 +99,5 @@ def run_directories_parser(doc: str, directories_help: str = "study or run direc
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("directories", nargs="+", type=Path, help=directories_help)
     parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results files")
     return parser

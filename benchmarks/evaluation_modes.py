@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, run_directories_parser, write_results
+from common import heading, machine_info, machine_line, provenance, run_directories_parser, write_results
 
 from agents import ALGOS
 from envs.registry import make_vec_env
 from experiments.evaluation import evaluate
-from experiments.run_dir import Run, checkpoints, find_runs, task_label
+from experiments.run_dir import Run, checkpoints, find_runs, lowest_after_reaching, task_label
 from experiments.training import EVAL_SEED_OFFSET
 
 EPISODE_SEED_OFFSET = 1
@@ -46,18 +46,13 @@ def evaluate_checkpoint(run: Run, path: Path, episodes: int) -> dict[str, float]
     return row
 
 
-def lowest_after_solving(values: list[float], threshold: float) -> float | None:
-    reached = [i for i, value in enumerate(values) if value >= threshold]
-    return min(values[reached[0]:]) if reached else None
-
-
 def study_run(run: Run, episodes: int, threshold: float, gap: float) -> dict[str, Any]:
     rows = [{"steps": steps, **evaluate_checkpoint(run, path, episodes)}
             for path, steps in checkpoints(run.directory / "checkpoints")]
     return {
         "run": run.name, "task": task_label(run.config), "seed": int(run.config["seed"]),
         "checkpoints": rows,
-        "lowest_after_solving": {mode: lowest_after_solving([r[f"{mode}_success"] for r in rows], threshold)
+        "lowest_after_solving": {mode: lowest_after_reaching([r[f"{mode}_success"] for r in rows], threshold)
                                  for mode in ("deterministic", "stochastic")},
         "disagreements": [r for r in rows if abs(r["deterministic_success"] - r["stochastic_success"]) > gap],
     }
@@ -92,7 +87,6 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.9)
     parser.add_argument("--gap", type=float, default=0.2, help="list checkpoints where the policies differ by more")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results files")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs = [run for directory in args.directories for run in find_runs(directory)

@@ -141,7 +141,7 @@ def main() -> None:
               "directories": [str(d) for d in args.directories],
               "study_commands": study_commands(args.directories), "produced_by": args.produced_by,
               "rows": table(args.directories, args.threshold, args.by_directory)}
-    write_results(args.name, result, render)
+    write_results(args.name, result, render, args.out)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ Usage::
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, run_directories_parser, write_results
+from common import heading, machine_info, machine_line, provenance, run_directories_parser, write_results
 
 from agents import ALGOS
 from envs.registry import make_vec_env
@@ -74,7 +73,6 @@ def main() -> None:
     parser = run_directories_parser(__doc__, "run or study directories of MiniGrid-Memory runs")
     parser.add_argument("--episodes", type=int, default=600)
     parser.add_argument("--deterministic", action="store_true", help="the most probable action (default: sample)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results files")
     args = parser.parse_args()
     torch.set_num_threads(1)
     runs = [run for directory in args.directories for run in find_runs(directory)]

@@ -80,7 +80,7 @@ def main() -> None:
         parser.error(f"no finished TMaze-v0 runs (with model.zip) under {[str(d) for d in args.directories]}")
     result = {**provenance(), "machine": machine_info(), "episodes": args.episodes, "seed": args.seed,
               "actions": list(ACTIONS), "rows": [analyse(run, args.episodes, args.seed) for run in runs]}
-    write_results(args.name, result, render)
+    write_results(args.name, result, render, args.out)
 
 
 if __name__ == "__main__":

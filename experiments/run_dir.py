@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -195,8 +196,7 @@ class Run:
             final = self.summary.get(f"final_{_score_column(success, stochastic)}")
         if final is not None:
             values = np.append(values, final)
-        reached = np.flatnonzero(values >= threshold)
-        return float(values[reached[0]:].min()) if reached.size else None
+        return lowest_after_reaching(values, threshold)
 
     def score(self, success: bool) -> float | None:
         """The final score: the summary's final evaluation; for a run that diverged or failed, its
@@ -204,7 +204,7 @@ class Run:
         state = self.state()
         if state == FINISHED:
             assert self.summary is not None
-            return float(self.summary["final_success_rate" if success else "final_mean_return"])
+            return float(self.summary[f"final_{_score_column(success, stochastic=False)}"])
         if state in UNSUCCESSFUL:
             _, values = self.curve(success)
             finite = values[np.isfinite(values)]
@@ -214,6 +214,13 @@ class Run:
     def error(self) -> str:
         """The message of a run that diverged or failed (empty otherwise)."""
         return "" if self.status is None else str(self.status.get("error", ""))
+
+
+def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float) -> float | None:
+    """The lowest of ``values`` from the first one ≥ ``threshold`` on; ``None`` if none reaches it."""
+    values = np.asarray(values, dtype=np.float64)
+    reached = np.flatnonzero(values >= threshold)
+    return float(values[reached[0]:].min()) if reached.size else None
 
 
 def _score_column(success: bool, stochastic: bool) -> str:
