@@ -6,7 +6,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from policies.attention import KeysValues, key_distances, register_attention
 from policies.relative_attention import RelativeMultiHeadAttention
@@ -16,6 +16,10 @@ DEFAULT_RATE = 4
 FIFO_FRACTION = 5
 """the default FIFO part is the memory length divided by this: with ``c = 4``, a memory of 320 steps
 holds 64 FIFO steps and 64 compressed slots"""
+COMPRESSIONS = ("mean", "conv")
+"""the compression functions ``f_c``: mean pooling, or a learned 1D convolution (kernel = stride = ``c``)"""
+RECONSTRUCTION_LOSS_COEF = 1.0
+"""default coefficient of the attention-reconstruction loss; it trains ``f_c`` alone, so it only sets its step size"""
 
 
 @register_attention("compressive")
@@ -23,8 +27,14 @@ class CompressiveAttention(RelativeMultiHeadAttention):
     """Transformer-XL attention over a FIFO memory plus a compressed memory (Rae et al. 2020, Sec. 3).
 
     A query sees the last ``n_m = fifo_length`` steps one by one, and the ``n_cm`` older blocks of
-    ``c = compression_rate`` steps each as one slot, whose key and value are the mean of the block's
-    (mean pooling, the paper's simplest compression function ``f_c``). Everything is one softmax over
+    ``c = compression_rate`` steps each as one slot. ``compression`` picks the function ``f_c`` that
+    makes a slot's key and value from its block's: ``mean`` pooling, or ``conv``, the paper's best, a
+    learned 1D convolution with kernel and stride ``c``, ``f_c(x) = (c / n) Σ_s W_s x_s`` per head over
+    the block's ``n`` visible steps (``W_s = I / c`` at the start, which is the mean). The convolution is
+    trained only by the attention-reconstruction loss (Sec. 3.2), ``‖attn(q, old) − attn(q, f_c(old))‖²``
+    between content attention over each query's compressed steps and over its slots, with every input
+    but ``f_c`` detached; the main loss does not reach ``W`` and the loss does not reach the model. It goes
+    to the backbone's ``aux`` as ``reconstruction``. Everything is one softmax over
     ``[compressed slots; FIFO; segment]``; a compressed slot scores ``(q+u)ᵀk̄ + (q+v)ᵀW_kR R_d`` with
     ``d`` the distance of its block's middle step, so with ``c = 1`` this is plain relative attention
     over ``n_m + n_cm`` steps. The window ``max_distance = n_m + c·n_cm`` bounds the reach.
@@ -33,13 +43,13 @@ class CompressiveAttention(RelativeMultiHeadAttention):
     holds the steps ``n_m + j·c + 1 .. n_m + (j+1)·c`` back) instead of once when steps leave the FIFO.
     The compressed memory is then a function of the window of records, so a rollout step and a
     training segment see the same memories without new state, and the episode boundary clears it
-    with the window (invariants 1 and 2). Pooling has no parameters, so the paper's
-    attention-reconstruction loss, which trains ``f_c``, has nothing to train here; a learned
-    (convolutional) ``f_c`` is not offered.
+    with the window (invariants 1 and 2). The convolution compresses keys and values per head, not
+    the layer inputs, so a slot needs no second projection.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
-                 fifo_length: int | None = None, compression_rate: int = DEFAULT_RATE) -> None:
+                 fifo_length: int | None = None, compression_rate: int = DEFAULT_RATE,
+                 compression: str = "mean") -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
         if fifo_length is None:
             fifo_length = max(1, max_distance // FIFO_FRACTION)
@@ -47,8 +57,16 @@ class CompressiveAttention(RelativeMultiHeadAttention):
             raise ValueError(f"fifo_length must be in 1..{max_distance} (the memory length), got {fifo_length}")
         if compression_rate < 1:
             raise ValueError(f"compression_rate must be >= 1, got {compression_rate}")
-        self.fifo_length, self.compression_rate = fifo_length, compression_rate
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"unknown compression {compression!r}; valid compressions: {', '.join(COMPRESSIONS)}")
+        self.fifo_length, self.compression_rate, self.compression = fifo_length, compression_rate, compression
         self.n_compressed = math.ceil((max_distance - fifo_length) / compression_rate)
+        if compression == "conv":
+            mean = torch.eye(d_head).expand(n_heads, compression_rate, d_head, d_head) / compression_rate
+            self.compress_keys = nn.Parameter(mean.clone())  # W_s per head: [H, c, d, d]
+            self.compress_values = nn.Parameter(mean.clone())
+            self.aux_loss_coefs = {"reconstruction": RECONSTRUCTION_LOSS_COEF}
+        self._reconstruction: list[Tensor] = []
 
     def slot_distances(self, device: torch.device) -> Tensor:
         """The distance each compressed slot's position term is taken at (its block's middle step), ``[n_cm]``."""
@@ -56,26 +74,45 @@ class CompressiveAttention(RelativeMultiHeadAttention):
         middle = self.fifo_length + torch.arange(self.n_compressed, device=device) * c + (c + 1) // 2
         return middle.clamp(max=self.max_distance)
 
-    def compress(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Mean keys and values of every query's compressed slots, ``[B, H, T, n_cm, d]`` each, and which
-        slots hold at least one visible step ``[B, 1, T, n_cm]``.
+    def blocks(self, q: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Every query's compressed blocks: the key index of the newest step of each ``[T, n_cm]``, and
+        the first key each query may see ``[B, T]``. Block ``j`` holds keys ``newest − c + 1 .. newest``.
 
         The steps a query may see form one run of keys (the window's invalid slots are its oldest,
-        an episode start hides everything before it), so a block's sum is a difference of prefix sums.
+        an episode start hides everything before it), so visibility is ``index ≥ first``.
         """
-        B, H, T, _ = q.shape
-        K = k.shape[2]
+        T, K = q.shape[2], mask.shape[-1]
         first = mask[:, 0].float().argmax(dim=-1)  # [B, T]: the oldest visible key of each query
-        c = self.compression_rate
         query_index = torch.arange(T, device=q.device) + (K - T)  # the query's own key index
         j = torch.arange(self.n_compressed, device=q.device)
-        newest = query_index.view(-1, 1) - self.fifo_length - j * c - 1  # [T, n_cm]: block j's newest key
+        return query_index.view(-1, 1) - self.fifo_length - j * self.compression_rate - 1, first
+
+    def compress(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *,
+                 detached: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """``f_c`` of every query's compressed blocks: keys and values ``[B, H, T, n_cm, d]`` each, and
+        which slots hold at least one visible step ``[B, 1, T, n_cm]``. ``detached``: the convolution's
+        weights without gradient (the main attention's use, Rae et al.'s stop-gradient)."""
+        B, H, T, _ = q.shape
+        K, c = k.shape[2], self.compression_rate
+        newest, first = self.blocks(q, mask)
         oldest = torch.maximum(newest - c + 1, first.unsqueeze(-1))  # [B, T, n_cm]
         newest = newest.expand(B, T, -1)
         counts = (newest - oldest + 1).clamp(min=0)  # visible steps per block
         visible = (counts > 0).unsqueeze(1)
+        if self.compression == "conv":
+            steps = newest.unsqueeze(-1) - torch.arange(c, device=q.device)  # [B, T, n_cm, c], newest first
+            seen = (steps >= first.view(B, T, 1, 1)).to(k.dtype).view(B, 1, T, -1, c, 1)
+            scale = (c / counts.clamp(min=1).to(k.dtype)).view(B, 1, T, -1, 1)
+            index = steps.clamp(min=0).view(B, 1, -1, 1)
 
-        def block_means(x: Tensor) -> Tensor:
+            def convolve(x: Tensor, weight: Tensor) -> Tensor:
+                block = x.gather(2, index.expand(-1, H, -1, x.shape[-1])).view(B, H, T, -1, c, x.shape[-1])
+                weight = weight.detach() if detached else weight
+                return torch.einsum("bhtjsd,hsde->bhtje", block * seen, weight) * scale
+
+            return convolve(k, self.compress_keys), convolve(v, self.compress_values), visible
+
+        def block_means(x: Tensor) -> Tensor:  # a block's sum is a difference of prefix sums
             prefix = F.pad(x.cumsum(dim=2), (0, 0, 1, 0))  # [B, H, K + 1, d]: prefix[i] = Σ_{<i}
             upper = (newest + 1).clamp(min=0).view(B, 1, -1, 1).expand(-1, H, -1, x.shape[-1])
             lower = oldest.clamp(min=0, max=K).view(B, 1, -1, 1).expand(-1, H, -1, x.shape[-1])
@@ -83,6 +120,30 @@ class CompressiveAttention(RelativeMultiHeadAttention):
             return sums / counts.clamp(min=1).to(x.dtype).view(B, 1, T, -1, 1)
 
         return block_means(k), block_means(v), visible
+
+    def reconstruction_loss(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Rae et al.'s attention-reconstruction loss: the squared error between content attention over
+        each query's compressed steps one by one and over its slots, averaged over the queries that have
+        any; only ``f_c`` gets its gradient."""
+        q, k, v = q.detach(), k.detach(), v.detach()
+        region = mask & (key_distances(q.shape[2], k.shape[2], q.device) > self.fifo_length)  # [B, 1, T, K]
+        k_c, v_c, visible = self.compress(q, k, v, mask)
+        has_old = visible.any(dim=-1, keepdim=True)  # [B, 1, T, 1]; a query without any sees everything
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # instead, so no softmax row is empty (NaN)
+        old = scores.masked_fill(~(region | ~has_old), float("-inf")).softmax(dim=-1) @ v
+        slot_scores = torch.einsum("bhtd,bhtjd->bhtj", q, k_c) * self.scale
+        slot_weights = slot_scores.masked_fill(~(visible | ~has_old), float("-inf")).softmax(dim=-1)
+        compressed = torch.einsum("bhtj,bhtjd->bhtd", slot_weights, v_c)
+        has_old = has_old.squeeze(-1)  # [B, 1, T]
+        error = (old - compressed).square().mean(dim=-1)  # [B, H, T]
+        return (error * has_old).sum() / (has_old.sum() * q.shape[1]).clamp(min=1)
+
+    def aux_terms(self) -> dict[str, Tensor]:
+        """The reconstruction loss of the training passes since the last call (``conv`` only; 0 when none ran)."""
+        if self.compression != "conv":
+            return {}
+        losses, self._reconstruction = self._reconstruction, []
+        return {"reconstruction": torch.stack(losses).mean() if losses else self.compress_keys.new_zeros(())}
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
@@ -92,7 +153,9 @@ class CompressiveAttention(RelativeMultiHeadAttention):
         fifo = mask & (key_distances(T, K, q.device) <= self.fifo_length)
         content_query = self.content_query(q)
         scores = (content_query @ k.transpose(-2, -1)) * self.scale + self.score_bias(q, position_terms, K)
-        k_c, v_c, visible = self.compress(q, k, v, mask)
+        k_c, v_c, visible = self.compress(q, k, v, mask, detached=True)
+        if self.compression == "conv" and self.training and torch.is_grad_enabled():
+            self._reconstruction.append(self.reconstruction_loss(q, k, v, mask))
         if position_terms is None:
             raise ValueError("compressive attention needs its position terms (W_kR R)")
         slot_terms = position_terms[:, self.max_distance - self.slot_distances(q.device)]  # [H, n_cm, d]

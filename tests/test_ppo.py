@@ -242,6 +242,19 @@ def test_by_env_minibatches_hold_whole_envs_and_share_records():
         small_model("gtrxl", minibatch_order="random")
 
 
+def test_a_learned_compression_is_trained_by_its_reconstruction_loss():
+    """The learner adds the compressive attention's reconstruction loss, logs it, and it moves ``W`` (the
+    values' kernel: this T-Maze's episodes are too short for two slots, whose keys then could compete)."""
+    options = {"attention": "compressive", "attention_options": {"compression": "conv", "compression_rate": 2}}
+    model = small_model("gtrxl", backbone_options=options)
+    assert model.aux_coefs == {"reconstruction": 1.0}
+    before = [block.attn.compress_values.detach().clone() for block in model.policy.backbone.layers]
+    model.learn(2 * 16 * 4)
+    assert model.logger.name_to_value["train/aux/reconstruction"] > 0.0
+    assert all(not torch.equal(block.attn.compress_values, w)
+               for block, w in zip(model.policy.backbone.layers, before, strict=True))
+
+
 def test_an_adaptive_span_adds_its_penalty_and_logs_the_span():
     """The learner takes the attention's loss coefficients as defaults and logs the span it adds."""
     model = small_model("gtrxl", backbone_options={"attention": "adaptive-span"})
