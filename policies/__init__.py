@@ -2,6 +2,7 @@
 baselines) and the components they are built from."""
 
 from policies import (  # noqa: F401  (each module registers its attention)
+    absolute_attention,
     adaptive_span,
     alibi,
     compressive_memory,

@@ -22,6 +22,8 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}}),
     "gtrxl-linformer-rank2": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "linformer",
                                         "attention_options": {"rank": 2}}),
+    "gtrxl-absolute-learned": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "absolute",
+                                         "attention_options": {"encoding": "learned"}}),
     "gtrxl-compressive-conv": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "compressive",
                                          "attention_options": {"compression": "conv", "compression_rate": 2}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12}),
@@ -30,7 +32,7 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
 """test case → (backbone, options): every backbone, then GTrXL with each other attention, kNN
 retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4),
 Linformer with two projected slots (its default rank, 5, starts as the identity over the 5 distances),
-compressive memory with a learned convolution over blocks of two,
+absolute positions from a learned table, compressive memory with a learned convolution over blocks of two,
 the linear backbone with Performer features, GTrXL with a chunked feed-forward, and the reversible
 backbone with the Reformer's other two parts (LSH attention, chunked feed-forward)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]

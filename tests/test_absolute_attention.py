@@ -1,0 +1,61 @@
+"""Absolute positions over the window (``absolute``) against a vanilla Transformer written out per query."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policies.absolute_attention import AbsoluteAttention
+from policies.memory import attention_mask
+
+B, T, D, H, DH, M = 2, 5, 12, 3, 4, 6
+
+
+def inputs():
+    torch.manual_seed(1)
+    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
+    valid = torch.tensor([[False, False] + [True] * (M - 2), [True] * M])  # env 0: an episode began M - 2 ago
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    starts[1, 3] = True
+    return h, memory, attention_mask(valid, starts, M)
+
+
+def vanilla(attn: AbsoluteAttention, h, memory, mask):
+    """Each query's window as a sequence: inputs plus ``P`` of their window position (the oldest slot 0, the
+    query M), then plain softmax attention with the same projections."""
+    context = torch.cat([memory, h], dim=1)
+    table = attn.encoding(torch.arange(M + 1)).to(h.dtype)
+    out = torch.zeros(B, H, T, DH, dtype=h.dtype)
+    for b in range(B):
+        for i in range(T):
+            keys = [j for j in range(M + T) if mask[b, i, j]]
+            window = torch.stack([context[b, j] + table[M - (M + i - j)] for j in keys])  # [n, D]
+            q = attn.q_net(h[b, i] + table[M]).view(H, DH)
+            k, v = attn.kv_net(window).view(len(keys), 2, H, DH).unbind(1)
+            weights = torch.softmax(torch.einsum("hd,nhd->hn", q, k) / math.sqrt(DH), dim=-1)
+            out[b, :, i] = torch.einsum("hn,nhd->hd", weights, v)
+    return attn.merge(out)
+
+
+@pytest.mark.parametrize("encoding", ["sinusoidal", "learned", "axial"])
+def test_absolute_attention_is_a_vanilla_transformer_over_each_window(encoding):
+    """Mutations caught: positions counted from the query (``P_d`` instead of ``P_{M−d}``), the query's own
+    position left out, the values without their positions."""
+    torch.manual_seed(0)
+    attn = AbsoluteAttention(D, H, DH, max_distance=M, encoding=encoding).double()
+    if encoding != "sinusoidal":  # learned tables start at N(0, 0.02): make their terms count
+        with torch.no_grad():
+            for parameter in attn.encoding.parameters():
+                parameter.normal_()
+    h, memory, mask = inputs()
+    with torch.no_grad():
+        out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+        expected = vanilla(attn, h, memory, mask)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+
+
+def test_bad_encodings_name_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown encoding 'rotary'; valid encodings: sinusoidal, learned, axial"):
+        AbsoluteAttention(D, H, DH, max_distance=M, encoding="rotary")
