@@ -153,6 +153,11 @@ class MultiHeadAttention(HeadProjections):
         """The query that multiplies the content keys."""
         return q
 
+    def key_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
+        """An additive term for the ``[B, H, T, K]`` scores that depends on the keys themselves, already
+        scaled (none here; a learned gate on which keys stay visible, :mod:`policies.global_local_attention`)."""
+        return None
+
     def segment_qkv(self, h: Tensor, memory_kv: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
         """Queries of the segment ``h`` and keys and values of ``[memory; segment]``, ``[B, H, N, d_head]``."""
         k_seg, v_seg = self.keys_values(h)
@@ -178,6 +183,9 @@ class MultiHeadAttention(HeadProjections):
         """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
         (``[B, H, N, d_head]``); ``mask`` ``[B, 1, T, K]`` broadcasts over the heads."""
         bias = self.score_bias(q, position_terms, k.shape[2])
+        key_bias = self.key_bias(q, k)
+        if key_bias is not None:
+            bias = key_bias if bias is None else bias + key_bias
         dropout = self.dropout if self.training else 0.0
         if bias is not None and bias.requires_grad:
             # A bias that needs a gradient sends torch's CPU kernel to its unfused path, which scales every
