@@ -30,7 +30,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ class LMConfig:
     future_targets: int = 0
     future_weight: float = 0.5
     intermediate_weight: float = 0.0
+    intermediate_fade: bool = True
     segment_length: int = 64
     batch_size: int = 16
     steps: int = 2000
@@ -172,18 +173,50 @@ def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMCo
     Raises:
         ValueError: those segments hold no scored target.
     """
-    state, total, count = model.initial_state(config.batch_size), 0.0, 0
-    for tokens, starts, scored in evaluation_segments(model, stream, config, n_segments):
+
+    def segment(tokens: Tensor, state: State, starts: Tensor, scored: Tensor) -> tuple[tuple[Tensor, ...], State]:
         if knn is None:
             loss, state, _ = model.loss(tokens, state, starts, scored=scored)
         else:
             loss, state = knn_lm_loss(model, tokens, state, knn.datastore, knn.k, knn.weight, starts, scored)
+        return (loss,), state
+
+    return scored_means(model, stream, config, n_segments, segment)[0] / math.log(2)
+
+
+@torch.no_grad()
+def early_exit_bits(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
+                    threshold: float) -> tuple[float, float]:
+    """Bits per token and mean layers run per token with depth-adaptive exits at confidence ``threshold``
+    (:meth:`policies.lm.MemoryLanguageModel.early_exit_loss`), over the scored targets as :func:`bits_per_token`."""
+
+    def segment(tokens: Tensor, state: State, starts: Tensor, scored: Tensor) -> tuple[tuple[Tensor, ...], State]:
+        loss, layers, state = model.early_exit_loss(tokens, state, threshold, starts, scored)
+        return (loss, layers), state
+
+    nats, layers = scored_means(model, stream, config, n_segments, segment)
+    return nats / math.log(2), layers
+
+
+def scored_means(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
+                 segment: Callable[[Tensor, State, Tensor, Tensor], tuple[tuple[Tensor, ...], State]]) -> list[float]:
+    """The means over the scored targets of the first ``n_segments`` segments of ``stream`` of what
+    ``segment(tokens, state, starts, scored)`` returns per segment (means over its own scored targets),
+    the state carried from segment to segment.
+
+    Raises:
+        ValueError: those segments hold no scored target.
+    """
+    state, totals, count = model.initial_state(config.batch_size), None, 0
+    for tokens, starts, scored in evaluation_segments(model, stream, config, n_segments):
+        values, state = segment(tokens, state, starts, scored)
         n_scored = int(scored[1:].sum())
-        total += loss.item() * n_scored
+        weighted = [value.item() * n_scored for value in values]
+        totals = weighted if totals is None else [t + w for t, w in zip(totals, weighted, strict=True)]
         count += n_scored
-    if count == 0:
+    if count == 0 or totals is None:
         raise ValueError(f"the first {n_segments} evaluation segments hold no scored token; evaluate more segments")
-    return total / count / math.log(2)
+    return [total / count for total in totals]
 
 
 @dataclass
@@ -237,8 +270,9 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     while step < config.steps:
         tokens, starts, scored = next(batches)
         # intermediate-layer losses fade out over the first half of training (Al-Rfou et al. 2019
-        # drop them layer by layer; here they decay together, linearly)
-        intermediate = config.intermediate_weight * max(0.0, 1.0 - 2.0 * step / config.steps)
+        # drop them layer by layer; here they decay together, linearly), or stay (early exits)
+        fade = max(0.0, 1.0 - 2.0 * step / config.steps) if config.intermediate_fade else 1.0
+        intermediate = config.intermediate_weight * fade
         loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device), config.future_weight,
                                     intermediate, scored.to(config.device))
         optimizer.zero_grad(set_to_none=True)
@@ -324,6 +358,9 @@ def main(argv: list[str]) -> int:
     evaluate.add_argument("--knn-k", type=int, default=32, help="kNN-LM: neighbours retrieved per token")
     evaluate.add_argument("--datastore-segments", type=int, default=256,
                           help="kNN-LM: training segments whose (hidden state, next token) pairs fill the datastore")
+    evaluate.add_argument("--exit-threshold", type=float, nargs="+", default=[],
+                          help="depth-adaptive exits: also evaluate with a position leaving after the first layer "
+                               "whose prediction is this confident (Elbayad et al. 2020)")
     sample = commands.add_parser("sample", help="continue a prompt (byte-level data)")
     sample.add_argument("run", help="run directory")
     sample.add_argument("--prompt", default="def ", help="text to continue")
@@ -347,6 +384,11 @@ def main(argv: list[str]) -> int:
                     bits = bits_per_token(model, config.stream("validation"), config, n_segments, knn)
                     print(f"memory_length {label}, kNN-LM λ = {weight} (k = {args.knn_k}, datastore of "
                           f"{len(datastore):,} tokens): {bits:.4f} bits per token")
+                for threshold in args.exit_threshold:
+                    bits, layers = early_exit_bits(model, config.stream("validation"), config, n_segments, threshold)
+                    n_layers = config.backbone_options.get("n_layers", "-")
+                    print(f"memory_length {label}, early exits at confidence {threshold}: {bits:.4f} bits per token, "
+                          f"{layers:.2f} of {n_layers} layers per token")
         else:
             config, model = load_run(Path(args.run))
             if config.data != "python":

@@ -103,6 +103,32 @@ class MemoryLanguageModel(nn.Module):
                 loss = loss + future_weight * torch.stack(future).mean()
         return loss, state, aux
 
+    def early_exit_loss(self, tokens: Tensor, state: State, threshold: float, starts: Tensor | None = None,
+                        scored: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
+        """:meth:`loss` with depth-adaptive exits (Elbayad et al. 2020, confidence thresholding): a position
+        stops after the first layer whose prediction through the shared head gives its most probable token
+        at least ``threshold``, and the top layer answers the rest
+        (:meth:`policies.transformer_xl.GatedTransformerXL.forward_with_exits`; train the exits with
+        ``intermediate_weight``). Returns the mean next-token loss and the mean number of layers run, both
+        over the ``scored`` targets, and the state after the segment.
+
+        Raises:
+            ValueError: a backbone without a stack of distinct layers (only ``trxl``, ``trxl-i`` and ``gtrxl`` exit).
+        """
+        if not hasattr(self.backbone, "forward_with_exits"):
+            raise ValueError(f"early exits need a stack of distinct Transformer layers (trxl, trxl-i, gtrxl); "
+                             f"the backbone is {type(self.backbone).__name__}")
+
+        def confident(_: int, h: Tensor) -> Tensor:
+            return self.head(h).softmax(dim=-1).amax(dim=-1) >= threshold
+
+        inputs, input_starts = tokens[:-1], None if starts is None else starts[:-1]
+        hidden, state, aux = self.backbone.forward_with_exits(*self._backbone_inputs(inputs, state, input_starts),
+                                                              confident)
+        nats = F.cross_entropy(self.head(hidden).flatten(0, 1), tokens[1:].flatten(), reduction="none")
+        layers = aux["exit_depth"].flatten().to(nats.dtype)
+        return scored_mean(nats, scored), scored_mean(layers, scored), state
+
     @torch.no_grad()
     def generate(self, last: Tensor, state: State, n_tokens: int, temperature: float = 0.0) -> Tensor:
         """Continue from ``state`` whose next input is ``last`` ``[B]``: ``n_tokens`` tokens ``[n, B]``,

@@ -11,6 +11,7 @@ each layer caches its own input).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -131,13 +132,17 @@ class MemoryTransformer(MemoryBackbone):
         y, records, aux = self._segment(x, state, episode_starts)
         return y, records, self._state_after(records, state, episode_starts), aux
 
-    def _segment(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Tensor, Aux]:
-        """The outputs ``[T, B, D]``, records ``[T, B, n_depth, D]`` and ``aux`` of a segment. Shared
-        records (:func:`policies.memory.shared_windows`) are projected once and never expanded into windows."""
+    def _segment(self, x: Tensor, state: State, episode_starts: Tensor,
+                 depth: Callable[..., tuple[Tensor, Tensor, list[KeysValues], Aux]] | None = None
+                 ) -> tuple[Tensor, Tensor, Aux]:
+        """The outputs ``[T, B, D]``, records ``[T, B, n_depth, D]`` and ``aux`` of a segment, through
+        ``depth`` (:meth:`_depth` unless given). Shared records (:func:`policies.memory.shared_windows`)
+        are projected once and never expanded into windows."""
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         mask = attention_mask(state["valid"], starts, self.memory_length)
         memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
-        y, records, _, aux = self._depth(self.embed(x.transpose(0, 1)), memory_kv, mask, self._position_terms())
+        y, records, _, aux = (depth or self._depth)(self.embed(x.transpose(0, 1)), memory_kv, mask,
+                                                     self._position_terms())
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
         blocks = self._distinct_blocks()
         for block in blocks:  # the attentions' own terms, averaged over blocks, at every position

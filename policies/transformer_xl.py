@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -10,7 +12,11 @@ from torch import Tensor, nn
 from policies.attention import KeysValues, make_attention
 from policies.backbone import Aux
 from policies.blocks import TransformerXLBlock
+from policies.memory import State
 from policies.memory_transformer import MemoryTransformer
+
+ExitRule = Callable[[int, Tensor], Tensor]
+"""``(n, h) → [B, T]`` bool: which positions stop after layer ``n``, given its output ``h`` ``[B, T, D]``"""
 
 
 class GatedTransformerXL(MemoryTransformer):
@@ -51,11 +57,34 @@ class GatedTransformerXL(MemoryTransformer):
     def memory_blocks(self) -> list[TransformerXLBlock]:
         return list(self.layers)
 
-    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
-               position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
-        records, window_kv = [], []
-        for layer, kv, terms in zip(self.layers, memory_kv, position_terms, strict=True):
+    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor, position_terms: list[Tensor | None],
+               exit_rule: ExitRule | None = None) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+        records, window_kv, aux = [], [], {}
+        if exit_rule is not None:
+            exited = torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
+            aux["exit_depth"] = torch.full(h.shape[:2], len(self.layers), device=h.device)
+        for n, (layer, kv, terms) in enumerate(zip(self.layers, memory_kv, position_terms, strict=True)):
             records.append(h)
-            h, layer_kv = layer(h, kv, mask, terms)
+            out, layer_kv = layer(h, kv, mask, terms)
             window_kv.append(layer_kv)
-        return h, torch.stack(records, dim=2), window_kv, {}
+            if exit_rule is None:
+                h = out
+                continue
+            h = torch.where(exited.unsqueeze(-1), h, out)  # an exited position's state is copied upwards
+            if n + 1 < len(self.layers):
+                leaving = ~exited & exit_rule(n, h)
+                aux["exit_depth"] = torch.where(leaving, n + 1, aux["exit_depth"])
+                exited = exited | leaving
+        return h, torch.stack(records, dim=2), window_kv, aux
+
+    def forward_with_exits(self, x: Tensor, state: State, episode_starts: Tensor,
+                           exit_rule: ExitRule) -> tuple[Tensor, State, Aux]:
+        """Depth-adaptive computation (Elbayad et al. 2020, "Depth-Adaptive Transformer", Sec. 2–3): after
+        layer ``n`` (all but the last), the positions where ``exit_rule(n, h)`` ``[B, T]`` holds for its
+        output ``h`` ``[B, T, D]`` stop. Their state is copied to every later layer, as the paper's copied
+        states: the layers above read it as that position's input, so later positions attend to it and the
+        window keeps it. Otherwise as :meth:`forward_sequence`; ``aux["exit_depth"]`` ``[T, B]`` gives the
+        layers each position ran (a position exits on its own state and on earlier positions' states only,
+        so a segment at once equals one position at a time)."""
+        y, records, aux = self._segment(x, state, episode_starts, partial(self._depth, exit_rule=exit_rule))
+        return y, self._state_after(records, state, episode_starts), aux
