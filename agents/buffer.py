@@ -25,7 +25,7 @@ from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import Tensor
 
-from policies.memory import WindowHistory, episode_ids, shared_windows
+from policies.memory import WindowHistory, episode_clock, episode_ids, shared_windows
 from policies.policy import PolicyState
 
 MINIBATCH_ORDERS = ("shuffled", "by-env")
@@ -69,7 +69,10 @@ class _MemoryStorage:
         """Store the windows carried into the rollout (the prefix of every history)."""
         self.histories: dict[str, WindowHistory] = {}
         self.memory_lengths: dict[str, int] = {}
+        self.clocks: dict[str, Tensor] = {}  # episode time entering the rollout, then [E, n_steps] per step
         for name, backbone_state in state.items():
+            if "clock" in backbone_state:
+                self.clocks[name] = backbone_state["clock"].to(self.device)
             memory, valid = backbone_state["memory"], backbone_state["valid"]
             M = valid.shape[1]
             history = memory.new_zeros(self.n_envs, M + self.buffer_size, *memory.shape[2:], device=self.device)
@@ -106,6 +109,8 @@ class _MemoryStorage:
         for name, history in self.histories.items():
             counter = torch.cat([episodes.new_zeros(self.n_envs, self.memory_lengths[name]), episodes], dim=1)
             self.histories[name] = history._replace(episode=counter)
+        for name, clock in self.clocks.items():  # the state's clock entering every step (before its start)
+            self.clocks[name] = torch.cat([clock.view(-1, 1), episode_clock(clock, starts)[:, :-1] + 1], dim=1)
 
     def segments(self, batch_size: int, segment_length: int, order: str = "shuffled") -> Iterator[MemoryBatch]:
         """Minibatches of ``batch_size`` steps, in segments of ``segment_length`` steps, in one of
@@ -143,6 +148,8 @@ class _MemoryStorage:
         extras = {name: value[t_t, e_t].flatten(0, 1) for name, value in self.extras.items()}
         states = {name: shared_windows(history, env_t, t0_t, self.memory_lengths[name])
                   for name, history in self.histories.items()}
+        for name, clock in self.clocks.items():
+            states[name]["clock"] = clock[env_t, t0_t]
         return MemoryBatch(
             observations=observations,
             actions=take(self.actions).float(),

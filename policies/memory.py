@@ -7,6 +7,8 @@ Every backbone's state is a dict of tensors with the env axis first:
   Transformer-XL (``[L, D]``), the ``(h, c)`` carry of an LSTM (window of one), the raw
   features of a frame stack.
 - ``valid``: ``[B, M]`` bool, which slots belong to the episode of the most recent step.
+- ``clock`` (backbones with episode-time encodings only): ``[B]`` int, the episode time the next step
+  has if it continues the episode (:func:`episode_clock`).
 - keys starting with ``cache_`` hold values derived from ``memory`` with the current
   parameters (attention keys and values). They only speed up ``step``; learners drop them
   when they store a state (:func:`strip_cache`) and backbones rebuild them when missing.
@@ -81,6 +83,15 @@ def episode_ids(episode_starts: Tensor) -> Tensor:
     that was running when the segment began.
     """
     return episode_starts.long().cumsum(dim=1)
+
+
+def episode_clock(clock: Tensor, episode_starts: Tensor) -> Tensor:
+    """The episode time of every step of a segment: 0 at an episode start, else one more than the step
+    before; ``clock`` ``[B]`` is the time the segment's first step has if it continues its episode (the
+    state's ``clock``). ``episode_starts``: ``[B, T]``; returns ``[B, T]`` int."""
+    steps = torch.arange(episode_starts.shape[1], device=episode_starts.device)
+    last_start = torch.where(episode_starts.bool(), steps, -1).cummax(dim=1).values
+    return torch.where(last_start >= 0, steps - last_start, clock.view(-1, 1) + steps)
 
 
 class WindowHistory(NamedTuple):

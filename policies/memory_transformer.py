@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from policies.attention import KeysValues
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.blocks import TransformerXLBlock
-from policies.memory import State, attention_mask, window_before, windows
+from policies.memory import State, attention_mask, episode_clock, window_before, windows
+from policies.positional import ABSOLUTE_ENCODINGS
 
 
 class MemoryTransformer(MemoryBackbone):
@@ -34,7 +35,7 @@ class MemoryTransformer(MemoryBackbone):
     """
 
     def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
-                 memory_length: int, n_depth: int) -> None:
+                 memory_length: int, n_depth: int, episode_time: str = "none", max_episode_time: int = 1024) -> None:
         super().__init__()
         if memory_length < 1:
             raise ValueError(f"memory_length must be >= 1, got {memory_length}")
@@ -47,8 +48,31 @@ class MemoryTransformer(MemoryBackbone):
         self.output_dim = d_model
         self.record_shape = (n_depth, d_model)
         self.embed = nn.Linear(input_dim, d_model)
+        if episode_time != "none" and episode_time not in ABSOLUTE_ENCODINGS:
+            raise ValueError(f"unknown episode_time {episode_time!r}; valid: none, {', '.join(ABSOLUTE_ENCODINGS)}")
+        if max_episode_time < 1:
+            raise ValueError(f"max_episode_time must be >= 1, got {max_episode_time}")
+        self.max_episode_time = max_episode_time
+        self.time_encoding = (None if episode_time == "none"
+                              else ABSOLUTE_ENCODINGS[episode_time](d_model, max_episode_time))
         self._position_cache: tuple[int, list[Tensor | None]] | None = None
         self._stamp_tensors: list[Tensor] | None = None
+
+    def initial_state(self, n_envs: int) -> State:
+        state = super().initial_state(n_envs)
+        if self.time_encoding is not None:
+            state["clock"] = torch.zeros(n_envs, dtype=torch.long, device=state["valid"].device)
+        return state
+
+    def _inputs(self, x: Tensor, clock: Tensor | None) -> Tensor:
+        """The first depth's input: ``E x``, plus the encoding of each step's episode time ``clock``
+        (the same shape as ``x`` without its last axis) when the backbone has one, Decision Transformer's
+        timestep embedding (Chen et al. 2021); times from ``max_episode_time`` on share the last."""
+        h = self.embed(x)
+        if self.time_encoding is None or clock is None:
+            return h
+        times = clock.clamp(max=self.max_episode_time - 1)
+        return h + self.time_encoding(times.flatten()).view(*times.shape, -1).to(h.dtype)
 
     depth_loss_coefs: dict[str, float] = {}
     """default coefficients of the losses the depth computation reports (ACT's ponder cost)"""
@@ -141,7 +165,8 @@ class MemoryTransformer(MemoryBackbone):
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         mask = attention_mask(state["valid"], starts, self.memory_length)
         memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
-        y, records, _, aux = (depth or self._depth)(self.embed(x.transpose(0, 1)), memory_kv, mask,
+        clock = episode_clock(state["clock"], starts) if "clock" in state else None
+        y, records, _, aux = (depth or self._depth)(self._inputs(x.transpose(0, 1), clock), memory_kv, mask,
                                                      self._position_terms())
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
         blocks = self._distinct_blocks()
@@ -156,7 +181,10 @@ class MemoryTransformer(MemoryBackbone):
         T = torch.tensor([records.shape[0]], device=records.device)
         new_memory, new_valid = window_before(windows(state), state["valid"], records.detach().transpose(0, 1),
                                               starts, T)
-        return {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}
+        after = {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}
+        if "clock" in state:
+            after["clock"] = episode_clock(state["clock"], starts)[:, -1] + 1
+        return after
 
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
         """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""
@@ -175,12 +203,16 @@ class MemoryTransformer(MemoryBackbone):
         memory_kv = self._caches(state, stamp)
         no_start = valid.new_zeros(valid.shape[0], 1)  # the window is already reset
         mask = attention_mask(valid, no_start, self.memory_length)  # [B, 1, M+1]
-        y, records, window_kv, _ = self._depth(self.embed(x).unsqueeze(1), memory_kv, mask,
+        # the window is empty only at an episode's first step (M >= 1 keeps the step before): time 0
+        clock = torch.where(valid.any(dim=1), state["clock"], 0) if "clock" in state else None
+        y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask,
                                                self._cached_position_terms(stamp))
-        caches = {"cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
+        derived = {"cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
+        if clock is not None:
+            derived["clock"] = clock + 1
         for n, (keys, values) in enumerate(window_kv):  # [B, H, M+1, d]: drop the oldest slot
-            caches[f"cache_keys_{n}"], caches[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
-        return y[:, 0], records[:, 0], caches
+            derived[f"cache_keys_{n}"], derived[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
+        return y[:, 0], records[:, 0], derived
 
     def _caches(self, state: State, stamp: int) -> list[KeysValues]:
         """The state's key/value caches per depth, rebuilt from ``memory`` when missing or stale."""

@@ -43,9 +43,11 @@ class GatedTransformerXL(MemoryTransformer):
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
                  layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
                  attention: str = "relative", attention_options: dict[str, Any] | None = None,
-                 dropout: float = 0.0, ff_chunks: int = 1) -> None:
+                 dropout: float = 0.0, ff_chunks: int = 1, episode_time: str = "none",
+                 max_episode_time: int = 1024) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
-                         memory_length=memory_length, n_depth=n_layers)
+                         memory_length=memory_length, n_depth=n_layers, episode_time=episode_time,
+                         max_episode_time=max_episode_time)
         self.layers = nn.ModuleList(
             TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head, max_distance=memory_length,
                                               dropout=dropout, options=attention_options),

@@ -14,6 +14,7 @@ from policies.attention import ATTENTIONS, MultiHeadAttention, make_attention
 from policies.distance_aware import DistanceAwareAttention
 from policies.memory import (
     attention_mask,
+    episode_clock,
     gather_windows,
     shared_windows,
     window_before,
@@ -142,6 +143,12 @@ def test_window_before_rebuilds_states_by_index():
     windows, window_valid = window_before(memory, valid, records, starts, torch.arange(5))
     assert windows[0, :, :, 0].tolist() == [[0, 1, 2], [1, 2, 10], [2, 10, 11], [10, 11, 12], [11, 12, 13]]
     assert window_valid[0].int().tolist() == [[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 1, 1]]
+
+
+def test_the_episode_clock_counts_from_each_start():
+    """Env 0 continues an episode at time 5 and starts one at step 2; env 1 starts at step 0 and again at 3."""
+    starts = torch.tensor([[False, False, True, False], [True, False, False, True]])
+    assert episode_clock(torch.tensor([5, 9]), starts).tolist() == [[5, 6, 0, 1], [0, 1, 2, 0]]
 
 
 def test_windows_that_share_little_are_handed_as_plain_windows():

@@ -24,6 +24,7 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
                                         "attention_options": {"rank": 2}}),
     "gtrxl-absolute-learned": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "absolute",
                                          "attention_options": {"encoding": "learned"}}),
+    "gtrxl-episode-time": ("gtrxl", {**OPTIONS["gtrxl"], "episode_time": "learned", "max_episode_time": 12}),
     "gtrxl-compressive-conv": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "compressive",
                                          "attention_options": {"compression": "conv", "compression_rate": 2}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12}),
@@ -32,7 +33,8 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
 """test case → (backbone, options): every backbone, then GTrXL with each other attention, kNN
 retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4),
 Linformer with two projected slots (its default rank, 5, starts as the identity over the 5 distances),
-absolute positions from a learned table, compressive memory with a learned convolution over blocks of two,
+absolute positions from a learned table, GTrXL with a learned encoding of episode time (12 times,
+the later ones clamped), compressive memory with a learned convolution over blocks of two,
 the linear backbone with Performer features, GTrXL with a chunked feed-forward, and the reversible
 backbone with the Reformer's other two parts (LSH attention, chunked feed-forward)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
@@ -73,6 +75,8 @@ def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -
     M = state["valid"].shape[1]
     older = torch.arange(B).view(-1, 1) if partial else torch.zeros(B, 1, dtype=torch.long)
     state["valid"] = torch.arange(M).view(1, -1) >= older
+    if "clock" in state:  # episodes already under way
+        state["clock"] = torch.arange(B) + M + 1
     return state
 
 

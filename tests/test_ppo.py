@@ -31,10 +31,11 @@ OPTION_CASES = {f"gtrxl-{name}": ("gtrxl", {"attention": name}) for name in ATTE
     "gtrxl-linformer-rank2": ("gtrxl", {"attention": "linformer", "attention_options": {"rank": 2}}),
     "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12}),
     "gtrxl-ff-chunks": ("gtrxl", {"ff_chunks": 3}),
+    "gtrxl-episode-time": ("gtrxl", {"episode_time": "sinusoidal"}),
     "trxl-rev-reformer": ("trxl-rev", {"attention": "lsh", "ff_chunks": 3})}
 """GTrXL with each registered attention, kNN retrieval that keeps one older key, Linformer with two projected
-slots, Performer features, a chunked feed-forward; the reversible backbone with LSH attention and a chunked
-feed-forward (Reformer)"""
+slots, Performer features, a chunked feed-forward, an encoding of episode time (the buffer's clocks); the
+reversible backbone with LSH attention and a chunked feed-forward (Reformer)"""
 
 
 @pytest.mark.parametrize("backbone", list(BACKBONES) + list(OPTION_CASES))
