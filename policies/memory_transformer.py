@@ -31,7 +31,8 @@ class MemoryTransformer(MemoryBackbone):
     of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys_<n>`` and
     ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth ``n``, computed once from ``memory`` and
     then rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
-    caches were computed with; any update of those parameters invalidates them.
+    caches were computed with; any update of those parameters invalidates them. With
+    ``episode_time``, the state also holds ``clock`` ``[B]`` (:func:`policies.memory.episode_clock`).
     """
 
     def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
@@ -69,8 +70,11 @@ class MemoryTransformer(MemoryBackbone):
         (the same shape as ``x`` without its last axis) when the backbone has one, Decision Transformer's
         timestep embedding (Chen et al. 2021); times from ``max_episode_time`` on share the last."""
         h = self.embed(x)
-        if self.time_encoding is None or clock is None:
+        if self.time_encoding is None:
             return h
+        if clock is None:  # without it the steps would silently lose their time
+            raise ValueError("this backbone encodes episode time (episode_time), but the state has no 'clock'; "
+                             "build states with initial_state")
         times = clock.clamp(max=self.max_episode_time - 1)
         return h + self.time_encoding(times.flatten()).view(*times.shape, -1).to(h.dtype)
 

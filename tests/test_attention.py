@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from policies import make_backbone
 from policies.adaptive_span import AdaptiveSpanAttention
 from policies.alibi import ALiBiAttention, alibi_slopes
 from policies.attention import ATTENTIONS, MultiHeadAttention, make_attention
@@ -149,6 +150,15 @@ def test_the_episode_clock_counts_from_each_start():
     """Env 0 continues an episode at time 5 and starts one at step 2; env 1 starts at step 0 and again at 3."""
     starts = torch.tensor([[False, False, True, False], [True, False, False, True]])
     assert episode_clock(torch.tensor([5, 9]), starts).tolist() == [[5, 6, 0, 1], [0, 1, 2, 0]]
+
+
+def test_a_state_without_its_clock_is_refused():
+    """An episode-time backbone never runs without the time: a silent fallback would drop it."""
+    backbone = make_backbone("gtrxl", 3, d_model=8, n_heads=2, memory_length=4, episode_time="sinusoidal")
+    state = backbone.initial_state(2)
+    del state["clock"]
+    with pytest.raises(ValueError, match="encodes episode time.*no 'clock'"):
+        backbone.step(torch.randn(2, 3), state, torch.ones(2, dtype=torch.bool))
 
 
 def test_windows_that_share_little_are_handed_as_plain_windows():
