@@ -48,3 +48,28 @@ def test_the_benchmark_reports_success_per_start(tmp_path: Path):
     assert all(0.0 <= outcome["success"] <= 1.0 and 1 <= outcome["mean_length"] <= 12
                for outcome in run["starts"].values())
     assert "| x = " in (tmp_path / "starts.md").read_text()
+
+
+def test_the_trace_shows_every_step_of_an_episode(tmp_path: Path):
+    """``benchmarks/minigrid_trace.py``: one ``x,y/heading:action`` per step from a start (facing east in the
+    hallway), positions inside the grid, headings and actions in range, and the episode's end within the
+    12-step limit."""
+    argv = ["--env", "MiniGrid-MemoryS9-v0", "--env-kwargs", *(f"{k}={v}" for k, v in S9.items()),
+            "--n-envs", "2", "-n", "32", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
+            "--threads", "1", "--log-dir", str(tmp_path / "runs"),
+            "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4",
+            "gtrxl.memory_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2", "gtrxl.n_layers=1", "n_eval_envs=2"]
+    assert train_rl.main(argv) == 0
+    (model,) = (tmp_path / "runs").glob("*/model.zip")
+    command = [sys.executable, str(REPO / "benchmarks" / "minigrid_trace.py"), str(model), "--name", "trace",
+               "--seeds", "3", "--steps", "20", "--out", str(tmp_path)]
+    subprocess.run(command, check=True, cwd=REPO, capture_output=True)
+    (episode,) = json.loads((tmp_path / "trace.json").read_text())["episodes"]
+    first = episode["moves"][0]
+    assert first.startswith(("1,4/0:", "2,4/0:", "3,4/0:", "4,4/0:", "5,4/0:", "6,4/0:")), first  # a start
+    for move in episode["moves"]:
+        position, action = move.split(":")
+        x, y_heading = position.split(",")
+        y, heading = y_heading.split("/")
+        assert 1 <= int(x) <= 7 and 1 <= int(y) <= 7 and 0 <= int(heading) <= 3 and 0 <= int(action) <= 2
+    assert episode["reward"] is not None and len(episode["moves"]) <= 12
