@@ -221,7 +221,10 @@ def test_shared_records_equal_per_window_computation(name, T):
         y.square().sum().backward()
         return y, [p.grad.clone() for p in backbone.parameters() if p.grad is not None]
 
-    y_windows, grads_windows = outputs_and_grads({"memory": memory, "valid": valid})
+    windows = {"memory": memory, "valid": valid}
+    if "clock" in backbone.initial_state(1):  # episode-time encodings read the clock entering each window
+        windows["clock"] = shared["clock"] = torch.randint(0, 50, (env.numel(),))
+    y_windows, grads_windows = outputs_and_grads(windows)
     for update_path in (False, True):
         y_shared, grads_shared = outputs_and_grads(shared, update_path)
         torch.testing.assert_close(y_shared, y_windows, atol=1e-5, rtol=0)
