@@ -7,6 +7,7 @@ from policies import (  # noqa: F401  (each module registers its attention)
     alibi,
     compressive_memory,
     distance_aware,
+    fixed_attention,
     global_local_attention,
     knn_memory,
     linformer_attention,

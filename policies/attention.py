@@ -131,6 +131,11 @@ class MultiHeadAttention(HeadProjections):
     aux_loss_coefs: dict[str, float] = {}
     """default coefficients of the losses among :meth:`aux_terms`"""
 
+    uses_episode_time = False
+    """whether the attention restricts keys by the queries' episode time through an ``episode_pattern(clock,
+    n_keys)`` method (:class:`~policies.fixed_attention.FixedAttention`); the backbone then keeps the episode
+    clock in its state and narrows the mask with it"""
+
     @property
     def reach(self) -> int:
         """The farthest key, in steps back, that can change a query's output (the memory length here)."""

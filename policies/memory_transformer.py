@@ -32,7 +32,8 @@ class MemoryTransformer(MemoryBackbone):
     ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth ``n``, computed once from ``memory`` and
     then rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
     caches were computed with; any update of those parameters invalidates them. With
-    ``episode_time``, the state also holds ``clock`` ``[B]`` (:func:`policies.memory.episode_clock`).
+    ``episode_time`` or an attention laid out in episode time (``fixed``), the state also holds
+    ``clock`` ``[B]`` (:func:`policies.memory.episode_clock`).
     """
 
     def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
@@ -59,11 +60,28 @@ class MemoryTransformer(MemoryBackbone):
         self._position_cache: tuple[int, list[Tensor | None]] | None = None
         self._stamp_tensors: list[Tensor] | None = None
 
+    @property
+    def keeps_clock(self) -> bool:
+        """Whether the state carries the episode clock: for an encoding of episode time, or for an
+        attention laid out in episode time (``uses_episode_time``, the Sparse Transformer's fixed pattern)."""
+        return self.time_encoding is not None or self.memory_blocks[0].attn.uses_episode_time
+
     def initial_state(self, n_envs: int) -> State:
         state = super().initial_state(n_envs)
-        if self.time_encoding is not None:
+        if self.keeps_clock:
             state["clock"] = torch.zeros(n_envs, dtype=torch.long, device=state["valid"].device)
         return state
+
+    def _episode_pattern(self, mask: Tensor, clock: Tensor | None) -> Tensor:
+        """``mask`` ``[B, T, K]`` narrowed to the attention's episode-time pattern for queries at times
+        ``clock`` ``[B, T]``, when it has one (every depth uses the backbone's one attention scheme)."""
+        attention = self.memory_blocks[0].attn
+        if not attention.uses_episode_time:
+            return mask
+        if clock is None:
+            raise ValueError(f"attention {type(attention).__name__} is laid out in episode time, but the state has "
+                             "no 'clock'; build states with initial_state")
+        return mask & attention.episode_pattern(clock, mask.shape[-1])
 
     def _inputs(self, x: Tensor, clock: Tensor | None) -> Tensor:
         """The first depth's input: ``E x``, plus the encoding of each step's episode time ``clock``
@@ -170,6 +188,7 @@ class MemoryTransformer(MemoryBackbone):
         mask = attention_mask(state["valid"], starts, self.memory_length)
         memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
         clock = episode_clock(state["clock"], starts) if "clock" in state else None
+        mask = self._episode_pattern(mask, clock)
         y, records, _, aux = (depth or self._depth)(self._inputs(x.transpose(0, 1), clock), memory_kv, mask,
                                                      self._position_terms())
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
@@ -209,6 +228,7 @@ class MemoryTransformer(MemoryBackbone):
         mask = attention_mask(valid, no_start, self.memory_length)  # [B, 1, M+1]
         # the window is empty only at an episode's first step (M >= 1 keeps the step before): time 0
         clock = torch.where(valid.any(dim=1), state["clock"], 0) if "clock" in state else None
+        mask = self._episode_pattern(mask, None if clock is None else clock.view(-1, 1))
         y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask,
                                                self._cached_position_terms(stamp))
         derived = {"cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}

@@ -25,6 +25,7 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     "gtrxl-absolute-learned": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "absolute",
                                          "attention_options": {"encoding": "learned"}}),
     "gtrxl-episode-time": ("gtrxl", {**OPTIONS["gtrxl"], "episode_time": "learned", "max_episode_time": 12}),
+    "gtrxl-fixed": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "fixed", "attention_options": {"block_length": 3}}),
     "gtrxl-compressive-conv": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "compressive",
                                          "attention_options": {"compression": "conv", "compression_rate": 2}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12}),
@@ -34,7 +35,8 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
 retrieval that keeps one of the older keys (with the default ``top_k`` it keeps all of a window of 4),
 Linformer with two projected slots (its default rank, 5, starts as the identity over the 5 distances),
 absolute positions from a learned table, GTrXL with a learned encoding of episode time (12 times,
-the later ones clamped), compressive memory with a learned convolution over blocks of two,
+the later ones clamped), the fixed pattern with blocks of 3 (so the key M steps before the last query
+of the window test is a summary cell and visible), compressive memory with a learned convolution over blocks of two,
 the linear backbone with Performer features, GTrXL with a chunked feed-forward, and the reversible
 backbone with the Reformer's other two parts (LSH attention, chunked feed-forward)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]

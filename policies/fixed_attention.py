@@ -1,0 +1,54 @@
+"""The Sparse Transformer's fixed pattern (Child et al. 2019) in episode time, registered as ``fixed``."""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor
+
+from policies.attention import MultiHeadAttention, key_distances, register_attention
+
+
+@register_attention("fixed")
+class FixedAttention(MultiHeadAttention):
+    """Content attention restricted to the fixed pattern of Child et al. (2019, Sec. 4.2, merged into
+    one head): a query at position ``i`` sees key ``j ≤ i`` when
+
+    - ``⌊j / l⌋ = ⌊i / l⌋`` (``A⁽¹⁾``: the keys of its own block of ``l`` steps), or
+    - ``j mod l ∈ {l − c, …, l − 1}`` (``A⁽²⁾``: the last ``c`` steps of every block, the "summary"
+      cells that carry a block's content to every later query),
+
+    with ``l = block_length`` (default ``⌈√max_distance⌉``, the paper's ``l ≈ √n``) and
+    ``c = summary_width`` (default 1; the paper uses 8–32 with ``l`` = 128–256).
+
+    Unlike the strided pattern, blocks are fixed in absolute position, so the positions here are the
+    steps' **episode time** (a document's token index in the language model): the backbone keeps the
+    episode clock in its state for this attention, as for ``episode_time`` encodings, and a key
+    ``d`` steps before a query at episode time ``t`` has time ``t − d``. Rollout steps and training
+    segments therefore see the same keys (invariant 1), whatever their window's position in the
+    rollout. The memory window still bounds the distance by ``max_distance``.
+    """
+
+    uses_episode_time = True
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+                 block_length: int | None = None, summary_width: int = 1) -> None:
+        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        if block_length is None:
+            block_length = max(1, math.ceil(math.sqrt(max_distance)))
+        if block_length < 1:
+            raise ValueError(f"block_length must be >= 1, got {block_length}")
+        if not 1 <= summary_width <= block_length:
+            raise ValueError(f"summary_width must be in 1..{block_length} (the block length), got {summary_width}")
+        self.block_length, self.summary_width = block_length, summary_width
+
+    def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
+        """``[B, T, K]``: which keys of ``[memory; segment]`` the queries at episode times ``clock``
+        ``[B, T]`` may see (keys of earlier episodes come out either way; the episode mask hides them)."""
+        distance = key_distances(clock.shape[1], n_keys, clock.device)  # [T, K]
+        query = clock.unsqueeze(-1)  # [B, T, 1]
+        key = query - distance  # [B, T, K] episode time of each key
+        l = self.block_length  # noqa: E741 (the paper's symbol)
+        same_block = key.div(l, rounding_mode="floor") == query.div(l, rounding_mode="floor")
+        summary = key.remainder(l) >= l - self.summary_width
+        return same_block | summary
