@@ -10,11 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import ALGOS
 from envs import make_vec_env
+from experiments.lm_data import copy_task
+from experiments.lm_workbench import build_lm_config
 from policies import BACKBONES
+from policies.lm import MemoryLanguageModel
+from policies.memory import attention_mask
 from policies.memory_transformer import MemoryTransformer
 
 TRANSFORMERS = [name for name, spec in BACKBONES.items() if issubclass(spec.cls, MemoryTransformer)]
@@ -31,6 +36,31 @@ def small_options(backbone: str, **sizes: Any) -> dict[str, Any]:
     """The entries of ``sizes`` that ``backbone`` takes as options."""
     valid = BACKBONES[backbone].options()
     return {name: value for name, value in sizes.items() if name in valid}
+
+
+def attention_inputs(steps: int, d_model: int, memory_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Float64 inputs of an attention for two envs: the segment ``h`` ``[2, T, D]``, the memory ``[2, M, D]``
+    and the mask; env 0's episode began ``M − 2`` steps before the segment, env 1's window is full and a
+    new episode starts at its fourth step."""
+    torch.manual_seed(1)
+    M = memory_length
+    h, memory = torch.randn(2, steps, d_model, dtype=torch.float64), torch.randn(2, M, d_model, dtype=torch.float64)
+    valid = torch.tensor([[False, False] + [True] * (M - 2), [True] * M])
+    starts = torch.zeros(2, steps, dtype=torch.bool)
+    starts[1, 3] = True
+    return h, memory, attention_mask(valid, starts, M)
+
+
+def tiny_copy_lm(tmp_path: Any) -> tuple[Any, Any, Any]:
+    """An untrained one-layer TrXL language model on a copy stream of 2,000 tokens over 8 symbols, read in
+    segments of 4 rows × 8 tokens: its workbench config, the model and the stream."""
+    config = build_lm_config(None, ["data=copy", "backbone=trxl", f"log_dir={tmp_path}", "segment_length=8",
+                                    "batch_size=4", "copy_vocab=8", "copy_tokens=2000", "d_embed=16",
+                                    "backbone_options.d_model=16", "backbone_options.n_heads=2",
+                                    "backbone_options.n_layers=1", "backbone_options.memory_length=8"])
+    torch.manual_seed(0)
+    model = MemoryLanguageModel(8, backbone="trxl", d_embed=16, **config.backbone_options)
+    return config, model, copy_task(2000, vocab_size=8, distance=config.copy_distance, seed=1)
 
 
 def tmaze(n_envs: int = 4, seed: int = 0, length: int = 3) -> Any:

@@ -8,18 +8,13 @@ import pytest
 import torch
 
 from policies.absolute_attention import AbsoluteAttention
-from policies.memory import attention_mask
+from tests.conftest import attention_inputs
 
 B, T, D, H, DH, M = 2, 5, 12, 3, 4, 6
 
 
 def inputs():
-    torch.manual_seed(1)
-    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
-    valid = torch.tensor([[False, False] + [True] * (M - 2), [True] * M])  # env 0: an episode began M - 2 ago
-    starts = torch.zeros(B, T, dtype=torch.bool)
-    starts[1, 3] = True
-    return h, memory, attention_mask(valid, starts, M)
+    return attention_inputs(T, D, M)
 
 
 def vanilla(attn: AbsoluteAttention, h, memory, mask):

@@ -8,20 +8,15 @@ import pytest
 import torch
 
 from policies.compressive_memory import CompressiveAttention
-from policies.memory import attention_mask
 from policies.positional import sinusoid_table
 from policies.relative_attention import RelativeMultiHeadAttention
+from tests.conftest import attention_inputs
 
 B, T, D, H, DH = 2, 5, 12, 3, 4
 
 
 def inputs(M: int):
-    torch.manual_seed(1)
-    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
-    valid = torch.tensor([[False, False] + [True] * (M - 2), [True] * M])  # env 0: an episode began M - 2 ago
-    starts = torch.zeros(B, T, dtype=torch.bool)
-    starts[1, 3] = True
-    return h, memory, attention_mask(valid, starts, M)
+    return attention_inputs(T, D, M)
 
 
 def test_compression_rate_one_is_a_longer_fifo():

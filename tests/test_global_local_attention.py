@@ -8,20 +8,15 @@ import torch
 
 from policies.global_local_attention import GlobalLocalAttention
 from policies.local_attention import LocalAttention
-from policies.memory import attention_mask
 from policies.positional import sinusoid_table
 from policies.relative_attention import RelativeMultiHeadAttention
+from tests.conftest import attention_inputs
 
 B, T, D, H, DH, M, W = 2, 5, 12, 3, 4, 7, 2
 
 
 def inputs():
-    torch.manual_seed(1)
-    h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
-    valid = torch.tensor([[False, False] + [True] * (M - 2), [True] * M])  # env 0: an episode began M - 2 ago
-    starts = torch.zeros(B, T, dtype=torch.bool)
-    starts[1, 3] = True
-    return h, memory, attention_mask(valid, starts, M)
+    return attention_inputs(T, D, M)
 
 
 def gated(bias: float | None) -> GlobalLocalAttention:

@@ -32,13 +32,18 @@ def test_after_an_episode_ends_the_env_stands_at_the_next_start():
     assert ended >= 4
 
 
-def test_the_benchmark_reports_success_per_start(tmp_path: Path):
+def train_a_small_run(log_dir: Path, n_envs: int, steps: int) -> None:
+    """A tiny GTrXL run on the study's MiniGrid set-up (one PPO update of 16 steps per env)."""
     argv = ["--env", "MiniGrid-MemoryS9-v0", "--env-kwargs", *(f"{k}={v}" for k, v in S9.items()),
-            "--n-envs", "4", "-n", "64", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
-            "--threads", "1", "--log-dir", str(tmp_path / "runs"),
+            "--n-envs", str(n_envs), "-n", str(steps), "--eval-freq", "0", "--n-eval-episodes", "2",
+            "--checkpoint-freq", "0", "--threads", "1", "--log-dir", str(log_dir),
             "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4",
             "gtrxl.memory_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2", "gtrxl.n_layers=1", "n_eval_envs=2"]
     assert train_rl.main(argv) == 0
+
+
+def test_the_benchmark_reports_success_per_start(tmp_path: Path):
+    train_a_small_run(tmp_path / "runs", n_envs=4, steps=64)
     command = [sys.executable, str(REPO / "benchmarks" / "minigrid_starts.py"), str(tmp_path / "runs"),
                "--name", "starts", "--episodes", "16", "--out", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
@@ -54,12 +59,7 @@ def test_the_trace_shows_every_step_of_an_episode(tmp_path: Path):
     """``benchmarks/minigrid_trace.py``: one ``x,y/heading:action`` per step from a start (facing east in the
     hallway), positions inside the grid, headings and actions in range, and the episode's end within the
     12-step limit."""
-    argv = ["--env", "MiniGrid-MemoryS9-v0", "--env-kwargs", *(f"{k}={v}" for k, v in S9.items()),
-            "--n-envs", "2", "-n", "32", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
-            "--threads", "1", "--log-dir", str(tmp_path / "runs"),
-            "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4",
-            "gtrxl.memory_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2", "gtrxl.n_layers=1", "n_eval_envs=2"]
-    assert train_rl.main(argv) == 0
+    train_a_small_run(tmp_path / "runs", n_envs=2, steps=32)
     (model,) = (tmp_path / "runs").glob("*/model.zip")
     command = [sys.executable, str(REPO / "benchmarks" / "minigrid_trace.py"), str(model), "--name", "trace",
                "--seeds", "3", "--steps", "20", "--out", str(tmp_path)]
