@@ -23,8 +23,10 @@ and names them).
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import yaml
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
@@ -46,8 +49,9 @@ from experiments.run_dir import latest_checkpoint, write_atomic
 from experiments.training import torch_threads
 from policies import BACKBONES
 from policies.knn_lm import Datastore, knn_lm_loss, segment_keys
-from policies.lm import MemoryLanguageModel
+from policies.lm import MemoryLanguageModel, scored_mean
 from policies.memory import State
+from policies.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
 
 CHECKPOINT_PREFIX = "lm_"
 EVAL_COLUMNS = ["step", "train_loss", "valid_bits_per_token", "wall_seconds"]
@@ -239,6 +243,74 @@ def build_datastore(model: MemoryLanguageModel, stream: TokenStream, config: LMC
     return Datastore(torch.cat(keys), torch.cat(values), model.head.out_features)
 
 
+@dataclass
+class SPALMSettings:
+    """SPALM training: the datastore, the neighbours ``k`` and the gate's learning rate."""
+
+    datastore: Datastore
+    k: int
+    gate_lr: float
+
+
+def fine_tune(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int, first: int,
+              lm_lr: float, spalm: SPALMSettings | None = None) -> tuple[GatedRetrieval | None, list[float]]:
+    """Train on ``n_segments`` segments of ``stream`` from segment ``first`` on (for SPALM: the training split
+    after the datastore's segments), with Adam. With ``spalm``: SPALM's gate (:class:`~policies.spalm.GatedRetrieval`),
+    and the LM with it when ``lm_lr`` > 0 (the paper trains both; 0 keeps the LM frozen). Without: the LM
+    alone on the same segments, the control for SPALM's fine-tuning. Returns the gate (``None`` without
+    ``spalm``) and the training losses (nats per scored target).
+
+    Raises:
+        ValueError: ``n_segments`` is below 1, or there is nothing to train.
+    """
+    if n_segments < 1:
+        raise ValueError(f"fine-tuning needs at least 1 training segment, got {n_segments}")
+    if spalm is None and lm_lr <= 0:
+        raise ValueError(f"nothing to train: no SPALM gate and an LM learning rate of {lm_lr}")
+    retrieval, groups = None, []
+    if spalm is not None:
+        retrieval = GatedRetrieval(model.head.in_features).to(config.device)
+        groups.append({"params": list(retrieval.parameters()), "lr": spalm.gate_lr})
+    train_lm = lm_lr > 0
+    if train_lm:
+        groups.append({"params": list(model.parameters()), "lr": lm_lr})
+    optimizer = torch.optim.Adam(groups)
+    model.train(train_lm).requires_grad_(train_lm)
+    state, losses = model.initial_state(config.batch_size), []
+    batches = segments(stream, config.batch_size, config.segment_length, first=first)
+    for tokens, starts, scored in itertools.islice(batches, n_segments):
+        tokens, starts, scored = (part.to(config.device) for part in (tokens, starts, scored))
+        with torch.set_grad_enabled(train_lm):
+            hidden, targets, state = segment_keys(model, tokens, state, starts)
+        if spalm is not None and retrieval is not None:
+            log_probs, _ = spalm_log_probs(model, retrieval, hidden, spalm.datastore, spalm.k)
+        else:
+            log_probs = torch.log_softmax(model.head(hidden), dim=-1)
+        loss = scored_mean(F.nll_loss(log_probs, targets, reduction="none"), scored)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if train_lm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        losses.append(loss.item())
+    model.train().requires_grad_(True)
+    return retrieval, losses
+
+
+@torch.no_grad()
+def spalm_bits(model: MemoryLanguageModel, retrieval: GatedRetrieval, stream: TokenStream, config: LMConfig,
+               n_segments: int, datastore: Datastore, k: int) -> tuple[float, float]:
+    """Bits per token under SPALM (:func:`~policies.spalm.spalm_loss`) and the mean gate (its trust in the
+    LM), over the scored targets as :func:`bits_per_token`."""
+
+    def segment(tokens: Tensor, state: State, starts: Tensor, scored: Tensor) -> tuple[tuple[Tensor, ...], State]:
+        loss, gate, state = spalm_loss(model, retrieval, tokens, state, datastore, k, starts, scored)
+        return (loss, gate), state
+
+    nats, gate = scored_means(model, stream, config, n_segments, segment)
+    return nats / math.log(2), gate
+
+
 def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> dict[str, Any]:
     """Train (or, with ``resume``, continue) the run of ``config``; returns its summary."""
     torch.set_num_threads(torch_threads(config.threads))
@@ -358,6 +430,12 @@ def main(argv: list[str]) -> int:
     evaluate.add_argument("--knn-k", type=int, default=32, help="kNN-LM: neighbours retrieved per token")
     evaluate.add_argument("--datastore-segments", type=int, default=256,
                           help="kNN-LM: training segments whose (hidden state, next token) pairs fill the datastore")
+    evaluate.add_argument("--spalm-steps", type=int, default=0,
+                          help="SPALM: train its retrieval gate for this many training segments after the "
+                               "datastore's (LM frozen), then evaluate it (Yogatama et al. 2021; uses --knn-k)")
+    evaluate.add_argument("--spalm-lr", type=float, default=0.01, help="SPALM: the gate's Adam learning rate")
+    evaluate.add_argument("--spalm-lm-lr", type=float, default=0.0,
+                          help="SPALM: also fine-tune the LM with the gate at this learning rate (0: LM frozen)")
     evaluate.add_argument("--exit-threshold", type=float, nargs="+", default=[],
                           help="depth-adaptive exits: also evaluate with a position leaving after the first layer "
                                "whose prediction is this confident (Elbayad et al. 2020)")
@@ -377,13 +455,24 @@ def main(argv: list[str]) -> int:
                 n_segments = args.segments or config.eval_segments
                 label = memory_length or config.backbone_options.get("memory_length", "-")
                 print(f"memory_length {label}: {bits:.4f} bits per token")
-                if args.knn_weight:
+                if args.knn_weight or args.spalm_steps:
                     datastore = build_datastore(model, config.stream("train"), config, args.datastore_segments)
                 for weight in args.knn_weight:
                     knn = KNNSettings(datastore, args.knn_k, weight)
                     bits = bits_per_token(model, config.stream("validation"), config, n_segments, knn)
                     print(f"memory_length {label}, kNN-LM λ = {weight} (k = {args.knn_k}, datastore of "
                           f"{len(datastore):,} tokens): {bits:.4f} bits per token")
+                if args.spalm_steps:
+                    tuned = copy.deepcopy(model) if args.spalm_lm_lr > 0 else model  # later rows read the LM as is
+                    retrieval, _ = fine_tune(tuned, config.stream("train"), config, args.spalm_steps,
+                                             args.datastore_segments, args.spalm_lm_lr,
+                                             SPALMSettings(datastore, args.knn_k, args.spalm_lr))
+                    bits, gate = spalm_bits(tuned, retrieval, config.stream("validation"), config, n_segments,
+                                            datastore, args.knn_k)
+                    lm = f"LM fine-tuned with it at lr {args.spalm_lm_lr}" if args.spalm_lm_lr > 0 else "LM frozen"
+                    print(f"memory_length {label}, SPALM (k = {args.knn_k}, datastore of {len(datastore):,} tokens, "
+                          f"gate trained on {args.spalm_steps} segments, {lm}): {bits:.4f} bits per token, "
+                          f"mean gate {gate:.3f} (the LM's share)")
                 for threshold in args.exit_threshold:
                     bits, layers = early_exit_bits(model, config.stream("validation"), config, n_segments, threshold)
                     n_layers = config.backbone_options.get("n_layers", "-")

@@ -31,14 +31,23 @@ class Datastore:
     def __len__(self) -> int:
         return self.keys.shape[0]
 
-    def knn_log_probs(self, queries: Tensor, k: int) -> Tensor:
-        """``log p_kNN`` ``[Q, vocab]`` for queries ``[Q, D]`` (``−inf`` for tokens no neighbour holds)."""
+    def search(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The ``k`` nearest keys of queries ``[Q, D]``: their squared distances and indices, each ``[Q, k]``."""
         if not 1 <= k <= len(self):
             raise ValueError(f"k must be in 1..{len(self)} (the datastore size), got {k}")
+        found = [torch.cdist(chunk, self.keys).pow(2).topk(k, dim=-1, largest=False)
+                 for chunk in queries.split(QUERY_CHUNK)]  # each [chunk, N] distances at most
+        return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
+
+    def neighbour_tokens(self, queries: Tensor, k: int) -> Tensor:
+        """``[Q, k]``: the tokens that followed the ``k`` nearest stored contexts of each query."""
+        return self.values[self.search(queries, k)[1]]
+
+    def knn_log_probs(self, queries: Tensor, k: int) -> Tensor:
+        """``log p_kNN`` ``[Q, vocab]`` for queries ``[Q, D]`` (``−inf`` for tokens no neighbour holds)."""
         out = []
         for chunk in queries.split(QUERY_CHUNK):
-            distances = torch.cdist(chunk, self.keys).pow(2)  # [q, N]
-            nearest, index = distances.topk(k, dim=-1, largest=False)
+            nearest, index = self.search(chunk, k)
             scores = torch.full((chunk.shape[0], self.vocab_size), float("-inf"), dtype=chunk.dtype,
                                 device=chunk.device)
             # log Σ over the neighbours holding each token: scatter exp, then log (stable: shift by the max)

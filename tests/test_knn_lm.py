@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from experiments.lm_data import copy_task
-from experiments.lm_workbench import KNNSettings, bits_per_token, build_datastore, build_lm_config
+from experiments.lm_workbench import KNNSettings, bits_per_token, build_datastore
 from policies.knn_lm import Datastore, interpolate, knn_lm_loss
 from policies.lm import MemoryLanguageModel
+from tests.conftest import tiny_copy_lm
 
 
 def test_neighbour_distribution_follows_the_formula():
@@ -56,13 +56,7 @@ def test_retrieval_returns_the_continuation_of_a_stored_context(tmp_path):
     """A datastore of the evaluation text itself, read the same way: each context's nearest key is its
     own (distance 0), so with ``k = 1`` the kNN half puts all its mass on the true next token and
     ``λ = 0.5`` costs at most 1 bit per token, far below the untrained model's ≈ 3 bits."""
-    config = build_lm_config(None, ["data=copy", "backbone=trxl", f"log_dir={tmp_path}", "segment_length=8",
-                                    "batch_size=4", "copy_vocab=8", "copy_tokens=2000", "d_embed=16",
-                                    "backbone_options.d_model=16", "backbone_options.n_heads=2",
-                                    "backbone_options.n_layers=1", "backbone_options.memory_length=8"])
-    torch.manual_seed(0)
-    model = MemoryLanguageModel(8, backbone="trxl", d_embed=16, **config.backbone_options)
-    stream = copy_task(2000, vocab_size=8, distance=config.copy_distance, seed=1)
+    config, model, stream = tiny_copy_lm(tmp_path)
     lm_bits = bits_per_token(model, stream, config, 6)
     datastore = build_datastore(model, stream, config, 6)
     assert len(datastore) == 6 * 8 * 4
