@@ -78,6 +78,13 @@ def key_distances(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
     return queries - torch.arange(n_keys, device=device).view(1, -1)
 
 
+def key_times(clock: Tensor, n_keys: int) -> Tensor:
+    """``[B, T, K]`` episode time of each key of ``[memory; segment]`` for the queries at episode times ``clock``
+    ``[B, T]``: a key ``d`` steps before a query at time ``t`` has time ``t − d`` (below 0 for keys before the
+    episode, above ``t`` for later ones: the memory mask hides both)."""
+    return clock.unsqueeze(-1) - key_distances(clock.shape[1], n_keys, clock.device)
+
+
 class HeadProjections(nn.Module):
     """The projections every multi-head attention shares (Vaswani et al. 2017): queries ``h W_q``,
     keys and values ``h W_k``, ``h W_v`` split into ``H`` heads of width ``d_head``, and the output
@@ -134,7 +141,9 @@ class MultiHeadAttention(HeadProjections):
     uses_episode_time = False
     """whether the attention restricts keys by the queries' episode time through an ``episode_pattern(clock,
     n_keys)`` method (:class:`~policies.fixed_attention.FixedAttention`); the backbone then keeps the episode
-    clock in its state and narrows the mask with it"""
+    clock in its state and narrows the mask with it. The pattern is ``[B, T, K]``, shared by the heads, or
+    ``[B, H, T, K]``, one per head (:class:`~policies.blockwise_attention.BlockwiseAttention`), which makes
+    the mask :meth:`forward` receives per head too"""
 
     @property
     def reach(self) -> int:
@@ -174,7 +183,8 @@ class MultiHeadAttention(HeadProjections):
 
         Args:
             memory_kv: keys and values of the memory, ``[B, H, M, d_head]`` each.
-            mask: ``[B, T, M + T]`` bool, ``True`` where query ``i`` may see key ``j``.
+            mask: ``[B, T, M + T]`` bool, ``True`` where query ``i`` may see key ``j``, or ``[B, H, T, M + T]``
+                per head (an attention with a per-head ``episode_pattern``).
             position_terms: what :meth:`position_terms` returned.
 
         Returns:
@@ -182,11 +192,12 @@ class MultiHeadAttention(HeadProjections):
             ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
         """
         q, k, v = self.segment_qkv(h, memory_kv)
-        return self.merge(self.attend(q, k, v, mask.unsqueeze(1), position_terms)), (k, v)
+        heads_mask = mask if mask.dim() == 4 else mask.unsqueeze(1)
+        return self.merge(self.attend(q, k, v, heads_mask, position_terms)), (k, v)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, position_terms: Tensor | None) -> Tensor:
         """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
-        (``[B, H, N, d_head]``); ``mask`` ``[B, 1, T, K]`` broadcasts over the heads."""
+        (``[B, H, N, d_head]``); ``mask`` ``[B, 1, T, K]`` broadcasts over the heads (``[B, H, T, K]``: per head)."""
         bias = self.score_bias(q, position_terms, k.shape[2])
         key_bias = self.key_bias(q, k)
         if key_bias is not None:

@@ -6,7 +6,7 @@ import math
 
 from torch import Tensor
 
-from policies.attention import MultiHeadAttention, key_distances, register_attention
+from policies.attention import MultiHeadAttention, key_times, register_attention
 
 
 @register_attention("fixed")
@@ -45,9 +45,7 @@ class FixedAttention(MultiHeadAttention):
     def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
         """``[B, T, K]``: which keys of ``[memory; segment]`` the queries at episode times ``clock``
         ``[B, T]`` may see (keys of earlier episodes come out either way; the episode mask hides them)."""
-        distance = key_distances(clock.shape[1], n_keys, clock.device)  # [T, K]
-        query = clock.unsqueeze(-1)  # [B, T, 1]
-        key = query - distance  # [B, T, K] episode time of each key
+        query, key = clock.unsqueeze(-1), key_times(clock, n_keys)  # [B, T, 1], [B, T, K]
         l = self.block_length  # noqa: E741 (the paper's symbol)
         same_block = key.div(l, rounding_mode="floor") == query.div(l, rounding_mode="floor")
         summary = key.remainder(l) >= l - self.summary_width

@@ -74,14 +74,16 @@ class MemoryTransformer(MemoryBackbone):
 
     def _episode_pattern(self, mask: Tensor, clock: Tensor | None) -> Tensor:
         """``mask`` ``[B, T, K]`` narrowed to the attention's episode-time pattern for queries at times
-        ``clock`` ``[B, T]``, when it has one (every depth uses the backbone's one attention scheme)."""
+        ``clock`` ``[B, T]``, when it has one (every depth uses the backbone's one attention scheme); a
+        per-head pattern ``[B, H, T, K]`` gives a per-head mask."""
         attention = self.memory_blocks[0].attn
         if not attention.uses_episode_time:
             return mask
         if clock is None:
             raise ValueError(f"attention {type(attention).__name__} is laid out in episode time, but the state has "
                              "no 'clock'; build states with initial_state")
-        return mask & attention.episode_pattern(clock, mask.shape[-1])
+        pattern = attention.episode_pattern(clock, mask.shape[-1])
+        return (mask.unsqueeze(1) if pattern.dim() == 4 else mask) & pattern
 
     def _inputs(self, x: Tensor, clock: Tensor | None) -> Tensor:
         """The first depth's input: ``E x``, plus the encoding of each step's episode time ``clock``

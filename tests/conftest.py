@@ -51,6 +51,26 @@ def attention_inputs(steps: int, d_model: int, memory_length: int) -> tuple[torc
     return h, memory, attention_mask(valid, starts, M)
 
 
+def inputs_seen_last(backbone: Any, x: torch.Tensor) -> list[int]:
+    """The steps of one episode ``x`` ``[T, 1, input]`` (from a fresh state) whose input, moved by 3, changes the
+    backbone's output at the last step: what an attention pattern lets that step see, and the step itself."""
+    starts = torch.zeros(x.shape[:2], dtype=torch.bool)
+    starts[0] = True
+
+    def last_output(inputs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return backbone.forward_sequence(inputs, backbone.initial_state(1), starts)[0][-1]
+
+    base = last_output(x)
+    moved = []
+    for j in range(x.shape[0]):
+        perturbed = x.clone()
+        perturbed[j] += 3.0
+        if not torch.allclose(last_output(perturbed), base, atol=1e-6):
+            moved.append(j)
+    return moved
+
+
 def tiny_copy_lm(tmp_path: Any) -> tuple[Any, Any, Any]:
     """An untrained one-layer TrXL language model on a copy stream of 2,000 tokens over 8 symbols, read in
     segments of 4 rows × 8 tokens: its workbench config, the model and the stream."""

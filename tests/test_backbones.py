@@ -26,6 +26,12 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
                                          "attention_options": {"encoding": "learned"}}),
     "gtrxl-episode-time": ("gtrxl", {**OPTIONS["gtrxl"], "episode_time": "learned", "max_episode_time": 12}),
     "gtrxl-fixed": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "fixed", "attention_options": {"block_length": 3}}),
+    "gtrxl-image-local": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "image-local",
+                                    "attention_options": {"query_length": 7, "memory_extent": 2}}),
+    "gtrxl-image-local-2d": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "image-local",
+                                       "attention_options": {"width": 4, "memory_rows": 1}}),
+    "gtrxl-blockwise": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "blockwise",
+                                  "attention_options": {"block_length": 2, "shifts": [0, 2]}}),
     "gtrxl-compressive-conv": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "compressive",
                                          "attention_options": {"compression": "conv", "compression_rate": 2}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12}),
@@ -36,9 +42,13 @@ retrieval that keeps one of the older keys (with the default ``top_k`` it keeps 
 Linformer with two projected slots (its default rank, 5, starts as the identity over the 5 distances),
 absolute positions from a learned table, GTrXL with a learned encoding of episode time (12 times,
 the later ones clamped), the fixed pattern with blocks of 3 (so the key M steps before the last query
-of the window test is a summary cell and visible), compressive memory with a learned convolution over blocks of two,
-the linear backbone with Performer features, GTrXL with a chunked feed-forward, and the reversible
-backbone with the Reformer's other two parts (LSH attention, chunked feed-forward)"""
+of the window test is a summary cell and visible), the Image Transformer's 1D local attention with query blocks
+of 7 (the window test's last query, at time 6, ends the first one), its 2D local attention 4 steps wide (each
+step's causal neighbourhood 3 columns wide and one row up, whose top-left key the window of 4 cuts), blockwise
+attention with blocks of 2 and a head two blocks back (empty for the first 4 steps of an episode), compressive
+memory with a learned convolution over blocks of two, the linear backbone with Performer features, GTrXL with a
+chunked feed-forward, and the reversible backbone with the Reformer's other two parts (LSH attention, chunked
+feed-forward)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
 

@@ -9,6 +9,7 @@ import torch
 
 from policies import make_backbone
 from policies.fixed_attention import FixedAttention
+from tests.conftest import inputs_seen_last
 
 
 def paper_pattern(i: int, j: int, l: int, c: int) -> bool:  # noqa: E741 (the paper's symbols)
@@ -44,23 +45,7 @@ def test_the_backbone_sees_exactly_the_pattern():
     torch.manual_seed(0)
     backbone = make_backbone("gtrxl", 3, d_model=16, n_heads=2, n_layers=1, memory_length=9, attention="fixed",
                              attention_options={"block_length": 3})
-    T = 10
-    x = torch.randn(T, 1, 3)
-    starts = torch.zeros(T, 1, dtype=torch.bool)
-    starts[0] = True
-
-    def last_output(inputs: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return backbone.forward_sequence(inputs, backbone.initial_state(1), starts)[0][-1]
-
-    base = last_output(x)
-    seen = []
-    for j in range(T):
-        perturbed = x.clone()
-        perturbed[j] += 3.0
-        if not torch.allclose(last_output(perturbed), base, atol=1e-6):
-            seen.append(j)
-    assert seen == [2, 5, 8, 9]
+    assert inputs_seen_last(backbone, torch.randn(10, 1, 3)) == [2, 5, 8, 9]
 
 
 def test_bad_options_name_the_valid_range():

@@ -29,13 +29,15 @@ OPTION_CASES = {f"gtrxl-{name}": ("gtrxl", {"attention": name}) for name in ATTE
                 if name != BACKBONES["gtrxl"].options()["attention"]} | {
     "gtrxl-knn-top1": ("gtrxl", {"attention": "knn", "attention_options": {"top_k": 1}}),
     "gtrxl-linformer-rank2": ("gtrxl", {"attention": "linformer", "attention_options": {"rank": 2}}),
+    "gtrxl-image-local-2d": ("gtrxl", {"attention": "image-local", "attention_options": {"width": 3}}),
     "linear-favor": ("linear", {"feature_map": "favor", "n_features": 12}),
     "gtrxl-ff-chunks": ("gtrxl", {"ff_chunks": 3}),
     "gtrxl-episode-time": ("gtrxl", {"episode_time": "sinusoidal"}),
     "trxl-rev-reformer": ("trxl-rev", {"attention": "lsh", "ff_chunks": 3})}
 """GTrXL with each registered attention, kNN retrieval that keeps one older key, Linformer with two projected
-slots, Performer features, a chunked feed-forward, an encoding of episode time (the buffer's clocks); the
-reversible backbone with LSH attention and a chunked feed-forward (Reformer)"""
+slots, the Image Transformer's 2D local attention (3 steps wide), Performer features, a chunked feed-forward, an
+encoding of episode time (the buffer's clocks); the reversible backbone with LSH attention and a chunked
+feed-forward (Reformer)"""
 
 
 @pytest.mark.parametrize("backbone", list(BACKBONES) + list(OPTION_CASES))

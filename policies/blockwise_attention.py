@@ -1,0 +1,70 @@
+"""BlockBERT's blockwise attention (Qiu et al. 2020), causal and in episode time, registered as ``blockwise``."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from policies.attention import MultiHeadAttention, key_distances, key_times, register_attention
+
+
+@register_attention("blockwise")
+class BlockwiseAttention(MultiHeadAttention):
+    """Content attention restricted, in each head, to one block of episode time: BlockBERT (Qiu et al. 2020,
+    Sec. 3) cuts the sequence into blocks of ``l = block_length`` steps and gives each head ``h`` a permutation
+    ``π_h`` of the blocks, so that the queries of block ``b`` attend only to the keys of block ``π_h(b)``.
+    Made causal for a stream, the permutations are shifts back, ``π_h(b) = b − s_h``: in head ``h`` a query
+    at episode time ``i`` sees the keys::
+
+        A_h(i) = { j ≤ i : ⌊j / l⌋ = ⌊i / l⌋ − s_h }
+
+    ``s_h = 0`` is the paper's identity permutation (its own block, up to itself), ``s_h ≥ 1`` the whole block
+    ``s_h`` blocks back. ``shifts``: one ``s_h ≥ 0`` per head; default: the first ``⌈H/2⌉`` heads 0, the others
+    1, the paper's split of the heads between the identity and a shifted permutation. ``block_length``:
+    default ``max(1, ⌊(M + 1) / (max_h s_h + 1)⌋)``, the longest block whose farthest key (``(s_h + 1)·l − 1``
+    steps back) the memory window of ``M = max_distance`` steps holds.
+
+    A head whose block has no visible key, early in the episode (block ``⌊i / l⌋ − s_h`` does not exist yet)
+    or when the window cuts it all, reads nothing: its output is zero, not the NaN of a softmax over no key.
+
+    The pattern differs per head (:meth:`episode_pattern` is ``[B, H, T, K]``); as for ``fixed``, ``i`` and
+    ``j`` are **episode times**, so rollout steps and training segments see the same keys (invariant 1). It
+    masks dense scores (no blocked kernel), so it saves no time here.
+    """
+
+    uses_episode_time = True
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+                 block_length: int | None = None, shifts: list[int] | None = None) -> None:
+        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        shifts = [0] * ((n_heads + 1) // 2) + [1] * (n_heads // 2) if shifts is None else list(shifts)
+        if len(shifts) != n_heads:
+            raise ValueError(f"shifts must hold one shift per head ({n_heads} heads), got {len(shifts)}: {shifts}")
+        if min(shifts) < 0:
+            raise ValueError(f"shifts must be >= 0 (blocks back), got {shifts}")
+        if block_length is None:
+            block_length = max(1, (max_distance + 1) // (max(shifts) + 1))
+        if block_length < 1:
+            raise ValueError(f"block_length must be >= 1, got {block_length}")
+        self.block_length = block_length
+        self.register_buffer("shifts", torch.tensor(shifts).view(-1, 1, 1), persistent=False)  # [H, 1, 1]
+
+    @property
+    def reach(self) -> int:
+        return min(self.max_distance, (int(self.shifts.max()) + 1) * self.block_length - 1)
+
+    def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
+        """``[B, H, T, K]``: which keys of ``[memory; segment]`` lie in head ``h``'s block for the queries at
+        episode times ``clock`` ``[B, T]`` (later keys and those of earlier episodes come out either way; the
+        causal episode mask hides them)."""
+        l = self.block_length  # noqa: E741 (the paper's symbol)
+        query_block = clock.div(l, rounding_mode="floor")[:, None, :, None]  # [B, 1, T, 1]
+        key_block = key_times(clock, n_keys).div(l, rounding_mode="floor").unsqueeze(1)  # [B, 1, T, K]
+        return key_block == query_block - self.shifts
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, position_terms: Tensor | None) -> Tensor:
+        """Content attention; a head with no visible key attends to the query's own step (so that no softmax
+        row is empty) and its output is then set to zero."""
+        empty = ~mask.any(dim=-1, keepdim=True)  # [B, H, T, 1]
+        itself = key_distances(q.shape[2], k.shape[2], q.device) == 0
+        return super().attend(q, k, v, mask | (empty & itself), position_terms).masked_fill(empty, 0.0)
