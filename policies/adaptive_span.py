@@ -28,6 +28,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
     the spans that the task does not need.
     """
 
+    complexity = "O(n·S), S the learned span"
+
     aux_loss_coefs = {"span": SPAN_LOSS_COEF}
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:

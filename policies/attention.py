@@ -129,6 +129,10 @@ class MultiHeadAttention(HeadProjections):
     position scheme through :meth:`position_terms`, :meth:`score_bias` and :meth:`content_query`.
     """
 
+    complexity = "O(n²)"
+    """the time its paper claims for a sequence of ``n`` tokens (here every windowed member scores its ``M + T``
+    keys densely and masks them: ``benchmarks/attention_scaling.py``)"""
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, d_head)
         self.max_distance = max_distance

@@ -32,6 +32,8 @@ class BlockwiseAttention(MultiHeadAttention):
     masks dense scores (no blocked kernel), so it saves no time here.
     """
 
+    complexity = "O(n²/b), b blocks"
+
     uses_episode_time = True
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,

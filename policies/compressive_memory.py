@@ -47,6 +47,8 @@ class CompressiveAttention(RelativeMultiHeadAttention):
     the layer inputs, so a slot needs no second projection.
     """
 
+    complexity = "O(n·(n_m + n_cm)), FIFO and compressed slots"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
                  fifo_length: int | None = None, compression_rate: int = DEFAULT_RATE,
                  compression: str = "mean") -> None:

@@ -29,6 +29,8 @@ class FixedAttention(MultiHeadAttention):
     rollout. The memory window still bounds the distance by ``max_distance``.
     """
 
+    complexity = "O(n·√n)"
+
     uses_episode_time = True
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,

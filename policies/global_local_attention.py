@@ -33,6 +33,8 @@ class GlobalLocalAttention(LocalAttention):
     are masked, so the pattern saves no time on a CPU (as ``local``).
     """
 
+    complexity = "O(n·(W + g)), g global tokens"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
                  local_window: int | None = None) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,

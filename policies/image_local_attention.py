@@ -94,6 +94,8 @@ class ImageLocalAttention(MultiHeadAttention):
     (:attr:`reach`). The pattern masks dense scores (no blocked kernel), so it saves no time here.
     """
 
+    complexity = "O(n·(l_q + l_m)), query and memory blocks"
+
     uses_episode_time = True
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,

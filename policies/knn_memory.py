@@ -42,6 +42,8 @@ class KNNMemoryAttention(LocalAttention):
     them from the stored records like every other memory key.
     """
 
+    complexity = "O(n·(W + k)) plus the k-NN search"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
                  local_window: int | None = None, top_k: int = DEFAULT_TOP_K) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,

@@ -58,6 +58,8 @@ class CausalLinearAttention(HeadProjections):
     Returns the output ``[B, T, D]`` and the carry after the segment (that of its last episode).
     """
 
+    complexity = "O(n)"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, feature_map: str = "elu",
                  n_features: int | None = None) -> None:
         super().__init__(d_model, n_heads, d_head)

@@ -50,6 +50,8 @@ class LinformerAttention(MultiHeadAttention):
     ``O((M + 1)(d + k))`` per query and head instead of ``O((M + 1)·k·d)`` for forming ``k̃``, ``ṽ``.
     """
 
+    complexity = "O(n·k), k the projected length"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
                  rank: int | None = None) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)

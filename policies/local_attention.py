@@ -23,6 +23,8 @@ class LocalAttention(RelativeMultiHeadAttention):
     retrieves from the steps beyond the window.
     """
 
+    complexity = "O(n·W), W the window"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
                  local_window: int | None = None) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)

@@ -29,6 +29,8 @@ class LSHAttention(MultiHeadAttention):
     ``n_buckets = 1`` is full shared-QK attention.
     """
 
+    complexity = "O(n log n)"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
                  n_buckets: int = DEFAULT_BUCKETS, n_rounds: int = DEFAULT_ROUNDS) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)

@@ -20,6 +20,8 @@ class StridedAttention(MultiHeadAttention):
     same keys (invariant 1); the memory window still bounds the distance by ``max_distance``.
     """
 
+    complexity = "O(n·√n)"
+
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
         self.stride = max(1, math.ceil(math.sqrt(max_distance)))

@@ -22,4 +22,7 @@ def test_quick_run_has_a_row_per_member_and_length(tmp_path):
     cells = {(row["member"], row["memory_length"]) for row in result["rows"]}
     assert cells == {(member, M) for member in [*ATTENTIONS, "linear backbone"] for M in lengths}
     assert all(math.isfinite(row["ratio_to_reference"]) and row["peak_bytes"] > 0 for row in result["rows"])
-    assert "| `fixed` |" in (tmp_path / "attention_scaling.md").read_text()
+    report = (tmp_path / "attention_scaling.md").read_text()
+    assert "| `fixed` |" in report and "| O(n·√n) |" in report and "| O(n log n) |" in report
+    claims = {entry["member"]: entry["complexity"] for entry in result["summary"]}
+    assert claims["linear backbone"] == "O(n)" and claims["relative"] == "O(n²)" and claims["lsh"] == "O(n log n)"
