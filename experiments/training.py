@@ -128,9 +128,10 @@ def check_same_config(config: RunConfig, saved: Path) -> None:
     Compared: every setting that shapes this run. Not compared: the budget, device and threads,
     where the run is written (``log_dir``: a run directory may be moved or copied into a study),
     and the sections of the other learners and backbones (a task config that gains a section for
-    a new backbone still resumes the runs it already holds).
+    a new backbone still resumes the runs it already holds). A run setting that the saved file lacks
+    was added after the run was made, which behaved as its default does (``precision``: fp32).
     """
-    previous = plain(load_yaml(saved))
+    previous = {**plain(RunConfig().to_dict()), **plain(load_yaml(saved))}
     current = plain(config.to_dict())
     other_sections = (set(ALGOS) | set(BACKBONES)) - {config.algo, config.backbone}
     ignored = {"total_timesteps", "device", "threads", "log_dir"} | other_sections

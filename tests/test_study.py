@@ -121,6 +121,15 @@ def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, ca
     assert train_rl.main([*argv, "--no-report"]) == 0
     assert train_rl.main([*argv, *PARAMS, "lstm.hidden_size=8"]) == 2
     assert "already holds a run of another configuration (differs in: lstm)" in capsys.readouterr().err
+    # a run saved before a setting existed behaved as its default: it is the same configuration, but not
+    # when the default would differ (mutation caught: the saved file read without the defaults)
+    saved = tmp_path / "s" / "TMaze-v0__ppo-lstm__0" / "config.yaml"
+    config = yaml.safe_load(saved.read_text())
+    assert config.pop("precision") == "fp32"
+    saved.write_text(yaml.safe_dump(config))
+    assert train_rl.main([*argv, "--no-report"]) == 0
+    assert train_rl.main([*argv, "--precision", "bf16"]) == 2
+    assert "differs in: precision" in capsys.readouterr().err
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_afresh(tmp_path, monkeypatch):
