@@ -5,6 +5,7 @@ from policies import (  # noqa: F401  (each module registers its attention)
     absolute_attention,
     adaptive_span,
     alibi,
+    bigbird_attention,
     blockwise_attention,
     compressive_memory,
     distance_aware,

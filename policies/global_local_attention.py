@@ -29,7 +29,8 @@ class GlobalLocalAttention(LocalAttention):
     whole sequence) would be summaries of the episode so far; in a stream they must be recomputed at
     every step, at ``G·M`` per step, more than the window's ``M``, and one that persists beyond the
     window is a recurrent state (the ``linear`` and ``lstm`` backbones). So the global steps here are
-    episode steps kept visible, not extra tokens, and BigBird's random blocks are left out. Dense scores
+    episode steps kept visible, not extra tokens (BigBird's fixed choice, with its random blocks, is
+    :mod:`policies.bigbird_attention`). Dense scores
     are masked, so the pattern saves no time on a CPU (as ``local``).
     """
 

@@ -32,6 +32,7 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
                                        "attention_options": {"width": 4, "memory_rows": 1}}),
     "gtrxl-blockwise": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "blockwise",
                                   "attention_options": {"block_length": 2, "shifts": [0, 2]}}),
+    "gtrxl-bigbird": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "bigbird", "attention_options": {"block_length": 3}}),
     "gtrxl-compressive-conv": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "compressive",
                                          "attention_options": {"compression": "conv", "compression_rate": 2}}),
     "linear-favor": ("linear", {**OPTIONS["linear"], "feature_map": "favor", "n_features": 12}),
@@ -45,10 +46,11 @@ the later ones clamped), the fixed pattern with blocks of 3 (so the key M steps 
 of the window test is a summary cell and visible), the Image Transformer's 1D local attention with query blocks
 of 7 (the window test's last query, at time 6, ends the first one), its 2D local attention 4 steps wide (each
 step's causal neighbourhood 3 columns wide and one row up, whose top-left key the window of 4 cuts), blockwise
-attention with blocks of 2 and a head two blocks back (empty for the first 4 steps of an episode), compressive
-memory with a learned convolution over blocks of two, the linear backbone with Performer features, GTrXL with a
-chunked feed-forward, and the reversible backbone with the Reformer's other two parts (LSH attention, chunked
-feed-forward)"""
+attention with blocks of 2 and a head two blocks back (empty for the first 4 steps of an episode), BigBird with
+blocks of 3 (the window test's last query, at time 6, is in block 2, whose two random blocks are then all the
+earlier ones: the key M steps back is visible whatever the draws), compressive memory with a learned convolution
+over blocks of two, the linear backbone with Performer features, GTrXL with a chunked feed-forward, and the
+reversible backbone with the Reformer's other two parts (LSH attention, chunked feed-forward)"""
 ATTENDING = [case for case, (name, _) in CASES.items() if name in TRANSFORMERS]
 
 

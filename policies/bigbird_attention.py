@@ -1,0 +1,107 @@
+"""BigBird's sparse attention (Zaheer et al. 2020), causal and in episode time, registered as ``bigbird``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from policies.attention import MultiHeadAttention, key_times, register_attention
+from policies.local_attention import LOCAL_FRACTION
+
+WORD = 0xFFFFFFFF
+"""the hash works on 32-bit words, kept in int64 tensors (a word times the multiplier stays below 2⁶³)"""
+MULTIPLIER = 0x45D9F3B
+"""the multiplier of the integer hash (a bijection of 32-bit words)"""
+
+
+def mix(x: Tensor) -> Tensor:
+    """An integer hash of the low 32 bits of each element of ``x`` (int64): two xor-shift-multiply rounds and a
+    final xor-shift, a bijection of 32-bit words that spreads every input bit over the output."""
+    x = x & WORD
+    for _ in range(2):
+        x = ((x >> 16) ^ x) * MULTIPLIER & WORD
+    return (x >> 16) ^ x
+
+
+def random_blocks(block: Tensor, r: int, seed: int) -> Tensor:
+    """``[..., r]``: the ``r`` distinct earlier blocks ``R(b) ⊆ {0, …, b − 1}`` that the queries of each block
+    ``b`` of ``block`` (int64, ``b ≥ 0``) see, all of them when ``b ≤ r`` (the slots left over hold −1).
+
+    Floyd's sampling of ``r`` of ``n = b`` items (Bentley & Floyd 1987), one draw per ``k = 0, …, r − 1`` for all
+    blocks at once: with ``j = b − r + k``, draw ``t = mix(mix(r·b + k) ⊕ seed) mod (j + 1)`` and take ``t``, or
+    ``j`` when ``t`` was taken before (``j < 0``: nothing). The draws are a hash of ``(b, k, seed)``, not a random
+    generator's state, so a block's choice is the same in rollouts, training segments and after loading.
+    """
+    chosen = block.new_empty((*block.shape, 0))
+    for k in range(r):
+        j = block - r + k
+        t = mix(mix(r * block + k) ^ seed) % (j + 1).clamp(min=1)
+        taken = chosen.eq(t.unsqueeze(-1)).any(dim=-1)
+        chosen = torch.cat([chosen, torch.where(j < 0, -1, torch.where(taken, j, t)).unsqueeze(-1)], dim=-1)
+    return chosen
+
+
+@register_attention("bigbird")
+class BigBirdAttention(MultiHeadAttention):
+    """Content attention restricted to BigBird's sparse pattern (Zaheer et al. 2020, Sec. 2, the ITC variant),
+    made causal: a query at episode time ``i`` sees key ``j ≤ i`` when ``j ∈ A(i)``::
+
+        A(i) = { j : i − j ≤ W }                        window: the last W steps and itself
+             ∪ { j : j < g }                            global: the episode's first g steps
+             ∪ { j : ⌊j / l⌋ ∈ R(⌊i / l⌋) }             random: r earlier blocks of l steps
+
+    ``W = window`` (default ``max(1, ⌊M/8⌋)``, ``local``'s window, ``M = max_distance``); ``g = global_steps``
+    (default 1); ``l = block_length`` (default ``⌈√M⌉``); ``R(b)``: ``r = random_blocks`` (default 2) distinct
+    blocks among ``0, …, b − 1`` (all of them when ``b ≤ r``), drawn by :func:`random_blocks` from a hash of the
+    block and ``seed`` (default 0). With ``g = r = 0`` it is ``local``'s sliding window.
+
+    Causal adaptation: BigBird-ITC's global tokens attend to every token and every token to them; in a stream a
+    token can only be read by later queries, so the global-to-local direction is left out and the ``g`` global
+    tokens are the episode's first steps, read-only for every later step. The random blocks are earlier blocks
+    only, and a query's own block counts through the window. The paper draws the random blocks per head; here one
+    draw serves all heads.
+
+    As for ``fixed``, ``i`` and ``j`` are the steps' **episode times**, so rollout steps and training segments
+    see the same keys (invariant 1), and the memory window still cuts keys more than ``M`` steps back
+    (:attr:`reach`). The pattern masks dense scores (no block-sparse kernel), so it saves no time here.
+    """
+
+    complexity = "O(n·(W + g + r·l))"
+
+    uses_episode_time = True
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+                 window: int | None = None, global_steps: int = 1, block_length: int | None = None,
+                 random_blocks: int = 2, seed: int = 0) -> None:
+        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        window = max(1, max_distance // LOCAL_FRACTION) if window is None else window
+        block_length = max(1, math.ceil(math.sqrt(max_distance))) if block_length is None else block_length
+        if not 1 <= window <= max_distance:
+            raise ValueError(f"window must be in 1..{max_distance} (the memory length), got {window}")
+        if global_steps < 0:
+            raise ValueError(f"global_steps must be >= 0, got {global_steps}")
+        if block_length < 1:
+            raise ValueError(f"block_length must be >= 1, got {block_length}")
+        if random_blocks < 0:
+            raise ValueError(f"random_blocks must be >= 0, got {random_blocks}")
+        if not 0 <= seed <= WORD:
+            raise ValueError(f"seed must be in 0..{WORD}, got {seed}")
+        self.window, self.global_steps, self.block_length = window, global_steps, block_length
+        self.random_blocks, self.seed = random_blocks, seed
+
+    @property
+    def reach(self) -> int:
+        """``M``: a global step or a random block can lie any number of steps back (``W`` without either)."""
+        return self.max_distance if self.global_steps or self.random_blocks else self.window
+
+    def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
+        """``[B, T, K]``: which keys of ``[memory; segment]`` lie in ``A(i)`` for the queries at episode times
+        ``clock`` ``[B, T]`` (later keys and those of earlier episodes come out either way; the causal episode
+        mask hides them)."""
+        query, key = clock.unsqueeze(-1), key_times(clock, n_keys)  # [B, T, 1], [B, T, K]
+        l = self.block_length  # noqa: E741 (the paper's symbol)
+        chosen = random_blocks(clock.div(l, rounding_mode="floor"), self.random_blocks, self.seed)  # [B, T, r]
+        random = key.div(l, rounding_mode="floor").unsqueeze(-1).eq(chosen.unsqueeze(-2)).any(dim=-1)
+        return (query - key <= self.window) | (key < self.global_steps) | random
