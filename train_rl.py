@@ -52,6 +52,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--eval-freq": ("eval_freq", {"type": int}),
     "--n-eval-episodes": ("n_eval_episodes", {"type": int}),
     "--checkpoint-freq": ("checkpoint_freq", {"type": int}),
+    "--stop-when-solved": ("stop_when_solved", {"type": int}),
 }
 
 

@@ -78,6 +78,9 @@ class RunConfig:
     """save a checkpoint every this many environment steps (0: none)"""
     success_threshold: float = 0.9
     """success rate that counts as solving the task (for summaries)"""
+    stop_when_solved: int = 0
+    """stop training after this many evaluations in a row at success_threshold or above (0: train the
+    whole budget; SB3's StopTrainingOnRewardThreshold, on the success rate)"""
     policy: dict[str, Any] = field(default_factory=dict)
     """policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -215,6 +218,9 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
             raise ConfigError(f"unknown algo {value!r}; valid algos: {', '.join(ALGOS)}")
         if head == "backbone" and value not in BACKBONES:
             raise ConfigError(f"unknown backbone {value!r}; valid backbones: {', '.join(BACKBONES)}")
+        if head == "stop_when_solved" and value < 0:
+            raise ConfigError(f"stop_when_solved={value!r}: expected 0 (never stop early) or a positive number of "
+                              "evaluations")
         if head == "precision" and value not in PRECISIONS:
             raise ConfigError(f"unknown precision {value!r}; valid precisions: {', '.join(PRECISIONS)}")
         setattr(config, head, value)

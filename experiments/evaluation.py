@@ -141,40 +141,59 @@ class RunCallback(BaseCallback):
 
     Frequencies count environment steps (not calls per env, unlike SB3's callbacks). The
     evaluation row of a step is written before its checkpoint; resuming from a checkpoint drops
-    rows newer than it, which the resumed training evaluates again.
+    rows newer than it, which the resumed training evaluates again. With ``stop_when_solved`` = n > 0,
+    training stops after n evaluations in a row with a success rate of at least ``success_threshold``
+    (the streak carries over a resume), and the run ends as at the end of its budget (final model,
+    checkpoint, final evaluation and summary, whose ``stopped_solved`` says so).
     """
 
     def __init__(self, run_dir: Path, eval_env: VecEnv | None, eval_freq: int, n_eval_episodes: int,
-                 checkpoint_freq: int, wall_offset: float = 0.0) -> None:
+                 checkpoint_freq: int, wall_offset: float = 0.0, stop_when_solved: int = 0,
+                 success_threshold: float = 0.9) -> None:
         super().__init__()
         self.run_dir = run_dir
         self.eval_env = eval_env
         self.eval_freq, self.n_eval_episodes, self.checkpoint_freq = eval_freq, n_eval_episodes, checkpoint_freq
+        self.stop_when_solved, self.success_threshold = stop_when_solved, success_threshold
         self.eval_log = EvalLog(run_dir / "evaluations.csv")
         self.checkpoints = run_dir / "checkpoints"
         self.wall_offset = wall_offset
         self.started = time.time()
         self.best_return = -np.inf
+        self.solved_streak = 0
         self._next_eval = self._next_checkpoint = 0
 
     def _on_training_start(self) -> None:
         now = self.num_timesteps
         self._next_eval = _next_multiple(now, self.eval_freq)
         self._next_checkpoint = _next_multiple(now, self.checkpoint_freq)
-        best = [float(r["mean_return"]) for r in self.eval_log.rows()]
-        self.best_return = max(best, default=-np.inf)
+        rows = self.eval_log.rows()
+        self.best_return = max((float(r["mean_return"]) for r in rows), default=-np.inf)
+        self.solved_streak = 0
+        for row in rows:
+            self._count(float(row["success_rate"]) if row.get("success_rate") not in (None, "") else None)
+
+    def _count(self, success_rate: float | None) -> None:
+        """Extend or break the streak of evaluations at the success threshold."""
+        solved = success_rate is not None and success_rate >= self.success_threshold
+        self.solved_streak = self.solved_streak + 1 if solved else 0
+
+    @property
+    def stopped_solved(self) -> bool:
+        """Whether the streak of solved evaluations has reached ``stop_when_solved``."""
+        return 0 < self.stop_when_solved <= self.solved_streak
 
     def wall_seconds(self) -> float:
         return self.wall_offset + time.time() - self.started
 
     def _on_step(self) -> bool:
         if self.eval_env is not None and self.eval_freq and self.num_timesteps >= self._next_eval:
-            self.evaluate()
+            self._count(self.evaluate().success_rate)
             self._next_eval = _next_multiple(self.num_timesteps, self.eval_freq)
         if self.checkpoint_freq and self.num_timesteps >= self._next_checkpoint:
             self.save_checkpoint()
             self._next_checkpoint = _next_multiple(self.num_timesteps, self.checkpoint_freq)
-        return True
+        return not self.stopped_solved
 
     def save_checkpoint(self) -> None:
         self.checkpoints.mkdir(parents=True, exist_ok=True)

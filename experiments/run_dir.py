@@ -141,12 +141,14 @@ class Run:
         """``finished``, ``diverged``, ``failed``, ``interrupted`` or ``new`` (see the module doc).
 
         A finished run whose summary holds a non-finite score counts as diverged; one that stopped
-        short of ``total_timesteps`` (a study extended to more steps) as interrupted.
+        short of ``total_timesteps`` (a study extended to more steps) as interrupted, unless it stopped
+        there because it was solved (``stop_when_solved``).
         """
         if self.summary is not None:
             if not all(math.isfinite(self.summary[k]) for k in ("final_mean_return", "final_std_return")):
                 return DIVERGED
-            if total_timesteps is None or self.summary["env_steps"] >= total_timesteps:
+            if (total_timesteps is None or self.summary["env_steps"] >= total_timesteps
+                    or self.summary.get("stopped_solved")):
                 return FINISHED
         elif self.status is not None and self.status["state"] in UNSUCCESSFUL:
             return self.status["state"]

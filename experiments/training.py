@@ -83,11 +83,12 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         progress = directory / "progress.json"
         wall_offset = json.loads(progress.read_text())["wall_seconds"] if progress.exists() else 0.0
         callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes,
-                               config.checkpoint_freq, wall_offset)
+                               config.checkpoint_freq, wall_offset, config.stop_when_solved, config.success_threshold)
         callback.eval_log.truncate_after(steps)
     else:
         model = build_model(config, env, str(directory))
-        callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq)
+        callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
+                               stop_when_solved=config.stop_when_solved, success_threshold=config.success_threshold)
     model.verbose = verbose
     started, steps_before = time.time(), model.num_timesteps
     remaining = config.total_timesteps - model.num_timesteps
@@ -112,6 +113,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         "wall_seconds": round(wall_offset + elapsed, 2),
         "steps_per_second": round((model.num_timesteps - steps_before) / max(elapsed, 1e-9), 1),
         "resumed_from": None if resumed is None else resumed[1],
+        "stopped_solved": callback.stopped_solved,
         "parameters": int(sum(p.numel() for p in model.policy.parameters())),
         "buffer_bytes_per_step": model.rollout_buffer.bytes_per_step() if remaining > 0 else None,
         "torch_threads": torch.get_num_threads(), "device": str(model.device),
@@ -125,7 +127,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
 def check_same_config(config: RunConfig, saved: Path) -> None:
     """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys).
 
-    Compared: every setting that shapes this run. Not compared: the budget, device and threads,
+    Compared: every setting that shapes this run. Not compared: the budget (and the early stop), device and threads,
     where the run is written (``log_dir``: a run directory may be moved or copied into a study),
     and the sections of the other learners and backbones (a task config that gains a section for
     a new backbone still resumes the runs it already holds). A run setting that the saved file lacks
@@ -134,7 +136,7 @@ def check_same_config(config: RunConfig, saved: Path) -> None:
     previous = {**plain(RunConfig().to_dict()), **plain(load_yaml(saved))}
     current = plain(config.to_dict())
     other_sections = (set(ALGOS) | set(BACKBONES)) - {config.algo, config.backbone}
-    ignored = {"total_timesteps", "device", "threads", "log_dir"} | other_sections
+    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir"} | other_sections
     changed = sorted(k for k in set(previous) | set(current)
                      if k not in ignored and previous.get(k) != current.get(k))
     if changed:

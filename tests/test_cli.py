@@ -42,6 +42,7 @@ TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eva
     (["--config", "configs/missing.yaml"], "config file 'configs/missing.yaml' does not exist"),
     (["-n", "0", "--n-envs", "0"], "n_envs must be >= 1"),
     (["--threads", "-2"], "threads=-2: expected a positive number of threads, or 0 for every core"),
+    (["--stop-when-solved", "-1"], "stop_when_solved=-1: expected 0 (never stop early) or a positive number"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -1,5 +1,6 @@
 """Evaluations score the deterministic and the stochastic policy; the stochastic one leaves the
-training that follows unchanged, and runs logged before its columns resume in their own layout."""
+training that follows unchanged, and runs logged before its columns resume in their own layout.
+``stop_when_solved`` ends a run after a streak of solved evaluations, and the run counts as finished."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 import train_rl
 from agents import MemoryPPO
 from experiments.evaluation import EVAL_COLUMNS, EvalLog
+from experiments.run_dir import FINISHED, Run
 from tests.test_cli import REPO, TINY
 
 
@@ -71,3 +73,17 @@ def test_the_evaluation_modes_benchmark_scores_every_checkpoint_with_both_polici
         assert 0.0 <= row["deterministic_success"] <= 1.0 and 0.0 <= row["stochastic_success"] <= 1.0
         assert 1 <= row["deterministic_length"] <= 1000 and 1 <= row["stochastic_length"] <= 1000
     assert f"| {run.name} | 4 |" in (tmp_path / "modes.md").read_text()
+
+
+def test_stop_when_solved_ends_the_run_after_a_streak_of_solved_evaluations(tmp_path: Path):
+    """With a threshold of 0 every evaluation counts as solved: two in a row stop a 256-step run
+    at 128 steps, whose summary says so and which a study counts as finished, not interrupted."""
+    run = _train(tmp_path / "stopped", "--stop-when-solved", "2", "-p", "success_threshold=0.0")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 128 and summary["stopped_solved"] is True
+    assert [int(r["timesteps"]) for r in csv.DictReader((run / "evaluations.csv").open())] == [64, 128]
+    assert (run / "checkpoints" / "model_128_steps.zip").exists() and (run / "model.zip").exists()
+    assert Run(run).state(256) == FINISHED
+    unsolved = _train(tmp_path / "unsolved", "--stop-when-solved", "2", "-p", "success_threshold=1.01")
+    summary = json.loads((unsolved / "summary.json").read_text())
+    assert summary["env_steps"] == 256 and summary["stopped_solved"] is False
