@@ -81,6 +81,9 @@ class RunConfig:
     stop_when_solved: int = 0
     """stop training after this many evaluations in a row at success_threshold or above (0: train the
     whole budget; SB3's StopTrainingOnRewardThreshold, on the success rate)"""
+    init_from: str = ""
+    """start from the policy weights of a saved model (a run directory or its model.zip), e.g. one trained
+    on an easier version of the task (rl-zoo3's --trained-agent); the architecture must match"""
     policy: dict[str, Any] = field(default_factory=dict)
     """policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)

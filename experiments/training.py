@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stable_baselines3.common.save_util import load_from_zip_file
 
 from agents import ALGOS
 from envs import make_vec_env
@@ -53,6 +54,21 @@ def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
         raise ConfigError(f"cannot build {config.algo} with backbone {config.backbone}: {error}") from error
 
 
+def load_policy_weights(model: Any, source: str) -> None:
+    """Copy the policy weights of the model saved at ``source`` (a run directory or a ``.zip``) into
+    ``model``; the optimizer, schedules and step count start afresh."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / "model.zip"
+    if not path.is_file():
+        raise ConfigError(f"init_from={source!r}: no saved model there (a run directory with model.zip, or a .zip)")
+    _, params, _ = load_from_zip_file(path, device=model.device)
+    try:
+        model.policy.load_state_dict(params["policy"])
+    except RuntimeError as error:
+        raise ConfigError(f"init_from={source!r} holds a policy of another architecture: {error}") from error
+
+
 def torch_threads(threads: int) -> int:
     """The thread count a run uses: ``threads``, or with 0 every core this process may run on."""
     if threads < 0:
@@ -87,6 +103,8 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         callback.eval_log.truncate_after(steps)
     else:
         model = build_model(config, env, str(directory))
+        if config.init_from:
+            load_policy_weights(model, config.init_from)
         callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
                                stop_when_solved=config.stop_when_solved, success_threshold=config.success_threshold)
     model.verbose = verbose

@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import train_rl
+from agents import MemoryPPO
 from experiments.config import ConfigError, algo_defaults, build_config, coerce, parse_value
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,3 +167,23 @@ def test_non_finite_training_exits_3_and_keeps_checkpoints(tmp_path, capsys):
     assert "non-finite" in capsys.readouterr().err
     run = tmp_path / "TMaze-v0__ppo-gtrxl__0"
     assert not (run / "summary.json").exists() and not (run / "model.zip").exists()
+
+
+def test_init_from_starts_from_the_saved_policy_weights(tmp_path, capsys):
+    """With a learning rate of 0 the run keeps the weights it started from: those of the source
+    run (another seed), not a fresh initialisation; a missing or mismatched source exits 2."""
+    assert train_rl.main([*TINY, "-n", "64", "--log-dir", str(tmp_path / "source"), "--threads", "1"]) == 0
+    (source,) = (tmp_path / "source").glob("TMaze-v0__*")
+    argv = [*TINY, "-n", "64", "--seed", "1", "--threads", "1", "-p", "ppo.learning_rate=0.0"]
+    assert train_rl.main([*argv, "--log-dir", str(tmp_path / "warm"), "-p", f"init_from={source}"]) == 0
+    (warm,) = (tmp_path / "warm").glob("TMaze-v0__*")
+    before = MemoryPPO.load(source / "model.zip").policy.state_dict()
+    after = MemoryPPO.load(warm / "model.zip").policy.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert yaml.safe_load((warm / "config.yaml").read_text())["init_from"] == str(source)
+    capsys.readouterr()
+    assert train_rl.main([*argv, "--log-dir", str(tmp_path / "missing"), "-p", f"init_from={tmp_path}/none"]) == 2
+    assert f"init_from='{tmp_path}/none': no saved model there" in capsys.readouterr().err
+    wider = [*argv, "--log-dir", str(tmp_path / "wider"), "-p", f"init_from={source}", "gtrxl.d_model=32"]
+    assert train_rl.main(wider) == 2
+    assert "holds a policy of another architecture" in capsys.readouterr().err
