@@ -4,7 +4,9 @@ For every group of runs (task, learner, backbone) it reports the runs, the final
 (mean ± std over seeds), how many runs solved the task (final success ≥ threshold), the env
 steps and wall seconds at the first evaluation reaching the threshold (median over the runs
 that reached it), how many runs diverged or failed, and the rollout buffer's memory-state bytes
-per stored env step (runs that record it). It reads only the files runs write
+per stored env step (runs that record it). Runs that started from another run's weights
+(``init_from``, a curriculum) also get that run's env steps and wall seconds, so the cost of the
+whole curriculum is in the table. It reads only the files runs write
 (``config.yaml``, ``evaluations.csv``, ``summary.json``, ``status.json``), so studies launched in
 any way can be tabulated; the commands recorded in each study's ``study.yaml`` are copied.
 
@@ -36,6 +38,18 @@ def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:
     return None
 
 
+def warm_start(run: Run) -> tuple[int, float] | None:
+    """Env steps and wall seconds of the run whose weights ``run`` started from (``init_from``), if any."""
+    source = run.config.get("init_from")
+    if not source:
+        return None
+    path = Path(source)
+    summary = Run(path if path.is_dir() else path.parent).summary
+    if summary is None:
+        raise SystemExit(f"{run.directory}: init_from={source!r} has no summary.json to count its cost from")
+    return int(summary["env_steps"]), float(summary["wall_seconds"])
+
+
 def _seed(run: Run) -> int:
     return int(run.config.get("seed", -1))
 
@@ -50,6 +64,7 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
     finals = [run.score(success=True) for run in runs]
     finals = [f for f in finals if f is not None]
     reached = [t for t in (time_to_threshold(run, threshold) for run in runs) if t is not None]
+    warm = [w for w in (warm_start(run) for run in runs) if w is not None]
     outcomes = reliability(runs, success=True, threshold=threshold)
     return {
         "runs": len(runs), "seeds": sorted(_seed(run) for run in runs),
@@ -59,6 +74,8 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
         "reached_threshold": len(reached),
         "median_steps_to_threshold": statistics.median(s for s, _ in reached) if reached else None,
         "median_seconds_to_threshold": statistics.median(w for _, w in reached) if reached else None,
+        "median_warm_start_steps": statistics.median(s for s, _ in warm) if warm else None,
+        "median_warm_start_seconds": statistics.median(w for _, w in warm) if warm else None,
         "diverged_or_failed": outcomes.diverged + outcomes.failed,
         "lowest_after_solving": outcomes.lowest_after_solving,
         "lowest_after_solving_stochastic": outcomes.lowest_after_solving_stochastic,
@@ -90,6 +107,12 @@ def _cell(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _warm_cell(row: dict[str, Any]) -> str:
+    if row.get("median_warm_start_steps") is None:
+        return "—"
+    return f"{row['median_warm_start_steps']:,.0f}, {row['median_warm_start_seconds']:,.0f}"
+
+
 def _per_seed(per_seed: dict[int, dict[str, float | None]]) -> str:
     cells = []
     for seed, outcome in per_seed.items():
@@ -106,23 +129,26 @@ def render(result: dict[str, Any]) -> str:
              f"{result['threshold']}. Steps and seconds to threshold: first evaluation reaching it, median "
              "over the runs that reached it. Lowest after solving: the lowest evaluation of any run after "
              "its first one at the threshold; stochastic: the same for the policy that samples its actions (— where "
-             "the runs predate that evaluation). Per seed: final success (lowest after solving, if it solved).",
+             "the runs predate that evaluation). Warm start: the env steps and wall seconds (median) of the runs "
+             "whose weights these started from (`init_from`), not included in the columns to threshold. Per seed: "
+             "final success (lowest after solving, if it solved).",
              ""]
     commands = [f"- `{c['command']}` ({c['time']})" for c in result["study_commands"]]
     commands += [f"- `{c}`" for c in result["produced_by"]]
     if commands:
         lines += ["Commands that produced the runs:", "", *commands, ""]
     lines += ["| task | learner | backbone | runs | final success (mean ± std) | solved | env steps to threshold |"
-              " wall s to threshold | diverged/failed | lowest after solving | lowest after solving, stochastic |"
-              " buffer bytes/step | per seed |",
-              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              " wall s to threshold | warm start (steps, s) | diverged/failed | lowest after solving |"
+              " lowest after solving, stochastic | buffer bytes/step | per seed |",
+              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in result["rows"]:
         success = ("—" if row["final_success_mean"] is None
                    else f"{row['final_success_mean']:.2f} ± {row['final_success_std']:.2f}")
         runs = f"{row['runs']} (`{row['source']}`)" if row.get("source") else row["runs"]
         lines.append(f"| {row['task']} | {row['algo']} | {row['backbone']} | {runs} | {success} | "
                      f"{row['solved']}/{row['runs']} | {_cell(row['median_steps_to_threshold'], 0)} | "
-                     f"{_cell(row['median_seconds_to_threshold'], 0)} | {row['diverged_or_failed']} | "
+                     f"{_cell(row['median_seconds_to_threshold'], 0)} | {_warm_cell(row)} | "
+                     f"{row['diverged_or_failed']} | "
                      f"{_cell(row['lowest_after_solving'])} | {_cell(row.get('lowest_after_solving_stochastic'))} | "
                      f"{_cell(row.get('buffer_bytes_per_step'), 0)} | "
                      f"{_per_seed(row['per_seed'])} |")

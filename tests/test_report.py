@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ import train_rl
 from experiments import stats
 from experiments.evaluation import EVAL_COLUMNS
 from experiments.report import Study, build_report
+from tests.test_cli import REPO
 
 REPS = 300
 
@@ -241,3 +244,21 @@ def test_the_stochastic_policy_has_its_own_lowest_after_solving(tmp_path: Path):
         0.47, 0.81)
     assert (reliability["lstm"].lowest_after_solving, reliability["lstm"].lowest_after_solving_stochastic) == (
         0.6, None)
+
+
+def test_the_learning_table_counts_the_cost_of_a_curriculum(tmp_path: Path):
+    """A run started from another run's weights (``init_from``) gets that run's steps and seconds
+    in the warm-start column; a run without one gets a dash."""
+    source = fake_run(tmp_path / "short", "gtrxl", 1, 1.0, curve=[0.5, 1.0], every=3000)
+    warm = fake_run(tmp_path / "long", "gtrxl", 1, 1.0, curve=[0.2, 0.95], env_kwargs={"length": 50})
+    config = yaml.safe_load((warm / "config.yaml").read_text())
+    (warm / "config.yaml").write_text(yaml.safe_dump({**config, "init_from": str(source)}))
+    command = [sys.executable, "benchmarks/learning_table.py", "--name", "curriculum", "--out", str(tmp_path),
+               str(tmp_path / "short"), str(tmp_path / "long")]
+    subprocess.run(command, check=True, cwd=REPO, capture_output=True)
+    rows = {row["task"]: row for row in json.loads((tmp_path / "curriculum.json").read_text())["rows"]}
+    assert rows["TMaze-v0 (length=50)"]["median_warm_start_steps"] == 6000
+    assert rows["TMaze-v0 (length=50)"]["median_warm_start_seconds"] == 10.0
+    assert rows["TMaze-v0 (length=10)"]["median_warm_start_steps"] is None
+    table = (tmp_path / "curriculum.md").read_text()
+    assert "| 6,000, 10 |" in table and "| — |" in table
