@@ -2,16 +2,17 @@
 with the kNN retrieval of its attention on and switched off.
 
 A policy trained on one corridor length L is scored (deterministic, as in training's evaluations)
-on every length of ``--lengths``, on fresh episodes, with its own memory length or, with
-``--memory-length``, a longer store around the same weights. ``without retrieval`` repeats it with the
-gate of every ``knn`` attention at ``g = 0`` (:class:`policies.knn_memory.KNNMemoryAttention`:
-the output is then the local attention's alone), the ablation that says whether the cue came back
-through retrieval or through the local window. Runs without a ``knn`` attention get only the first.
+on every length of ``--lengths``, on fresh episodes, with its own memory or, with ``--store-length``,
+the ``knn`` and ``compressive`` members with a longer store around the same weights. ``without
+retrieval`` repeats it with the gate of every ``knn`` attention at ``g = 0``
+(:class:`policies.knn_memory.KNNMemoryAttention`: the output is then the local attention's alone), the
+ablation that says whether the cue came back through retrieval or through the local window. Runs
+without a ``knn`` attention get only the first.
 
 Usage::
 
     .venv/bin/python benchmarks/length_transfer.py --name length_transfer_knn /work/runs/t100_knn \\
-        /work/runs/t500_knn_from100 --lengths 100 500 1000
+        --lengths 100 500 1000 --store-length 1024
 """
 
 from __future__ import annotations
@@ -51,22 +52,29 @@ def success(run: Run, model: Any, length: int, episodes: int) -> float | None:
     return result.success_rate
 
 
-def load(run: Run, memory_length: int | None) -> Any:
-    """The run's final model; with ``memory_length``, rebuilt with a memory (the kNN store) of that many
+STORE_MEMBERS = ("knn", "compressive")
+"""attentions whose ``memory_length`` is a store behind a fixed local window (``local_window``,
+``fifo_length``), so a longer store reaches further without changing what is seen step by step"""
+
+
+def load(run: Run, store_length: int | None) -> Any:
+    """The run's final model; with ``store_length`` and a store member, rebuilt with a store of that many
     steps around the same weights (no parameter's shape depends on it)."""
     algo = ALGOS[run.config["algo"]]
     model = algo.load(run.directory / "model.zip", device="cpu")
-    if memory_length is None:
+    backbone = model.policy_kwargs["backbone_kwargs"]
+    if store_length is None or backbone.get("attention") not in STORE_MEMBERS:
         return model
-    kwargs = {**model.policy_kwargs}
-    kwargs["backbone_kwargs"] = {**kwargs["backbone_kwargs"], "memory_length": memory_length}
+    kwargs = {**model.policy_kwargs, "backbone_kwargs": {**backbone, "memory_length": store_length}}
     return algo.load(run.directory / "model.zip", device="cpu", custom_objects={"policy_kwargs": kwargs})
 
 
-def transfer(run: Run, lengths: list[int], episodes: int, memory_length: int | None) -> dict[str, Any]:
-    model = load(run, memory_length)
+def transfer(run: Run, lengths: list[int], episodes: int, store_length: int | None) -> dict[str, Any]:
+    model = load(run, store_length)
+    backbone = model.policy_kwargs["backbone_kwargs"]
     row: dict[str, Any] = {"run": str(run.directory), "seed": int(run.config["seed"]),
-                           "memory_length": model.policy_kwargs["backbone_kwargs"].get("memory_length"),
+                           "member": backbone.get("attention") or run.config["backbone"],
+                           "memory_length": backbone.get("memory_length"),
                            "trained_length": int(run.config["env_kwargs"]["length"]),
                            "env_steps": run.timesteps(), "init_from": run.config.get("init_from") or None,
                            "with_retrieval": {length: success(run, model, length, episodes) for length in lengths}}
@@ -87,14 +95,15 @@ def render(result: dict[str, Any]) -> str:
     lines = [*heading("Length transfer on T-Maze", result), machine_line(result), "",
              f"The final model of each run, {result['episodes']} fresh episodes per length, deterministic "
              "policy (success rate). Without retrieval: every `knn` gate at g = 0 (local attention only).", "",
-             f"| run | trained on L | env steps | started from | memory (store) | policy | {columns} |",
-             "|---|---:|---:|---|---:|---|" + "---:|" * len(lengths)]
+             f"| run | member | trained on L | env steps | started from | memory (store) | policy | {columns} |",
+             "|---|---|---:|---:|---|---:|---|" + "---:|" * len(lengths)]
     for row in result["runs"]:
         start = row["init_from"] or "scratch"
-        lines.append(f"| {row['run']} | {row['trained_length']} | {row['env_steps']:,} | {start} | "
-                     f"{row['memory_length']} | as trained | {_cells(row['with_retrieval'], lengths)} |")
+        memory = "—" if row["memory_length"] is None else row["memory_length"]
+        lines.append(f"| {row['run']} | {row['member']} | {row['trained_length']} | {row['env_steps']:,} | {start} | "
+                     f"{memory} | as trained | {_cells(row['with_retrieval'], lengths)} |")
         if "without_retrieval" in row:
-            lines.append(f"| | | | | | without retrieval | {_cells(row['without_retrieval'], lengths)} |")
+            lines.append(f"| | | | | | | without retrieval | {_cells(row['without_retrieval'], lengths)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -102,15 +111,15 @@ def main() -> None:
     parser = run_directories_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", required=True, help="corridor lengths to evaluate on")
     parser.add_argument("--episodes", type=int, default=64, help="episodes per run and length")
-    parser.add_argument("--memory-length", type=int, help="evaluate with a memory (kNN store) of this many steps "
-                        "(default: the run's own)")
+    parser.add_argument("--store-length", type=int, help="evaluate knn and compressive members with a store of "
+                        "this many steps (default: the run's own; other members keep their own memory)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs = [run for directory in args.directories for run in find_runs(directory) if run.summary is not None]
     result = {**provenance(), "machine": machine_info(), "episodes": args.episodes, "lengths": args.lengths,
-              "memory_length": args.memory_length,
-              "runs": [transfer(run, args.lengths, args.episodes, args.memory_length) for run in runs]}
+              "store_length": args.store_length,
+              "runs": [transfer(run, args.lengths, args.episodes, args.store_length) for run in runs]}
     write_results(args.name, result, render, args.out)
 
 
