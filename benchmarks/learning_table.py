@@ -27,7 +27,7 @@ import numpy as np
 from common import heading, machine_info, provenance, run_directories_parser, write_results
 
 from experiments.report import reliability
-from experiments.run_dir import Run, find_runs, read_study_record, task_label
+from experiments.run_dir import INTERRUPTED, Run, find_runs, read_study_record, task_label
 
 
 def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:
@@ -60,6 +60,14 @@ def _median_summary(runs: list[Run], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _stopped(run: Run) -> dict[str, Any]:
+    """For a run stopped before its budget (interrupted, no summary): where, and its last evaluation."""
+    if run.state() != INTERRUPTED:
+        return {}
+    _, values = run.curve(True)
+    return {"stopped_at": run.timesteps(), "last_evaluation": float(values[-1]) if values.size else None}
+
+
 def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
     finals = [run.score(success=True) for run in runs]
     finals = [f for f in finals if f is not None]
@@ -80,7 +88,8 @@ def summarise(runs: list[Run], threshold: float) -> dict[str, Any]:
         "lowest_after_solving": outcomes.lowest_after_solving,
         "lowest_after_solving_stochastic": outcomes.lowest_after_solving_stochastic,
         "per_seed": {_seed(run): {"final": run.score(success=True),
-                                  "lowest_after_solving": run.lowest_after_solving(True, threshold)}
+                                  "lowest_after_solving": run.lowest_after_solving(True, threshold),
+                                  **_stopped(run)}
                      for run in sorted(runs, key=_seed)},
         "env_steps": sorted({run.timesteps() for run in runs}),
         "buffer_bytes_per_step": _median_summary(runs, "buffer_bytes_per_step"),
@@ -117,6 +126,8 @@ def _per_seed(per_seed: dict[int, dict[str, float | None]]) -> str:
     cells = []
     for seed, outcome in per_seed.items():
         cell = f"{seed}: {_cell(outcome['final'])}"
+        if "stopped_at" in outcome:
+            cell = f"{seed}: stopped at {outcome['stopped_at']:,} (last {_cell(outcome['last_evaluation'])})"
         if outcome["lowest_after_solving"] is not None:
             cell += f" ({_cell(outcome['lowest_after_solving'])})"
         cells.append(cell)
@@ -131,7 +142,8 @@ def render(result: dict[str, Any]) -> str:
              "its first one at the threshold; stochastic: the same for the policy that samples its actions (— where "
              "the runs predate that evaluation). Warm start: the env steps and wall seconds (median) of the runs "
              "whose weights these started from (`init_from`), not included in the columns to threshold. Per seed: "
-             "final success (lowest after solving, if it solved).",
+             "final success (lowest after solving, if it solved); a run stopped before its budget: where, and its last "
+             "evaluation.",
              ""]
     commands = [f"- `{c['command']}` ({c['time']})" for c in result["study_commands"]]
     commands += [f"- `{c}`" for c in result["produced_by"]]

@@ -248,11 +248,15 @@ def test_the_stochastic_policy_has_its_own_lowest_after_solving(tmp_path: Path):
 
 def test_the_learning_table_counts_the_cost_of_a_curriculum(tmp_path: Path):
     """A run started from another run's weights (``init_from``) gets that run's steps and seconds
-    in the warm-start column; a run without one gets a dash."""
+    in the warm-start column; a run without one gets a dash; a run stopped before its budget shows
+    where, and its last evaluation."""
     source = fake_run(tmp_path / "short", "gtrxl", 1, 1.0, curve=[0.5, 1.0], every=3000)
     warm = fake_run(tmp_path / "long", "gtrxl", 1, 1.0, curve=[0.2, 0.95], env_kwargs={"length": 50})
     config = yaml.safe_load((warm / "config.yaml").read_text())
     (warm / "config.yaml").write_text(yaml.safe_dump({**config, "init_from": str(source)}))
+    stopped = fake_run(tmp_path / "long", "gtrxl", 2, None, state="interrupted", curve=[0.2, 0.5],
+                       env_kwargs={"length": 50})
+    (stopped / "progress.json").write_text(json.dumps({"timesteps": 200, "wall_seconds": 2.0}))
     command = [sys.executable, "benchmarks/learning_table.py", "--name", "curriculum", "--out", str(tmp_path),
                str(tmp_path / "short"), str(tmp_path / "long")]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
@@ -262,3 +266,4 @@ def test_the_learning_table_counts_the_cost_of_a_curriculum(tmp_path: Path):
     assert rows["TMaze-v0 (length=10)"]["median_warm_start_steps"] is None
     table = (tmp_path / "curriculum.md").read_text()
     assert "| 6,000, 10 |" in table and "| — |" in table
+    assert "2: stopped at 200 (last 0.50)" in table
