@@ -16,12 +16,19 @@ DEFAULT_TOP_K = 8
 
 def top_k_keys(scores: Tensor, allowed: Tensor, k: int) -> Tensor:
     """The ``k`` allowed keys with the highest scores in every row of ``scores`` ``[..., K]`` (all
-    allowed keys when there are at most ``k``; equal scores at the ``k``-th place are all kept)."""
+    allowed keys when there are at most ``k``).
+
+    Exactly ``k``: equal scores are ranked by their place on the key axis, older first (a stable sort),
+    so a run of identical keys cannot flood the retrieval. In T-Maze every corridor step stores the
+    same record; keeping all the keys tied at the ``k``-th place dilutes the one key that differs, the
+    cue, in proportion to the corridor's length (README, "Train short, recall long").
+    """
     if k >= scores.shape[-1]:
         return allowed
     masked = scores.detach().masked_fill(~allowed, float("-inf"))
-    kth = masked.topk(k, dim=-1).values[..., -1:]
-    return allowed & (masked >= kth)
+    best = masked.sort(dim=-1, descending=True, stable=True).indices[..., :k]
+    chosen = torch.zeros(masked.shape, dtype=torch.bool, device=masked.device).scatter_(-1, best, True)
+    return allowed & chosen
 
 
 @register_attention("knn")

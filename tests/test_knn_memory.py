@@ -119,6 +119,40 @@ def test_top_k_keeps_the_k_best_allowed_keys(k):
         assert sorted(row_scores[row_kept].tolist(), reverse=True) == best
 
 
+def test_top_k_ranks_tied_keys_by_their_place_and_keeps_exactly_k():
+    """Among equal scores the older keys win, and never more than ``k`` are kept (mutation caught:
+    keeping every key tied at the ``k``-th place)."""
+    scores = torch.tensor([[0.5, 0.5, 2.0, 0.5, 0.5, 0.5]])
+    allowed = torch.tensor([[True, True, True, True, False, True]])
+    assert top_k_keys(scores, allowed, 3).tolist() == [[True, True, True, False, False, False]]
+    assert top_k_keys(scores, allowed, 5).tolist() == [[True, True, True, True, False, True]]
+
+
+def test_retrieval_does_not_depend_on_how_many_identical_older_records_there_are():
+    """One distinct record (the cue) and a run of identical ones beyond the local window: with ``g = 1``
+    the output of the last query is the same for a run of 3 and of 30 (the T-Maze corridor), as long as
+    the cue is among the ``k`` best. Keeping every tied key would average over the whole run."""
+    torch.manual_seed(3)
+    cue, corridor = torch.randn(1, 1, D, dtype=torch.float64), torch.randn(1, 1, D, dtype=torch.float64)
+    outputs = []
+    for run in (3, 30):
+        attn = KNNMemoryAttention(D, H, DH, max_distance=run + 1 + WINDOW, local_window=WINDOW, top_k=2).double()
+        torch.manual_seed(0)
+        for parameter in attn.parameters():
+            parameter.data.copy_(torch.randn_like(parameter))
+        with torch.no_grad():
+            attn.gate_logit.fill_(float("inf"))
+            attn.queries = lambda h, attn=attn: attn.keys_values(cue.expand_as(h))[0]  # the query looks for the cue
+        memory = torch.cat([cue, corridor.expand(1, run + WINDOW, D)], dim=1)
+        h = corridor.clone()
+        valid = torch.ones(1, run + 1 + WINDOW, dtype=torch.bool)
+        mask = attention_mask(valid, torch.zeros(1, 1, dtype=torch.bool), run + 1 + WINDOW)
+        with torch.no_grad():
+            out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
+        outputs.append(out)
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-12, rtol=0)
+
+
 def test_bad_options_name_the_valid_range():
     with pytest.raises(ValueError, match="local_window must be in 1..6.*got 7"):
         KNNMemoryAttention(D, H, DH, max_distance=M, local_window=7)
