@@ -42,10 +42,12 @@ def switch_off_retrieval(policy: torch.nn.Module) -> int:
     return len(layers)
 
 
-def success(run: Run, model: Any, length: int, episodes: int) -> float | None:
+def success(run: Run, model: Any, length: int, episodes: int, envs: int | None = None) -> float | None:
+    """Deterministic success rate over ``episodes`` on a corridor of ``length``, with ``envs`` parallel
+    copies (default: the run's ``n_eval_envs``)."""
     config = run.config
     seed = int(config["seed"]) + EVAL_SEED_OFFSET + EPISODE_SEED_OFFSET
-    env = make_vec_env(config["env"], int(config.get("n_eval_envs", 4)), seed,
+    env = make_vec_env(config["env"], envs or int(config.get("n_eval_envs", 4)), seed,
                        **{**config.get("env_kwargs", {}), "length": length})
     result = evaluate(model, env, episodes)
     env.close()
@@ -69,7 +71,8 @@ def load(run: Run, store_length: int | None) -> Any:
     return algo.load(run.directory / "model.zip", device="cpu", custom_objects={"policy_kwargs": kwargs})
 
 
-def transfer(run: Run, lengths: list[int], episodes: int, store_length: int | None) -> dict[str, Any]:
+def transfer(run: Run, lengths: list[int], episodes: int, store_length: int | None,
+             envs: int | None = None) -> dict[str, Any]:
     model = load(run, store_length)
     backbone = model.policy_kwargs["backbone_kwargs"]
     row: dict[str, Any] = {"run": str(run.directory), "seed": int(run.config["seed"]),
@@ -77,9 +80,9 @@ def transfer(run: Run, lengths: list[int], episodes: int, store_length: int | No
                            "memory_length": backbone.get("memory_length"),
                            "trained_length": int(run.config["env_kwargs"]["length"]),
                            "env_steps": run.timesteps(), "init_from": run.config.get("init_from") or None,
-                           "with_retrieval": {length: success(run, model, length, episodes) for length in lengths}}
+                           "with_retrieval": {n: success(run, model, n, episodes, envs) for n in lengths}}
     if switch_off_retrieval(model.policy):
-        row["without_retrieval"] = {length: success(run, model, length, episodes) for length in lengths}
+        row["without_retrieval"] = {n: success(run, model, n, episodes, envs) for n in lengths}
     return row
 
 
@@ -113,13 +116,15 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64, help="episodes per run and length")
     parser.add_argument("--store-length", type=int, help="evaluate knn and compressive members with a store of "
                         "this many steps (default: the run's own; other members keep their own memory)")
+    parser.add_argument("--envs", type=int, help="parallel env copies per evaluation (default: the run's n_eval_envs)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs = [run for directory in args.directories for run in find_runs(directory) if run.summary is not None]
     result = {**provenance(), "machine": machine_info(), "episodes": args.episodes, "lengths": args.lengths,
               "store_length": args.store_length,
-              "runs": [transfer(run, args.lengths, args.episodes, args.store_length) for run in runs]}
+              "envs": args.envs,
+              "runs": [transfer(run, args.lengths, args.episodes, args.store_length, args.envs) for run in runs]}
     write_results(args.name, result, render, args.out)
 
 

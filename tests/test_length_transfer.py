@@ -27,7 +27,7 @@ def test_length_transfer_scores_every_length_with_and_without_retrieval(tmp_path
     gates = [m.gate() for m in model.policy.modules() if hasattr(m, "gate_logit")]
     assert all(torch.equal(g, torch.zeros_like(g)) for g in gates)
     command = [sys.executable, "benchmarks/length_transfer.py", "--name", "transfer", "--out", str(tmp_path),
-               str(run), "--lengths", "3", "6", "--episodes", "4", "--store-length", "8"]
+               str(run), "--lengths", "3", "6", "--episodes", "4", "--store-length", "8", "--envs", "2"]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
     (row,) = json.loads((tmp_path / "transfer.json").read_text())["runs"]
     assert row["trained_length"] == 3 and row["memory_length"] == 8 and row["member"] == "knn"
