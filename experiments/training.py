@@ -98,15 +98,14 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         model.tensorboard_log = str(directory)
         progress = directory / "progress.json"
         wall_offset = json.loads(progress.read_text())["wall_seconds"] if progress.exists() else 0.0
-        callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes,
-                               config.checkpoint_freq, wall_offset, config.stop_when_solved, config.success_threshold)
-        callback.eval_log.truncate_after(steps)
     else:
         model = build_model(config, env, str(directory))
         if config.init_from:
             load_policy_weights(model, config.init_from)
-        callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
-                               stop_when_solved=config.stop_when_solved, success_threshold=config.success_threshold)
+    callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
+                           wall_offset, config.stop_when_solved, config.success_threshold)
+    if resumed is not None:
+        callback.eval_log.truncate_after(steps)
     model.verbose = verbose
     started, steps_before = time.time(), model.num_timesteps
     remaining = config.total_timesteps - model.num_timesteps
