@@ -79,6 +79,7 @@ def contenders(s: Settings) -> dict[str, Callable[[], Any]]:
                                  **common, policy_kwargs={"backbone": backbone, "backbone_kwargs": options})
 
     transformer = {"d_model": s.hidden, "n_heads": 4, "memory_length": s.memory_length}
+    small = {**transformer, "d_model": s.hidden // 2}
     return {
         "RecurrentPPO lstm": lambda: RecurrentPPO("MlpLstmPolicy", env(), **common,
                                                   policy_kwargs={"lstm_hidden_size": s.hidden}),
@@ -87,6 +88,10 @@ def contenders(s: Settings) -> dict[str, Callable[[], Any]]:
         "MemoryPPO gtrxl 2 layers": memory_ppo("gtrxl", n_layers=2, **transformer),
         "MemoryPPO gtrxl 1 layer, bf16": memory_ppo("gtrxl", "bf16", n_layers=1, **transformer),
         "MemoryPPO gtrxl 2 layers, bf16": memory_ppo("gtrxl", "bf16", n_layers=2, **transformer),
+        # the sizes of the tuned configs (T-Maze-100: 1 layer, MiniGrid-MemoryS9: 2 layers), whose parameters
+        # are those of RecurrentPPO's two LSTMs give or take half
+        "MemoryPPO gtrxl 1 layer, d_model 64": memory_ppo("gtrxl", n_layers=1, **small),
+        "MemoryPPO gtrxl 2 layers, d_model 64": memory_ppo("gtrxl", n_layers=2, **small),
     }
 
 
@@ -94,7 +99,9 @@ def measure(models: dict[str, Any], s: Settings) -> dict[str, dict[str, Any]]:
     steps = s.rollouts * s.n_steps * s.n_envs
     for model in models.values():  # warm-up: one rollout and update each
         model.learn(s.n_steps * s.n_envs)
-    results: dict[str, dict[str, Any]] = {name: {"steps_per_second": [], "collect_share": []} for name in models}
+    results: dict[str, dict[str, Any]] = {
+        name: {"steps_per_second": [], "collect_share": [],
+               "parameters": sum(p.numel() for p in model.policy.parameters())} for name, model in models.items()}
     for round_ in range(s.rounds):
         for name, model in models.items():
             timer = PhaseTimer()
@@ -155,12 +162,14 @@ def render(result: dict[str, Any]) -> str:
         f"critic LSTMs); MemoryPPO shares its backbone; `bf16`: the update's forward pass under bfloat16 autocast "
         f"(`precision`). Each cell: median over {s['rounds']} interleaved rounds "
         f"of `learn` over {s['rollouts']} rollouts; ratio = median of per-round ratios to RecurrentPPO (range).",
-        "", "| learner | env steps/s | × RecurrentPPO | per-round range | share collecting |",
-        "|---|---:|---:|---|---:|",
+        "", "| learner | parameters | env steps/s | × RecurrentPPO | per-round range | share collecting |",
+        "|---|---:|---:|---:|---|---:|",
     ]
     for name, r in result["throughput"].items():
-        lines.append(f"| {name} | {r['median_steps_per_second']:,.0f} | {r['ratio_to_recurrent_ppo']:.2f} | "
-                     f"{r['ratio_range'][0]:.2f}–{r['ratio_range'][1]:.2f} | {r['median_collect_share']:.0%} |")
+        parameters = f"{r['parameters']:,}" if "parameters" in r else "—"
+        lines.append(f"| {name} | {parameters} | {r['median_steps_per_second']:,.0f} | "
+                     f"{r['ratio_to_recurrent_ppo']:.2f} | {r['ratio_range'][0]:.2f}–{r['ratio_range'][1]:.2f} | "
+                     f"{r['median_collect_share']:.0%} |")
     lines += ["", "## Buffer bytes per stored env step (memory state only)", "",
               "RecurrentPPO stores four LSTM state arrays (h, c of actor and critic) per step. MemoryPPO stores "
               "one record per step (Transformers: the input of every layer; here 2 layers, d_model "

@@ -31,6 +31,7 @@ from common import heading, machine_info, machine_line, provenance, write_result
 
 from agents import MemoryPPO
 from envs import make_vec_env
+from policies import memory
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Settings:
     orders: tuple[str, ...] = ("shuffled", "by-env")
     rounds: int = 5
     threads: int = 1
+    min_share: float = memory.SHARED_RECORDS_MIN
 
 
 def learner(s: Settings, n_layers: int, segment_length: int, order: str) -> MemoryPPO:
@@ -102,7 +104,9 @@ def render(result: dict[str, Any]) -> str:
         f"GTrXL (d_model {s['d_model']}, memory {s['memory_length']}) on `{s['env']}` (length {s['length']}), "
         f"{s['n_envs']} envs × {s['n_steps']} steps, batch {s['batch_size']}, {s['n_epochs']} epoch(s). "
         f"Each cell: median over {s['rounds']} interleaved rounds of one `train()`; speed-up = median "
-        "of per-round ratios (range).", "",
+        "of per-round ratios (range). Records are shared when a minibatch's windows hold at least "
+        f"{s.get('min_share', 6.0):g} slots per distinct record (`SHARED_RECORDS_MIN`; 0: always); below that "
+        "both modes project every window.", "",
         "| layers | segment length T | minibatch order | per-window projection s | records projected once s "
         "| speed-up | range |",
         "|---:|---:|---|---:|---:|---:|---|",
@@ -117,16 +121,22 @@ def render(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: small rollout, one round")
+    parser.add_argument("--d-model", type=int, default=Settings.d_model, help="GTrXL width")
+    parser.add_argument("--min-share", type=float, default=Settings.min_share,
+                        help="window slots per distinct record from which records are shared "
+                             "(policies.memory.SHARED_RECORDS_MIN; 0: always, to time sharing where it is off)")
+    parser.add_argument("--name", default="update_cost", help="results file name")
     args = parser.parse_args()
-    settings = Settings()
+    settings = Settings(d_model=args.d_model, min_share=args.min_share)
     if args.quick:
         settings = Settings(n_steps=16, batch_size=64, rounds=1, segment_lengths=(1, 4), layers=(1,),
-                            orders=("by-env",))
+                            orders=("by-env",), d_model=args.d_model, min_share=args.min_share)
     torch.set_num_threads(settings.threads)
+    memory.SHARED_RECORDS_MIN = settings.min_share
     result: dict[str, Any] = {**provenance(), "machine": machine_info(), "settings": asdict(settings)}
     result["cells"] = measure(settings)
     if not args.quick:
-        write_results("update_cost", result, render)
+        write_results(args.name, result, render)
     else:
         print(render({**result, "machine": {**result["machine"], "load_average_at_end": [0, 0, 0]}}))
 

@@ -19,13 +19,45 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-KeysValues = tuple[Tensor, Tensor]
+
+class SharedRecords(NamedTuple):
+    """The keys (or values) of a minibatch's distinct memory records and where they sit in its windows
+    (:func:`policies.memory.shared_windows`): ``table`` ``[R, H, d_head]`` holds them once per record, and
+    window ``n``'s slot ``m`` holds ``table[slots[n, m]]`` (``slots`` ``[N, M]``)."""
+
+    table: Tensor
+    slots: Tensor
+
+    def windows(self) -> Tensor:
+        """The windows' keys (or values), ``[N, H, M, d_head]``."""
+        return self.table[self.slots].transpose(1, 2)
+
+
+KeysValues = tuple[Tensor | SharedRecords, Tensor | SharedRecords]
+"""Keys and values ``[B, H, N, d_head]`` each; a memory's may be :class:`SharedRecords` (an update's minibatch)."""
+
+
+def join_memory(memory: Tensor | SharedRecords, segment: Tensor) -> Tensor:
+    """The keys (or values) of ``[memory; segment]``, ``[B, H, M + T, d_head]``, from the memory's ``[B, H, M,
+    d_head]`` or its shared records and the segment's ``[B, H, T, d_head]``. Shared records are gathered straight
+    into the joined layout: one contiguous copy, where gathering the windows and then concatenating made two,
+    the first of them strided (README, "Training speed")."""
+    if isinstance(memory, Tensor):
+        return torch.cat([memory, segment], dim=2)
+    B, H, T, d = segment.shape
+    R = memory.table.shape[0]
+    table = torch.cat([memory.table, segment.transpose(1, 2).reshape(B * T, H, d)])  # [R + B T, H, d]
+    own = R + torch.arange(B * T, device=segment.device).view(B, T)  # the segment's rows
+    rows = torch.cat([memory.slots, own], dim=1)  # [B, M + T]: the row behind every key
+    index = rows.unsqueeze(1) * H + torch.arange(H, device=segment.device).view(1, H, 1)  # [B, H, M + T]
+    return F.embedding(index, table.view(-1, d))
+
 
 ATTENTIONS: dict[str, type[MultiHeadAttention]] = {}
 """name → attention class; filled by :func:`register_attention` when ``policies`` is imported."""
@@ -179,14 +211,14 @@ class MultiHeadAttention(HeadProjections):
     def segment_qkv(self, h: Tensor, memory_kv: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
         """Queries of the segment ``h`` and keys and values of ``[memory; segment]``, ``[B, H, N, d_head]``."""
         k_seg, v_seg = self.keys_values(h)
-        return self.queries(h), torch.cat([memory_kv[0], k_seg], dim=2), torch.cat([memory_kv[1], v_seg], dim=2)
+        return self.queries(h), join_memory(memory_kv[0], k_seg), join_memory(memory_kv[1], v_seg)
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
         """Attend from the segment ``h`` ``[B, T, D]`` to ``[memory; segment]``.
 
         Args:
-            memory_kv: keys and values of the memory, ``[B, H, M, d_head]`` each.
+            memory_kv: keys and values of the memory, ``[B, H, M, d_head]`` each, or its shared records.
             mask: ``[B, T, M + T]`` bool, ``True`` where query ``i`` may see key ``j``, or ``[B, H, T, M + T]``
                 per head (an attention with a per-head ``episode_pattern``).
             position_terms: what :meth:`position_terms` returned.

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from policies.attention import KeysValues
+from policies.attention import KeysValues, SharedRecords
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.blocks import TransformerXLBlock
 from policies.memory import State, attention_mask, episode_clock, window_before, windows
@@ -217,11 +217,12 @@ class MemoryTransformer(MemoryBackbone):
 
     def _shared_memory_kv(self, state: State) -> list[KeysValues]:
         """Keys and values of shared records (:func:`policies.memory.shared_windows`): each distinct
-        record is normalised and projected once, then gathered into every window that holds it
-        (the backward pass sums the gradients of its copies)."""
+        record is normalised and projected once; the attention gathers them into every window that holds
+        it (:func:`policies.attention.join_memory`; the backward pass sums the gradients of its copies)."""
         slots = state["slots"]  # [N, M]
         projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
-        return [(keys[0][:, slots].transpose(0, 1), values[0][:, slots].transpose(0, 1)) for keys, values in projected]
+        return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))
+                for keys, values in projected]
 
     def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
         stamp = self._parameter_stamp()

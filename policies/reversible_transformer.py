@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, make_attention
+from policies.attention import KeysValues, SharedRecords, make_attention
 from policies.backbone import Aux
 from policies.blocks import TransformerXLBlock
 from policies.memory_transformer import MemoryTransformer
@@ -54,7 +54,8 @@ class ReversibleTransformerXL(MemoryTransformer):
 
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
                position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
-        contexts = [(keys, values, mask, terms)
-                    for (keys, values), terms in zip(memory_kv, position_terms, strict=True)]
+        # the reversible backward takes the gradient of plain tensors: shared records become windows here
+        contexts = [(*(kv.windows() if isinstance(kv, SharedRecords) else kv for kv in pair), mask, terms)
+                    for pair, terms in zip(memory_kv, position_terms, strict=True)]
         y1, y2, records, window_kv = reversible_stack(list(self.layers), h, h, contexts)
         return (y1 + y2) / 2, records, window_kv, {}

@@ -11,7 +11,7 @@ import torch
 from policies import make_backbone
 from policies.adaptive_span import AdaptiveSpanAttention
 from policies.alibi import ALiBiAttention, alibi_slopes
-from policies.attention import ATTENTIONS, MultiHeadAttention, make_attention
+from policies.attention import ATTENTIONS, MultiHeadAttention, SharedRecords, join_memory, make_attention
 from policies.distance_aware import DistanceAwareAttention
 from policies.memory import (
     attention_mask,
@@ -370,3 +370,24 @@ def test_distance_aware_attention_equals_its_formula():
         out, _ = attn(h, attn.keys_values(memory), mask)
         expected = attn.merge(expected)
     torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_join_memory_gathers_shared_records_into_the_windows_and_their_gradients_back(T):
+    """Shared records joined with the segment equal the gathered windows concatenated with it, and the
+    gradient of every record is the sum over the window slots that hold it."""
+    torch.manual_seed(0)
+    N, M, R, H, d = 5, 4, 7, 2, 3
+    table = torch.randn(R, H, d, requires_grad=True)
+    slots = torch.randint(0, R, (N, M))
+    segment = torch.randn(N, H, T, d, requires_grad=True)
+    joined = join_memory(SharedRecords(table, slots), segment)
+    assert joined.shape == (N, H, M + T, d) and joined.is_contiguous()
+    expected = torch.cat([table[slots].transpose(1, 2), segment], dim=2)
+    torch.testing.assert_close(joined, expected, rtol=0, atol=0)
+    weights = torch.randn(N, H, M + T, d)
+    table_grad, segment_grad = torch.autograd.grad((joined * weights).sum(), (table, segment))
+    summed = torch.zeros(R, H, d).index_add_(0, slots.flatten(), weights[:, :, :M].transpose(1, 2).flatten(0, 1))
+    torch.testing.assert_close(table_grad, summed)
+    torch.testing.assert_close(segment_grad, weights[:, :, M:])
+    torch.testing.assert_close(join_memory(expected[:, :, :M], segment), expected, rtol=0, atol=0)
