@@ -53,6 +53,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--n-eval-episodes": ("n_eval_episodes", {"type": int}),
     "--checkpoint-freq": ("checkpoint_freq", {"type": int}),
     "--stop-when-solved": ("stop_when_solved", {"type": int}),
+    "--solved-lr-factor": ("solved_lr_factor", {"type": float}),
 }
 
 

@@ -81,6 +81,9 @@ class RunConfig:
     stop_when_solved: int = 0
     """stop training after this many evaluations in a row at success_threshold or above (0: train the
     whole budget; SB3's StopTrainingOnRewardThreshold, on the success rate)"""
+    solved_lr_factor: float = 1.0
+    """once an evaluation reaches success_threshold, multiply the learning rate by this factor for the rest of
+    the run (1: never): a solved policy is then refined in small steps instead of being moved off its solution"""
     init_from: str = ""
     """start from the policy weights of a saved model (a run directory or its model.zip), e.g. one trained
     on an easier version of the task (rl-zoo3's --trained-agent); the architecture must match"""
@@ -224,6 +227,9 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
         if head == "stop_when_solved" and value < 0:
             raise ConfigError(f"stop_when_solved={value!r}: expected 0 (never stop early) or a positive number of "
                               "evaluations")
+        if head == "solved_lr_factor" and not 0.0 < value <= 1.0:
+            raise ConfigError(f"solved_lr_factor={value!r}: expected a factor in (0, 1] (1: keep the learning rate "
+                              "after solving)")
         if head == "precision" and value not in PRECISIONS:
             raise ConfigError(f"unknown precision {value!r}; valid precisions: {', '.join(PRECISIONS)}")
         setattr(config, head, value)

@@ -20,6 +20,7 @@ import csv
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,17 @@ class EvalLog:
             return list(csv.DictReader(f))
 
 
+class ScaledSchedule:
+    """A learning-rate schedule times a constant factor: ``lr(p) = factor · base(p)`` at progress remaining ``p``
+    (SB3's schedule convention), the rate after solving (``solved_lr_factor``)."""
+
+    def __init__(self, base: Callable[[float], float], factor: float) -> None:
+        self.base, self.factor = base, factor
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.factor * self.base(progress_remaining)
+
+
 class RunCallback(BaseCallback):
     """Periodic evaluation (``evaluations.csv``, ``eval/*`` in tensorboard, ``best_model.zip``),
     periodic checkpoints (``checkpoints/model_<steps>_steps.zip``) and ``progress.json``.
@@ -144,17 +156,20 @@ class RunCallback(BaseCallback):
     rows newer than it, which the resumed training evaluates again. With ``stop_when_solved`` = n > 0,
     training stops after n evaluations in a row with a success rate of at least ``success_threshold``
     (the streak carries over a resume), and the run ends as at the end of its budget (final model,
-    checkpoint, final evaluation and summary, whose ``stopped_solved`` says so).
+    checkpoint, final evaluation and summary, whose ``stopped_solved`` says so). With ``solved_lr_factor``
+    f < 1, the learning rate is ``f`` times its schedule from the first evaluation at ``success_threshold``
+    on (:class:`ScaledSchedule`; also after a resume, from the evaluations logged before it).
     """
 
     def __init__(self, run_dir: Path, eval_env: VecEnv | None, eval_freq: int, n_eval_episodes: int,
                  checkpoint_freq: int, wall_offset: float = 0.0, stop_when_solved: int = 0,
-                 success_threshold: float = 0.9) -> None:
+                 success_threshold: float = 0.9, solved_lr_factor: float = 1.0) -> None:
         super().__init__()
         self.run_dir = run_dir
         self.eval_env = eval_env
         self.eval_freq, self.n_eval_episodes, self.checkpoint_freq = eval_freq, n_eval_episodes, checkpoint_freq
         self.stop_when_solved, self.success_threshold = stop_when_solved, success_threshold
+        self.solved_lr_factor = solved_lr_factor
         self.eval_log = EvalLog(run_dir / "evaluations.csv")
         self.checkpoints = run_dir / "checkpoints"
         self.wall_offset = wall_offset
@@ -177,6 +192,8 @@ class RunCallback(BaseCallback):
         """Extend or break the streak of evaluations at the success threshold."""
         solved = success_rate is not None and success_rate >= self.success_threshold
         self.solved_streak = self.solved_streak + 1 if solved else 0
+        if solved and self.solved_lr_factor != 1.0 and not isinstance(self.model.lr_schedule, ScaledSchedule):
+            self.model.lr_schedule = ScaledSchedule(self.model.lr_schedule, self.solved_lr_factor)
 
     @property
     def stopped_solved(self) -> bool:

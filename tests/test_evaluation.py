@@ -87,3 +87,25 @@ def test_stop_when_solved_ends_the_run_after_a_streak_of_solved_evaluations(tmp_
     unsolved = _train(tmp_path / "unsolved", "--stop-when-solved", "2", "-p", "success_threshold=1.01")
     summary = json.loads((unsolved / "summary.json").read_text())
     assert summary["env_steps"] == 256 and summary["stopped_solved"] is False
+
+
+def test_solved_lr_factor_scales_the_learning_rate_from_the_first_solved_evaluation_on(tmp_path: Path):
+    """Every evaluation is solved at a threshold of 0: from the first one on the optimizer trains at the
+    factor times the schedule's rate, and a resumed run applies it again; never solved, the rate is the
+    schedule's. Bad factors exit 2 and name the value."""
+
+    def final_lr(run: Path) -> float:
+        return MemoryPPO.load(run / "model.zip").policy.optimizer.param_groups[0]["lr"]
+
+    lr = ["-p", "ppo.learning_rate=1e-3"]
+    solved = _train(tmp_path / "solved", "--solved-lr-factor", "0.1", *lr, "success_threshold=0.0")
+    unsolved = _train(tmp_path / "unsolved", "--solved-lr-factor", "0.1", *lr, "success_threshold=1.01")
+    assert final_lr(unsolved) == 1e-3
+    assert abs(final_lr(solved) - 1e-4) < 1e-12
+    assert train_rl.main([*TINY, "-n", "384", "--log-dir", str(tmp_path / "solved"), "--threads", "1", "--resume",
+                          "--solved-lr-factor", "0.1", *lr, "success_threshold=0.0"]) == 0
+    assert abs(final_lr(solved) - 1e-4) < 1e-12
+    for bad in ("0", "1.5"):
+        result = subprocess.run([sys.executable, "train_rl.py", *TINY, "--solved-lr-factor", bad, "-n", "64",
+                                 "--log-dir", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True)
+        assert result.returncode == 2 and f"solved_lr_factor={float(bad)!r}" in result.stderr
