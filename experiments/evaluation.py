@@ -189,7 +189,8 @@ class RunCallback(BaseCallback):
             self._count(float(row["success_rate"]) if row.get("success_rate") not in (None, "") else None)
 
     def _count(self, success_rate: float | None) -> None:
-        """Extend or break the streak of evaluations at the success threshold."""
+        """Extend or break the streak of evaluations at the success threshold; a solved one also scales the
+        learning rate by ``solved_lr_factor`` (once: the schedule is wrapped a single time)."""
         solved = success_rate is not None and success_rate >= self.success_threshold
         self.solved_streak = self.solved_streak + 1 if solved else 0
         if solved and self.solved_lr_factor != 1.0 and not isinstance(self.model.lr_schedule, ScaledSchedule):

@@ -43,21 +43,26 @@ KeysValues = tuple[Tensor | SharedRecords, Tensor | SharedRecords]
 """Keys and values ``[B, H, N, d_head]`` each; a memory's may be :class:`SharedRecords` (an update's minibatch)."""
 
 
-def join_memory(memory: Tensor | SharedRecords, segment: Tensor) -> Tensor:
-    """The keys (or values) of ``[memory; segment]``, ``[B, H, M + T, d_head]``, from the memory's ``[B, H, M,
+def join_memory(memory_kv: KeysValues, k_seg: Tensor, v_seg: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys and values of ``[memory; segment]``, ``[B, H, M + T, d_head]`` each, from the memory's ``[B, H, M,
     d_head]`` or its shared records and the segment's ``[B, H, T, d_head]``. Shared records are gathered straight
     into the joined layout: one contiguous copy, where gathering the windows and then concatenating made two,
-    the first of them strided (README, "Training speed")."""
-    if isinstance(memory, Tensor):
-        return torch.cat([memory, segment], dim=2)
-    B, H, T, d = segment.shape
-    R = memory.table.shape[0]
-    table = torch.cat([memory.table, segment.transpose(1, 2).reshape(B * T, H, d)])  # [R + B T, H, d]
-    own = R + torch.arange(B * T, device=segment.device).view(B, T)  # the segment's rows
-    rows = torch.cat([memory.slots, own], dim=1)  # [B, M + T]: the row behind every key
-    index = rows.unsqueeze(1) * H + torch.arange(H, device=segment.device).view(1, H, 1)  # [B, H, M + T]
-    return F.embedding(index, table.view(-1, d))
+    the first of them strided (README, "Training speed"); keys and values share the index of their rows."""
+    keys, values = memory_kv
+    if isinstance(keys, Tensor) and isinstance(values, Tensor):
+        return torch.cat([keys, k_seg], dim=2), torch.cat([values, v_seg], dim=2)
+    assert isinstance(keys, SharedRecords) and isinstance(values, SharedRecords)
+    B, H, T, d = k_seg.shape
+    R = keys.table.shape[0]
+    own = R + torch.arange(B * T, device=k_seg.device).view(B, T)  # the segment's rows
+    rows = torch.cat([keys.slots, own], dim=1)  # [B, M + T]: the row behind every key
+    index = rows.unsqueeze(1) * H + torch.arange(H, device=k_seg.device).view(1, H, 1)  # [B, H, M + T]
 
+    def gather(memory: SharedRecords, segment: Tensor) -> Tensor:
+        table = torch.cat([memory.table, segment.transpose(1, 2).reshape(B * T, H, d)])  # [R + B T, H, d]
+        return F.embedding(index, table.view(-1, d))
+
+    return gather(keys, k_seg), gather(values, v_seg)
 
 ATTENTIONS: dict[str, type[MultiHeadAttention]] = {}
 """name → attention class; filled by :func:`register_attention` when ``policies`` is imported."""
@@ -211,7 +216,7 @@ class MultiHeadAttention(HeadProjections):
     def segment_qkv(self, h: Tensor, memory_kv: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
         """Queries of the segment ``h`` and keys and values of ``[memory; segment]``, ``[B, H, N, d_head]``."""
         k_seg, v_seg = self.keys_values(h)
-        return self.queries(h), join_memory(memory_kv[0], k_seg), join_memory(memory_kv[1], v_seg)
+        return self.queries(h), *join_memory(memory_kv, k_seg, v_seg)
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
                 position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:

@@ -381,7 +381,9 @@ def test_join_memory_gathers_shared_records_into_the_windows_and_their_gradients
     table = torch.randn(R, H, d, requires_grad=True)
     slots = torch.randint(0, R, (N, M))
     segment = torch.randn(N, H, T, d, requires_grad=True)
-    joined = join_memory(SharedRecords(table, slots), segment)
+    shared = SharedRecords(table, slots)
+    joined, joined_again = join_memory((shared, shared), segment, segment)
+    torch.testing.assert_close(joined_again, joined, rtol=0, atol=0)
     assert joined.shape == (N, H, M + T, d) and joined.is_contiguous()
     expected = torch.cat([table[slots].transpose(1, 2), segment], dim=2)
     torch.testing.assert_close(joined, expected, rtol=0, atol=0)
@@ -390,4 +392,6 @@ def test_join_memory_gathers_shared_records_into_the_windows_and_their_gradients
     summed = torch.zeros(R, H, d).index_add_(0, slots.flatten(), weights[:, :, :M].transpose(1, 2).flatten(0, 1))
     torch.testing.assert_close(table_grad, summed)
     torch.testing.assert_close(segment_grad, weights[:, :, M:])
-    torch.testing.assert_close(join_memory(expected[:, :, :M], segment), expected, rtol=0, atol=0)
+    windows = expected[:, :, :M]
+    for plain in join_memory((windows, windows), segment, segment):
+        torch.testing.assert_close(plain, expected, rtol=0, atol=0)
