@@ -54,6 +54,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--checkpoint-freq": ("checkpoint_freq", {"type": int}),
     "--stop-when-solved": ("stop_when_solved", {"type": int}),
     "--solved-lr-factor": ("solved_lr_factor", {"type": float}),
+    "--solved-lr-streak": ("solved_lr_streak", {"type": int}),
 }
 
 

@@ -82,8 +82,12 @@ class RunConfig:
     """stop training after this many evaluations in a row at success_threshold or above (0: train the
     whole budget; SB3's StopTrainingOnRewardThreshold, on the success rate)"""
     solved_lr_factor: float = 1.0
-    """once an evaluation reaches success_threshold, multiply the learning rate by this factor for the rest of
-    the run (1: never): a solved policy is then refined in small steps instead of being moved off its solution"""
+    """once solved_lr_streak evaluations in a row reach success_threshold, multiply the learning rate by this
+    factor for the rest of the run (1: never): a solved policy is then refined in small steps instead of being
+    moved off its solution"""
+    solved_lr_streak: int = 1
+    """evaluations in a row at success_threshold before solved_lr_factor applies (2: a solved evaluation must be
+    confirmed by the next, so a lucky one does not slow a policy that is not there yet)"""
     init_from: str = ""
     """start from the policy weights of a saved model (a run directory or its model.zip), e.g. one trained
     on an easier version of the task (rl-zoo3's --trained-agent); the architecture must match"""
@@ -230,6 +234,8 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
         if head == "solved_lr_factor" and not 0.0 < value <= 1.0:
             raise ConfigError(f"solved_lr_factor={value!r}: expected a factor in (0, 1] (1: keep the learning rate "
                               "after solving)")
+        if head == "solved_lr_streak" and value < 1:
+            raise ConfigError(f"solved_lr_streak={value!r}: expected a positive number of evaluations in a row")
         if head == "precision" and value not in PRECISIONS:
             raise ConfigError(f"unknown precision {value!r}; valid precisions: {', '.join(PRECISIONS)}")
         setattr(config, head, value)

@@ -157,19 +157,20 @@ class RunCallback(BaseCallback):
     training stops after n evaluations in a row with a success rate of at least ``success_threshold``
     (the streak carries over a resume), and the run ends as at the end of its budget (final model,
     checkpoint, final evaluation and summary, whose ``stopped_solved`` says so). With ``solved_lr_factor``
-    f < 1, the learning rate is ``f`` times its schedule from the first evaluation at ``success_threshold``
-    on (:class:`ScaledSchedule`; also after a resume, from the evaluations logged before it).
+    f < 1, the learning rate is ``f`` times its schedule once ``solved_lr_streak`` evaluations in a row have
+    reached ``success_threshold`` (:class:`ScaledSchedule`; also after a resume, from the evaluations logged
+    before it).
     """
 
     def __init__(self, run_dir: Path, eval_env: VecEnv | None, eval_freq: int, n_eval_episodes: int,
                  checkpoint_freq: int, wall_offset: float = 0.0, stop_when_solved: int = 0,
-                 success_threshold: float = 0.9, solved_lr_factor: float = 1.0) -> None:
+                 success_threshold: float = 0.9, solved_lr_factor: float = 1.0, solved_lr_streak: int = 1) -> None:
         super().__init__()
         self.run_dir = run_dir
         self.eval_env = eval_env
         self.eval_freq, self.n_eval_episodes, self.checkpoint_freq = eval_freq, n_eval_episodes, checkpoint_freq
         self.stop_when_solved, self.success_threshold = stop_when_solved, success_threshold
-        self.solved_lr_factor = solved_lr_factor
+        self.solved_lr_factor, self.solved_lr_streak = solved_lr_factor, solved_lr_streak
         self.eval_log = EvalLog(run_dir / "evaluations.csv")
         self.checkpoints = run_dir / "checkpoints"
         self.wall_offset = wall_offset
@@ -189,11 +190,12 @@ class RunCallback(BaseCallback):
             self._count(float(row["success_rate"]) if row.get("success_rate") not in (None, "") else None)
 
     def _count(self, success_rate: float | None) -> None:
-        """Extend or break the streak of evaluations at the success threshold; a solved one also scales the
-        learning rate by ``solved_lr_factor`` (once: the schedule is wrapped a single time)."""
+        """Extend or break the streak of evaluations at the success threshold; a streak of ``solved_lr_streak``
+        also scales the learning rate by ``solved_lr_factor`` (once: the schedule is wrapped a single time)."""
         solved = success_rate is not None and success_rate >= self.success_threshold
         self.solved_streak = self.solved_streak + 1 if solved else 0
-        if solved and self.solved_lr_factor != 1.0 and not isinstance(self.model.lr_schedule, ScaledSchedule):
+        if (self.solved_streak >= self.solved_lr_streak and self.solved_lr_factor != 1.0
+                and not isinstance(self.model.lr_schedule, ScaledSchedule)):
             self.model.lr_schedule = ScaledSchedule(self.model.lr_schedule, self.solved_lr_factor)
 
     @property

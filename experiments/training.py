@@ -103,7 +103,8 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         if config.init_from:
             load_policy_weights(model, config.init_from)
     callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
-                           wall_offset, config.stop_when_solved, config.success_threshold, config.solved_lr_factor)
+                           wall_offset, config.stop_when_solved, config.success_threshold, config.solved_lr_factor,
+                           config.solved_lr_streak)
     if resumed is not None:
         callback.eval_log.truncate_after(steps)
     model.verbose = verbose

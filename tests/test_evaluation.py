@@ -109,3 +109,21 @@ def test_solved_lr_factor_scales_the_learning_rate_from_the_first_solved_evaluat
         result = subprocess.run([sys.executable, "train_rl.py", *TINY, "--solved-lr-factor", bad, "-n", "64",
                                  "--log-dir", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True)
         assert result.returncode == 2 and f"solved_lr_factor={float(bad)!r}" in result.stderr
+
+
+def test_solved_lr_streak_waits_for_that_many_solved_evaluations_in_a_row(tmp_path: Path):
+    """The run evaluates at 64, 128, 192 and 256 steps, each solved at a threshold of 0: a streak of 4 is
+    reached at the last one, whose rollout's update then trains at the factor times the rate; a streak of 5
+    is never reached. A streak of 0 exits 2 and names the value."""
+
+    def final_lr(run: Path) -> float:
+        return MemoryPPO.load(run / "model.zip").policy.optimizer.param_groups[0]["lr"]
+
+    settings = ["--solved-lr-factor", "0.1", "-p", "ppo.learning_rate=1e-3", "success_threshold=0.0"]
+    reached = _train(tmp_path / "reached", "--solved-lr-streak", "4", *settings)
+    unreached = _train(tmp_path / "unreached", "--solved-lr-streak", "5", *settings)
+    assert abs(final_lr(reached) - 1e-4) < 1e-12
+    assert final_lr(unreached) == 1e-3
+    result = subprocess.run([sys.executable, "train_rl.py", *TINY, "--solved-lr-streak", "0", "-n", "64",
+                             "--log-dir", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2 and "solved_lr_streak=0" in result.stderr
