@@ -89,22 +89,23 @@ def test_stop_when_solved_ends_the_run_after_a_streak_of_solved_evaluations(tmp_
     assert summary["env_steps"] == 256 and summary["stopped_solved"] is False
 
 
+def _final_lr(run: Path) -> float:
+    """The optimizer's learning rate at the end of a run."""
+    return MemoryPPO.load(run / "model.zip").policy.optimizer.param_groups[0]["lr"]
+
+
 def test_solved_lr_factor_scales_the_learning_rate_from_the_first_solved_evaluation_on(tmp_path: Path):
     """Every evaluation is solved at a threshold of 0: from the first one on the optimizer trains at the
     factor times the schedule's rate, and a resumed run applies it again; never solved, the rate is the
     schedule's. Bad factors exit 2 and name the value."""
-
-    def final_lr(run: Path) -> float:
-        return MemoryPPO.load(run / "model.zip").policy.optimizer.param_groups[0]["lr"]
-
     lr = ["-p", "ppo.learning_rate=1e-3"]
     solved = _train(tmp_path / "solved", "--solved-lr-factor", "0.1", *lr, "success_threshold=0.0")
     unsolved = _train(tmp_path / "unsolved", "--solved-lr-factor", "0.1", *lr, "success_threshold=1.01")
-    assert final_lr(unsolved) == 1e-3
-    assert abs(final_lr(solved) - 1e-4) < 1e-12
+    assert _final_lr(unsolved) == 1e-3
+    assert abs(_final_lr(solved) - 1e-4) < 1e-12
     assert train_rl.main([*TINY, "-n", "384", "--log-dir", str(tmp_path / "solved"), "--threads", "1", "--resume",
                           "--solved-lr-factor", "0.1", *lr, "success_threshold=0.0"]) == 0
-    assert abs(final_lr(solved) - 1e-4) < 1e-12
+    assert abs(_final_lr(solved) - 1e-4) < 1e-12
     for bad in ("0", "1.5"):
         result = subprocess.run([sys.executable, "train_rl.py", *TINY, "--solved-lr-factor", bad, "-n", "64",
                                  "--log-dir", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True)
@@ -115,15 +116,11 @@ def test_solved_lr_streak_waits_for_that_many_solved_evaluations_in_a_row(tmp_pa
     """The run evaluates at 64, 128, 192 and 256 steps, each solved at a threshold of 0: a streak of 4 is
     reached at the last one, whose rollout's update then trains at the factor times the rate; a streak of 5
     is never reached. A streak of 0 exits 2 and names the value."""
-
-    def final_lr(run: Path) -> float:
-        return MemoryPPO.load(run / "model.zip").policy.optimizer.param_groups[0]["lr"]
-
     settings = ["--solved-lr-factor", "0.1", "-p", "ppo.learning_rate=1e-3", "success_threshold=0.0"]
     reached = _train(tmp_path / "reached", "--solved-lr-streak", "4", *settings)
     unreached = _train(tmp_path / "unreached", "--solved-lr-streak", "5", *settings)
-    assert abs(final_lr(reached) - 1e-4) < 1e-12
-    assert final_lr(unreached) == 1e-3
+    assert abs(_final_lr(reached) - 1e-4) < 1e-12
+    assert _final_lr(unreached) == 1e-3
     result = subprocess.run([sys.executable, "train_rl.py", *TINY, "--solved-lr-streak", "0", "-n", "64",
                              "--log-dir", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and "solved_lr_streak=0" in result.stderr
