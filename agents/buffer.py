@@ -5,7 +5,7 @@ A Transformer-XL memory of ``M`` steps seen from every step of a rollout would c
 states). Here the buffer keeps, per backbone, the window carried into the rollout and the
 record each step pushed — ``(M + n_steps) · n_envs · layers · d`` floats — in one history
 tensor, and gathers the window entering any step when a minibatch asks for it
-(:func:`policies.memory.shared_windows`: each distinct record once, with the slots that point at it).
+(:func:`policies.window.shared_windows`: each distinct record once, with the slots that point at it).
 
 Minibatches are segments of ``segment_length`` consecutive steps of one env, time-major:
 ``T = 1`` gives every step its own sample with its stored window; ``T > 1`` lets the learner
@@ -25,8 +25,8 @@ from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import Tensor
 
-from policies.memory import WindowHistory, episode_clock, episode_ids, shared_windows
 from policies.policy import PolicyState
+from policies.window import WindowHistory, episode_clock, episode_ids, shared_windows
 
 MINIBATCH_ORDERS = ("shuffled", "by-env")
 

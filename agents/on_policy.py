@@ -21,8 +21,8 @@ from torch import Tensor
 from agents.buffer import MINIBATCH_ORDERS, MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
-from policies.memory import strip_cache
 from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
+from policies.window import strip_cache
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (README, "Learners")"""
@@ -68,7 +68,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param normalize_advantage: standardise advantages per minibatch.
     :param minibatch_order: ``shuffled`` (SB3's, the default) or ``by-env``: minibatches of whole
         envs, whose windows share their records, so each record is projected once for many
-        samples (:func:`policies.memory.shared_windows`); its effect on learning is in README.
+        samples (:func:`policies.window.shared_windows`); its effect on learning is in README.
     :param uniform_kl_coef: ``c_U`` of the log-barrier ``c_U·KL(U ‖ π)`` added to the loss
         (:func:`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
         whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision

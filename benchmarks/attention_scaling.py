@@ -46,9 +46,8 @@ from step_cost import time_block
 
 from experiments.activation_memory import peak_allocated_bytes, saved_activation_bytes
 from policies import ATTENTIONS, BACKBONES, make_backbone
-from policies.attention import attention_options
 from policies.backbone import MemoryBackbone
-from policies.linear_attention import CausalLinearAttention
+from policies.backbones.linear_attention import CausalLinearAttention
 
 LINEAR = "linear backbone"
 REFERENCE = BACKBONES["gtrxl"].options()["attention"]
@@ -145,8 +144,8 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mine = sorted((row for row in rows if row["member"] == member), key=lambda row: row["memory_length"])
         lengths = [row["memory_length"] for row in mine]
         out.append({"member": member,
-                    "options": {} if member == LINEAR else attention_options(member),
-                    "complexity": (CausalLinearAttention if member == LINEAR else ATTENTIONS[member]).complexity,
+                    "options": {} if member == LINEAR else ATTENTIONS.options(member),
+                    "complexity": (CausalLinearAttention if member == LINEAR else ATTENTIONS[member].cls).complexity,
                     **{f"{quantity}_slope": loglog_slope(lengths, [row[quantity] for row in mine])
                        for quantity in ("median_ms", "saved_bytes", "peak_bytes")}})
     return out

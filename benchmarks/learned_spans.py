@@ -1,7 +1,7 @@
 """The spans that adaptive-span heads learned: how far back each head still looks after training.
 
 Adaptive attention span (Sukhbaatar et al. 2019; ``-p gtrxl.attention=adaptive-span``) gives every
-head a learned span ``z`` (``AdaptiveSpanAttention.spans``), shrunk by the ``span`` penalty where the
+head a learned span ``z`` (``AdaptiveSpanPattern.spans``), shrunk by the ``span`` penalty where the
 task does not need it. For every run this script loads each checkpoint and the final model and
 reports the spans of every layer's heads in steps, beside the memory length and the final success.
 
@@ -21,13 +21,13 @@ from common import heading, machine_info, machine_line, provenance, run_director
 
 from agents import ALGOS
 from experiments.run_dir import Run, find_runs
-from policies.adaptive_span import AdaptiveSpanAttention
+from policies.attention.adaptive_span import AdaptiveSpanPattern
 
 
-def attentions(model_path: Path, algo: str) -> list[AdaptiveSpanAttention]:
+def attentions(model_path: Path, algo: str) -> list[AdaptiveSpanPattern]:
     """Every adaptive-span attention of a saved model, first layer first."""
     model = ALGOS[algo].load(model_path, device="cpu")
-    return [module for module in model.policy.modules() if isinstance(module, AdaptiveSpanAttention)]
+    return [module for module in model.policy.modules() if isinstance(module, AdaptiveSpanPattern)]
 
 
 def spans(model_path: Path, algo: str) -> list[list[float]]:

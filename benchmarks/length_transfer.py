@@ -5,7 +5,7 @@ A policy trained on one corridor length L is scored (deterministic, as in traini
 on every length of ``--lengths``, on fresh episodes, with its own memory or, with ``--store-length``,
 the ``knn`` and ``compressive`` members with a longer store around the same weights. ``without
 retrieval`` repeats it with the gate of every ``knn`` attention at ``g = 0``
-(:class:`policies.knn_memory.KNNMemoryAttention`: the output is then the local attention's alone), the
+(:class:`policies.attention.knn.KNNMemory`: the output is then the local attention's alone), the
 ablation that says whether the cue came back through retrieval or through the local window. Runs
 without a ``knn`` attention get only the first.
 
@@ -27,7 +27,7 @@ from envs.registry import make_vec_env
 from experiments.evaluation import evaluate
 from experiments.run_dir import Run, find_runs
 from experiments.training import EVAL_SEED_OFFSET
-from policies.knn_memory import KNNMemoryAttention
+from policies.attention.knn import KNNMemory
 
 EPISODE_SEED_OFFSET = 2
 """the episodes differ from those the runs evaluated on during training"""
@@ -35,7 +35,7 @@ EPISODE_SEED_OFFSET = 2
 
 def switch_off_retrieval(policy: torch.nn.Module) -> int:
     """Set the gate of every kNN attention in ``policy`` to ``g = σ(−∞) = 0``; returns how many there were."""
-    layers = [m for m in policy.modules() if isinstance(m, KNNMemoryAttention)]
+    layers = [m for m in policy.modules() if isinstance(m, KNNMemory)]
     with torch.no_grad():
         for layer in layers:
             layer.gate_logit.fill_(float("-inf"))

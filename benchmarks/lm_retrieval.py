@@ -6,7 +6,7 @@ segments (:func:`experiments.lm_workbench.build_datastore`). Then, on the run's 
 
 - the LM alone;
 - kNN-LM (Khandelwal et al. 2020) with each ``--weights`` λ: ``p = λ p_kNN + (1 − λ) p_LM``;
-- SPALM's gated read (Yogatama et al. 2021, :class:`policies.spalm.GatedRetrieval`), its gate trained
+- SPALM's gated read (Yogatama et al. 2021, :class:`policies.lm.spalm.GatedRetrieval`), its gate trained
   for ``--gate-segments`` training segments that follow the datastore's, with the LM frozen;
 - with ``--lm-lr`` > 0 (default 5e-4, the LM's own rate), SPALM with the LM fine-tuned together with
   the gate (the paper's setting), beside the LM fine-tuned alone on the same segments (the control:

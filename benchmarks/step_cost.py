@@ -49,8 +49,8 @@ from torch import Tensor
 
 from policies import make_backbone
 from policies.backbone import MemoryBackbone
-from policies.memory import State, empty_window
-from policies.recurrent import RecurrentMemory
+from policies.backbones.recurrent import RecurrentMemory
+from policies.window import State, empty_window
 
 BACKBONES = ("trxl", "gtrxl", "ut-act", "lstm")
 MEMORY_LENGTHS = (16, 64, 256, 1024)

@@ -3,7 +3,7 @@
 One MemoryPPO learner per cell collects one rollout; then its ``train()`` (every epoch and
 minibatch of one update) is timed with the backbone taking shared records
 (``shares_records = True``: each distinct record of a minibatch normalised and projected once,
-:func:`policies.memory.shared_windows`) and with the windows rebuilt per sample
+:func:`policies.window.shared_windows`) and with the windows rebuilt per sample
 (``shares_records = False``: every window's records projected, the scheme before), with
 shuffled minibatches and with ``by-env`` ones (whole envs, whose windows overlap). Both modes
 see the same rollout and the same parameters (they are restored before every timed update), and
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=Settings.d_model, help="GTrXL width")
     parser.add_argument("--min-share", type=float, default=Settings.min_share,
                         help="window slots per distinct record from which records are shared "
-                             "(policies.memory.SHARED_RECORDS_MIN; 0: always, to time sharing where it is off)")
+                             "(policies.window.SHARED_RECORDS_MIN; 0: always, to time sharing where it is off)")
     parser.add_argument("--name", default="update_cost", help="results file name")
     args = parser.parse_args()
     settings = Settings(d_model=args.d_model, min_share=args.min_share)

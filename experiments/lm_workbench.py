@@ -48,10 +48,10 @@ from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
 from experiments.run_dir import latest_checkpoint, write_atomic
 from experiments.training import torch_threads
 from policies import BACKBONES
-from policies.knn_lm import Datastore, knn_lm_loss, segment_keys
-from policies.lm import MemoryLanguageModel, scored_mean
-from policies.memory import State
-from policies.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
+from policies.lm.knn import Datastore, knn_lm_loss, segment_keys
+from policies.lm.model import MemoryLanguageModel, scored_mean
+from policies.lm.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
+from policies.window import State
 
 CHECKPOINT_PREFIX = "lm_"
 EVAL_COLUMNS = ["step", "train_loss", "valid_bits_per_token", "wall_seconds"]

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from policies.memory import State, empty_window, push_window, reset_window, windows
+from policies.window import State, empty_window, push_window, reset_window, windows
 
 Aux = dict[str, Tensor]
 
@@ -27,7 +27,7 @@ class MemoryBackbone(nn.Module, ABC):
       segment (the learners' update).
 
     The state is a window of the last ``memory_length`` per-step records (``[B, M, *record_shape]``)
-    with its validity mask (:mod:`policies.memory`), so learners can store, index and
+    with its validity mask (:mod:`policies.window`), so learners can store, index and
     concatenate it per env without knowing the backbone. ``step`` is for acting (call it
     without gradient); ``forward_sequence`` is the differentiable path and gives the same
     outputs (invariant 1).
@@ -38,7 +38,7 @@ class MemoryBackbone(nn.Module, ABC):
     record_shape: tuple[int, ...]
     aux_loss_coefs: dict[str, float] = {}
     shares_records: bool = False
-    """whether ``forward_sequence`` takes windows as shared records (:func:`policies.memory.shared_windows`)"""
+    """whether ``forward_sequence`` takes windows as shared records (:func:`policies.window.shared_windows`)"""
 
     def _like(self) -> Tensor:
         """A parameter whose device and dtype the state follows."""
@@ -62,7 +62,7 @@ class MemoryBackbone(nn.Module, ABC):
         ``[B, M]`` (already reset at episode starts) says which slots belong to the episode.
 
         Returns the output ``[B, output_dim]``, the record the step leaves ``[B, *record_shape]``,
-        and derived state entries (``cache_*``, see :mod:`policies.memory`; often none).
+        and derived state entries (``cache_*``, see :mod:`policies.window`; often none).
         """
 
     @abstractmethod

@@ -26,9 +26,9 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor
 
 from policies.backbone import Aux, MemoryBackbone
-from policies.memory import State
 from policies.popart import PopArtValueHead
 from policies.registry import make_backbone
+from policies.window import State
 
 PolicyState = dict[str, State]
 
@@ -177,7 +177,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
         ``obs`` and ``actions`` are flattened time-major (``[T·N, ...]``), ``episode_starts`` is
         ``[T, N]`` and ``state`` holds the window entering each segment (as windows or as shared
-        records, :func:`policies.memory.shared_windows`). Returns the values
+        records, :func:`policies.window.shared_windows`). Returns the values
         ``[T·N]``, the action distribution and the backbones' auxiliary terms (critic
         backbone entries prefixed ``vf/``).
         """

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.backbone import MemoryBackbone
-from policies.feedforward import FrameStack, MLPMemoryless
-from policies.linear_transformer import LinearTransformer
-from policies.recurrent import RecurrentMemory
-from policies.reversible_transformer import ReversibleTransformerXL
-from policies.transformer_xl import GatedTransformerXL
-from policies.universal import UniversalTransformerACT
+from policies.backbones.linear_transformer import LinearTransformer
+from policies.backbones.mlp import FrameStack, MLPMemoryless
+from policies.backbones.recurrent import RecurrentMemory
+from policies.backbones.reversible_transformer import ReversibleTransformerXL
+from policies.backbones.transformer_xl import TransformerXL
+from policies.backbones.universal import UniversalTransformerACT
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,11 @@ class BackboneSpec:
 
 
 BACKBONES: dict[str, BackboneSpec] = {
-    "trxl": BackboneSpec(GatedTransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
+    "trxl": BackboneSpec(TransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
                          {"layout": "post-ln", "gate": "residual", "gate_bias": None}),
-    "trxl-i": BackboneSpec(GatedTransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
+    "trxl-i": BackboneSpec(TransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
                            {"layout": "identity-map", "gate": "residual", "gate_bias": None}),
-    "gtrxl": BackboneSpec(GatedTransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
+    "gtrxl": BackboneSpec(TransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
                           {"layout": "identity-map"}),
     "trxl-rev": BackboneSpec(ReversibleTransformerXL,
                              "reversible Transformer-XL: TrXL-I submodules in RevNet couplings, no activations "

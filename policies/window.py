@@ -25,6 +25,7 @@ copies of the window are ever stored.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -177,6 +178,26 @@ def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts
     env = torch.arange(B, device=t.device).repeat_interleave(N)
     windows, window_valid = gather_windows(history, env, t.repeat(B), M)
     return windows.view(B, N, *windows.shape[1:]), window_valid.view(B, N, M)
+
+
+def key_distances(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
+    """``[T, K]`` distances from query ``i`` of the segment to key ``j`` of ``[memory; segment]``:
+    ``(K - T) + i - j`` (negative for keys in the future, which the mask hides)."""
+    queries = torch.arange(n_queries, device=device).view(-1, 1) + (n_keys - n_queries)
+    return queries - torch.arange(n_keys, device=device).view(1, -1)
+
+
+def key_times(clock: Tensor, n_keys: int) -> Tensor:
+    """``[B, T, K]`` episode time of each key of ``[memory; segment]`` for the queries at episode times ``clock``
+    ``[B, T]``: a key ``d`` steps before a query at time ``t`` has time ``t − d`` (below 0 for keys before the
+    episode, above ``t`` for later ones: the memory mask hides both)."""
+    return clock.unsqueeze(-1) - key_distances(clock.shape[1], n_keys, clock.device)
+
+
+def root_length(max_distance: int) -> int:
+    """``⌈√M⌉`` for a window of ``M = max_distance`` steps, at least 1: the Sparse Transformer's ``l ≈ √n``
+    (Child et al. 2019, Sec. 4.2), the default stride or block length of the patterns that cut the window."""
+    return max(1, math.ceil(math.sqrt(max_distance)))
 
 
 def attention_mask(valid: Tensor, episode_starts: Tensor, memory_length: int) -> Tensor:

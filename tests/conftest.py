@@ -18,11 +18,12 @@ from envs import make_vec_env
 from experiments.lm_data import copy_task
 from experiments.lm_workbench import build_lm_config
 from policies import BACKBONES
-from policies.lm import MemoryLanguageModel
-from policies.memory import attention_mask
-from policies.memory_transformer import MemoryTransformer
+from policies.attention.layer import MultiHeadAttention, make_attention
+from policies.backbones.transformer import WindowTransformer
+from policies.lm.model import MemoryLanguageModel
+from policies.window import attention_mask
 
-TRANSFORMERS = [name for name, spec in BACKBONES.items() if issubclass(spec.cls, MemoryTransformer)]
+TRANSFORMERS = [name for name, spec in BACKBONES.items() if issubclass(spec.cls, WindowTransformer)]
 """the backbones with attention over a memory of per-depth inputs"""
 GATED = [name for name, spec in BACKBONES.items() if "gate" in spec.options()]
 """the backbones whose gate is an option"""
@@ -128,3 +129,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
+def build_attention(name: str, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+              position: str | None = None, **options: Any) -> MultiHeadAttention:
+    """:func:`policies.attention.layer.make_attention` with the attention's options as keywords; a position
+    scheme's name as ``name`` is the full window with that position (and the options are the position's)."""
+    return make_attention(name, d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
+                          options=options or None, position=position)

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from conftest import build_attention
 
-from policies.absolute_attention import AbsoluteAttention
+from policies.attention.layer import MultiHeadAttention
 from tests.conftest import attention_inputs
 
 B, T, D, H, DH, M = 2, 5, 12, 3, 4, 6
@@ -17,11 +18,11 @@ def inputs():
     return attention_inputs(T, D, M)
 
 
-def vanilla(attn: AbsoluteAttention, h, memory, mask):
+def vanilla(attn: MultiHeadAttention, h, memory, mask):
     """Each query's window as a sequence: inputs plus ``P`` of their window position (the oldest slot 0, the
     query M), then plain softmax attention with the same projections."""
     context = torch.cat([memory, h], dim=1)
-    table = attn.encoding(torch.arange(M + 1)).to(h.dtype)
+    table = attn.position.encoding(torch.arange(M + 1)).to(h.dtype)
     out = torch.zeros(B, H, T, DH, dtype=h.dtype)
     for b in range(B):
         for i in range(T):
@@ -39,10 +40,10 @@ def test_absolute_attention_is_a_vanilla_transformer_over_each_window(encoding):
     """Mutations caught: positions counted from the query (``P_d`` instead of ``P_{M−d}``), the query's own
     position left out, the values without their positions."""
     torch.manual_seed(0)
-    attn = AbsoluteAttention(D, H, DH, max_distance=M, encoding=encoding).double()
+    attn = build_attention("absolute", D, H, DH, max_distance=M, encoding=encoding).double()
     if encoding != "sinusoidal":  # learned tables start at N(0, 0.02): make their terms count
         with torch.no_grad():
-            for parameter in attn.encoding.parameters():
+            for parameter in attn.position.encoding.parameters():
                 parameter.normal_()
     h, memory, mask = inputs()
     with torch.no_grad():
@@ -53,4 +54,4 @@ def test_absolute_attention_is_a_vanilla_transformer_over_each_window(encoding):
 
 def test_bad_encodings_name_the_valid_ones():
     with pytest.raises(ValueError, match="unknown encoding 'rotary'; valid encodings: sinusoidal, learned, axial"):
-        AbsoluteAttention(D, H, DH, max_distance=M, encoding="rotary")
+        build_attention("absolute", D, H, DH, max_distance=M, encoding="rotary")

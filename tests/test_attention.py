@@ -7,13 +7,20 @@ import math
 
 import pytest
 import torch
+from conftest import build_attention
 
 from policies import make_backbone
-from policies.adaptive_span import AdaptiveSpanAttention
-from policies.alibi import ALiBiAttention, alibi_slopes
-from policies.attention import ATTENTIONS, MultiHeadAttention, SharedRecords, join_memory, make_attention
-from policies.distance_aware import DistanceAwareAttention
-from policies.memory import (
+from policies.attention import ATTENTIONS
+from policies.attention.kernel import SharedRecords, join_memory
+from policies.attention.layer import MultiHeadAttention, make_attention
+from policies.positions.alibi import alibi_slopes
+from policies.positions.encodings import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    sinusoid_table,
+)
+from policies.positions.relative import rel_shift
+from policies.window import (
     attention_mask,
     episode_clock,
     gather_windows,
@@ -22,24 +29,16 @@ from policies.memory import (
     window_history,
     windows,
 )
-from policies.positional import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-    sinusoid_table,
-)
-from policies.relative_attention import RelativeMultiHeadAttention, rel_shift
-from policies.shaw_attention import ShawRelativeAttention
-from policies.strided_attention import StridedAttention
 
 B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
 
 
-def naive_relative_attention(attn: RelativeMultiHeadAttention, h, memory, mask):
+def naive_relative_attention(attn: MultiHeadAttention, h, memory, mask):
     """The four TrXL terms written out per (query, key), O(T·(M+T)) Python loops."""
     context = torch.cat([memory, h], dim=1)  # [B, M+T, D]
     W_q = attn.q_net.weight.view(H, DH, D)
     W_k, W_v = (w.view(H, DH, D) for w in attn.kv_net.weight.chunk(2, dim=0))
-    W_r = attn.r_net.weight.view(H, DH, D)
+    W_r = attn.position.r_net.weight.view(H, DH, D)
     out = torch.zeros(B, T, H, DH, dtype=h.dtype)
     for b in range(B):
         for n in range(H):
@@ -52,8 +51,8 @@ def naive_relative_attention(attn: RelativeMultiHeadAttention, h, memory, mask):
                     r = W_r[n] @ sinusoid_table(torch.tensor([max(distance, 0)], dtype=h.dtype), D)[0]
                     a = q @ k                   # (a) content
                     b_term = q @ r              # (b) content-dependent position
-                    c = attn.u[n] @ k           # (c) global content bias
-                    d = attn.position_bias[n] @ r  # (d) global position bias
+                    c = attn.position.u[n] @ k           # (c) global content bias
+                    d = attn.position.position_bias[n] @ r  # (d) global position bias
                     score = (a + b_term + c + d) / math.sqrt(DH)
                     scores.append(score if mask[b, i, j] else torch.tensor(float("-inf"), dtype=h.dtype))
                 weights = torch.softmax(torch.stack(scores), dim=0)
@@ -68,10 +67,10 @@ def test_relative_attention_equals_the_four_terms(grad):
     the path with a differentiable bias when training (mutation caught: the training path's queries
     left unscaled)."""
     torch.manual_seed(0)
-    attn = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    attn = build_attention("relative", D, H, DH, max_distance=M).double()
     with torch.no_grad():  # non-trivial u, v so terms (c) and (d) matter
-        attn.u.normal_()
-        attn.position_bias.normal_()
+        attn.position.u.normal_()
+        attn.position.position_bias.normal_()
     h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
     valid = torch.tensor([[False, True, True, True, True], [True] * M])
     starts = torch.zeros(B, T, dtype=torch.bool)
@@ -97,7 +96,7 @@ def test_rel_shift_aligns_every_row_to_its_distances():
 
 def test_content_attention_masks_memory_and_is_scaled_by_head_dim():
     torch.manual_seed(0)
-    attn = MultiHeadAttention(D, H, DH, max_distance=M).double()
+    attn = build_attention("none", D, H, DH, max_distance=M).double()
     h, memory = torch.randn(1, 1, D, dtype=torch.float64), torch.randn(1, M, D, dtype=torch.float64)
     mask = torch.ones(1, 1, M + 1, dtype=torch.bool)
     mask[..., :2] = False
@@ -177,11 +176,11 @@ def test_windows_that_share_little_are_handed_as_plain_windows():
 
 def test_relative_position_terms_project_the_sinusoid_of_each_distance():
     """``W_kR R`` with ``R_d = [sin(d ω_i), cos(d ω_i)]``, ``ω_i = 10000^(-2i/D)``, distances descending."""
-    attn = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    attn = build_attention("relative", D, H, DH, max_distance=M).double()
     frequencies = 10000 ** (-torch.arange(0, D, 2.0, dtype=torch.float64) / D)
     for distance in (0, 3, M):
         R = torch.cat([torch.sin(distance * frequencies), torch.cos(distance * frequencies)])
-        expected = (attn.r_net.weight @ R).view(H, DH)
+        expected = (attn.position.r_net.weight @ R).view(H, DH)
         torch.testing.assert_close(attn.position_terms()[:, M - distance], expected)
 
 
@@ -207,7 +206,7 @@ def test_alibi_slopes_follow_press_et_al():
 def test_alibi_attention_equals_content_scores_minus_slope_times_distance():
     """``softmax(q_iᵀk_j/√d − m_h (i − j))`` written out per (query, key), with memory and episode starts."""
     torch.manual_seed(0)
-    attn = ALiBiAttention(D, H, DH, max_distance=M).double()
+    attn = build_attention("alibi", D, H, DH, max_distance=M).double()
     h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
     starts = torch.zeros(B, T, dtype=torch.bool)
     starts[0, 3] = True
@@ -240,14 +239,14 @@ def test_strided_attention_equals_full_attention_with_the_pattern_mask():
     l = 3); equal to content attention given the pattern as its mask (mutation caught: no local band)."""
     torch.manual_seed(0)
     M9 = 9
-    strided = StridedAttention(D, H, DH, max_distance=M9).double()
-    content = MultiHeadAttention(D, H, DH, max_distance=M9).double()
+    strided = build_attention("strided", D, H, DH, max_distance=M9).double()
+    content = build_attention("none", D, H, DH, max_distance=M9).double()
     content.load_state_dict(strided.state_dict())
     h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M9, D, dtype=torch.float64)
     mask = attention_mask(torch.ones(B, M9, dtype=torch.bool), torch.zeros(B, T, dtype=torch.bool), M9)
     distance = torch.arange(T).view(-1, 1) + M9 - torch.arange(M9 + T).view(1, -1)
     pattern = torch.tensor([[d < 3 or d % 3 == 0 for d in row] for row in distance.tolist()])
-    assert strided.stride == 3 and pattern[0, :M9 + 1].tolist() == [True, False, False, True, False, False,
+    assert strided.pattern.stride == 3 and pattern[0, :M9 + 1].tolist() == [True, False, False, True, False, False,
                                                                         True, True, True, True]
     with torch.no_grad():
         out, _ = strided(h, strided.keys_values(memory), mask)
@@ -258,9 +257,9 @@ def test_strided_attention_equals_full_attention_with_the_pattern_mask():
 def test_adaptive_span_of_full_length_equals_relative_attention():
     """ζ = 1 (the initial span, the whole memory): the soft mask is 1 on every visible key."""
     torch.manual_seed(0)
-    span = AdaptiveSpanAttention(D, H, DH, max_distance=M).double()
-    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
-    relative.load_state_dict({k: v for k, v in span.state_dict().items() if k != "span_fraction"})
+    span = build_attention("adaptive-span", D, H, DH, max_distance=M).double()
+    relative = build_attention("relative", D, H, DH, max_distance=M).double()
+    relative.load_state_dict({k: v for k, v in span.state_dict().items() if k != "pattern.span_fraction"})
     h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
     mask = attention_mask(torch.ones(B, M, dtype=torch.bool), torch.zeros(B, T, dtype=torch.bool), M)
     with torch.no_grad():
@@ -274,20 +273,21 @@ def test_adaptive_span_weights_follow_the_soft_mask():
     here M = 9, R = 2 and spans of 3, 4.5 and 9 steps (mutation caught: a ramp that starts at z − R)."""
     torch.manual_seed(0)
     M9 = 9
-    span = AdaptiveSpanAttention(D, H, DH, max_distance=M9).double()
-    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M9).double()
-    relative.load_state_dict({k: v for k, v in span.state_dict().items() if k != "span_fraction"})
+    span = build_attention("adaptive-span", D, H, DH, max_distance=M9).double()
+    relative = build_attention("relative", D, H, DH, max_distance=M9).double()
+    relative.load_state_dict({k: v for k, v in span.state_dict().items() if k != "pattern.span_fraction"})
     with torch.no_grad():
-        span.span_fraction.copy_(torch.tensor([3.0, 4.5, 9.0], dtype=torch.float64) / M9)
-    assert span.ramp == 2 and span.spans().tolist() == [3.0, 4.5, 9.0]
+        span.pattern.span_fraction.copy_(torch.tensor([3.0, 4.5, 9.0], dtype=torch.float64) / M9)
+    assert span.pattern.ramp == 2 and span.pattern.spans().tolist() == [3.0, 4.5, 9.0]
     h, memory = torch.randn(1, 1, D, dtype=torch.float64), torch.randn(1, M9, D, dtype=torch.float64)
     mask = torch.ones(1, 1, M9 + 1, dtype=torch.bool)
     distance = torch.arange(M9, -1, -1.0, dtype=torch.float64)  # keys M9 .. 0 steps back
     with torch.no_grad():
         q = relative.queries(h)
         k, v = relative.keys_values(torch.cat([memory, h], dim=1))
-        scores = (relative.content_query(q) @ k.transpose(-1, -2)) * relative.scale
-        scores = scores + relative.score_bias(q, relative.position_terms(), M9 + 1)
+        terms = relative.position_terms()
+        scores = (relative.position.content_query(q, terms) @ k.transpose(-1, -2)) * relative.scale
+        scores = scores + relative.position.score(q, terms, M9 + 1)
         ramp = ((2 + torch.tensor([3.0, 4.5, 9.0]).view(-1, 1) - distance) / 2).clamp(0, 1)  # [H, K]
         weights = ramp.unsqueeze(1) * scores.exp()  # [1, H, 1, K]
         expected = relative.merge((weights / weights.sum(-1, keepdim=True)) @ v)
@@ -297,17 +297,17 @@ def test_adaptive_span_weights_follow_the_soft_mask():
 
 def test_adaptive_span_penalty_and_task_loss_reach_the_span():
     """The penalty pulls every span in; the task loss moves a span whose ramp covers keys."""
-    attn = AdaptiveSpanAttention(D, H, DH, max_distance=M)
+    attn = build_attention("adaptive-span", D, H, DH, max_distance=M)
     with torch.no_grad():
-        attn.span_fraction.fill_(0.5)
+        attn.pattern.span_fraction.fill_(0.5)
     penalty = attn.aux_terms()["span"]
     penalty.backward()
-    assert (attn.span_fraction.grad > 0).all() and attn.aux_loss_coefs == {"span": 1e-3}
+    assert (attn.pattern.span_fraction.grad > 0).all() and attn.aux_loss_coefs == {"span": 1e-3}
     attn.zero_grad()
     mask = attention_mask(torch.ones(B, M, dtype=torch.bool), torch.zeros(B, T, dtype=torch.bool), M)
     out, _ = attn(torch.randn(B, T, D), attn.keys_values(torch.randn(B, M, D)), mask, attn.position_terms())
     out.square().sum().backward()
-    assert torch.isfinite(attn.span_fraction.grad).all() and attn.span_fraction.grad.abs().sum() > 0
+    assert torch.isfinite(attn.pattern.span_fraction.grad).all() and attn.pattern.span_fraction.grad.abs().sum() > 0
 
 
 def segment_with_a_start(attn, env: int, step: int):
@@ -325,11 +325,11 @@ def test_shaw_attention_equals_its_sums():
     (query, key), with memory, an episode start and distances beyond the clip (set to 3 here, below
     M = 5, to exercise it). Mutation caught: leaving out the value term ``a^V``."""
     torch.manual_seed(0)
-    attn = ShawRelativeAttention(D, H, DH, max_distance=M).double()
-    attn.clip = 3
+    attn = build_attention("shaw", D, H, DH, max_distance=M).double()
+    attn.position.clip = 3
     with torch.no_grad():
-        attn.key_positions.data = torch.randn(4, DH, dtype=torch.float64)
-        attn.value_positions.data = torch.randn(4, DH, dtype=torch.float64)
+        attn.position.key_positions.data = torch.randn(4, DH, dtype=torch.float64)
+        attn.position.value_positions.data = torch.randn(4, DH, dtype=torch.float64)
     h, memory, mask, (q, k, v) = segment_with_a_start(attn, env=1, step=2)
     expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
     for b in range(B):
@@ -338,9 +338,9 @@ def test_shaw_attention_equals_its_sums():
                 keys = [j for j in range(M + T) if mask[b, i, j]]
                 w = [min(M + i - j, 3) for j in keys]
                 pairs = list(zip(keys, w, strict=True))
-                scores = torch.stack([q[b, n, i] @ (k[b, n, j] + attn.key_positions[c]) for j, c in pairs])
+                scores = torch.stack([q[b, n, i] @ (k[b, n, j] + attn.position.key_positions[c]) for j, c in pairs])
                 alpha = torch.softmax(scores / math.sqrt(DH), dim=0)
-                expected[b, n, i] = sum(a * (v[b, n, j] + attn.value_positions[c])
+                expected[b, n, i] = sum(a * (v[b, n, j] + attn.position.value_positions[c])
                                         for a, (j, c) in zip(alpha, pairs, strict=True))
     with torch.no_grad():
         out, _ = attn(h, attn.keys_values(memory), mask)
@@ -352,15 +352,15 @@ def test_distance_aware_attention_equals_its_formula():
     """``A_ij = ReLU(q_iᵀk_j/√d)·(1 + e^v)/(1 + e^{v − w(i−j)})``, ``z_i = Σ_j A_ij v_j / Σ_j A_ij`` over the
     visible keys (Wu et al. 2021), with w of both signs. Mutation caught: ``e^{v + w(i−j)}``."""
     torch.manual_seed(0)
-    attn = DistanceAwareAttention(D, H, DH, max_distance=M).double()
+    attn = build_attention("distance-aware", D, H, DH, max_distance=M).double()
     with torch.no_grad():
-        attn.distance_weight.copy_(torch.tensor([-0.5, 0.0, 0.7], dtype=torch.float64))
-        attn.sigmoid_offset.copy_(torch.tensor([0.3, -1.0, 1.5], dtype=torch.float64))
+        attn.position.distance_weight.copy_(torch.tensor([-0.5, 0.0, 0.7], dtype=torch.float64))
+        attn.position.sigmoid_offset.copy_(torch.tensor([0.3, -1.0, 1.5], dtype=torch.float64))
     h, memory, mask, (q, k, v) = segment_with_a_start(attn, env=0, step=4)
     expected = torch.zeros(B, H, T, DH, dtype=torch.float64)
     for b in range(B):
         for n in range(H):
-            w, o = attn.distance_weight[n], attn.sigmoid_offset[n]
+            w, o = attn.position.distance_weight[n], attn.position.sigmoid_offset[n]
             for i in range(T):
                 keys = [j for j in range(M + T) if mask[b, i, j]]
                 a = torch.stack([torch.relu(q[b, n, i] @ k[b, n, j] / math.sqrt(DH))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policies.positional import ABSOLUTE_ENCODINGS, AxialPositionalEncoding, LearnedPositionalEncoding
+from policies.positions.encodings import ABSOLUTE_ENCODINGS, AxialPositionalEncoding, LearnedPositionalEncoding
 
 DIM, MAX = 6, 10  # n₂ = ⌈√10⌉ = 4, n₁ = ⌈10/4⌉ = 3, d₁ = d₂ = 3
 

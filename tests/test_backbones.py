@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from policies import ATTENTIONS, BACKBONES, make_backbone
-from policies.memory import gather_windows, shared_windows, strip_cache, window_history
-from policies.positional import ABSOLUTE_ENCODINGS, sinusoid_table
+from policies.positions.encodings import ABSOLUTE_ENCODINGS, sinusoid_table
+from policies.window import gather_windows, shared_windows, strip_cache, window_history
 from tests.conftest import GATED, TRANSFORMERS, small_options
 
 INPUT_DIM = 5

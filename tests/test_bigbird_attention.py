@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import build_attention
 
 from policies import make_backbone
-from policies.bigbird_attention import BigBirdAttention, random_blocks
-from policies.local_attention import LocalAttention
-from policies.memory import attention_mask
+from policies.attention.bigbird import random_blocks
+from policies.window import attention_mask
 from tests.conftest import inputs_seen_last
 
 T, M = 6, 30
@@ -37,7 +37,7 @@ def test_pattern_is_the_papers_index_sets_in_episode_time(W, g, l, r, seed):  # 
     """Queries at episode times 3…8 and 40…45 with 30 keys before them (mutations caught: the window ``<`` for
     ``<=``, the global steps ``<=`` for ``<``, blocks counted from the window's start instead of the episode's,
     the random blocks of the key's block instead of the query's)."""
-    attention = BigBirdAttention(8, 2, 4, max_distance=M, window=W, global_steps=g, block_length=l,
+    attention = build_attention("bigbird", 8, 2, 4, max_distance=M, window=W, global_steps=g, block_length=l,
                                  random_blocks=r, seed=seed)
     pattern = attention.episode_pattern(CLOCKS, M + T)
     for env, clock in enumerate(CLOCKS.tolist()):
@@ -80,12 +80,12 @@ def test_without_global_steps_and_random_blocks_it_is_the_sliding_window(window)
     """``g = r = 0``: with the memory mask the visibility is ``local``'s window of ``W`` steps, and with ``W = M``
     the whole window of ``relative``, also across an episode start inside the segment (mutations caught: the
     window ``<`` for ``<=``, the reach left at ``M`` without global steps or random blocks)."""
-    attention = BigBirdAttention(8, 2, 4, max_distance=M, window=window, global_steps=0, random_blocks=0)
+    attention = build_attention("bigbird", 8, 2, 4, max_distance=M, window=window, global_steps=0, random_blocks=0)
     starts = torch.zeros(2, T, dtype=torch.bool)
     starts[1, 3] = True  # env 1's episode restarts inside the segment
     mask = attention_mask(torch.ones(2, M, dtype=torch.bool), starts, M)
     clock = torch.stack([torch.arange(40, 40 + T), torch.tensor([50, 51, 52, 0, 1, 2])])
-    sliding = LocalAttention(8, 2, 4, max_distance=M, local_window=window).near(T, M + T, mask.device)
+    sliding = build_attention("local", 8, 2, 4, max_distance=M, local_window=window).pattern.mask(T, M + T, mask)
     assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask & sliding)
     assert attention.reach == window
     if window == M:
@@ -96,11 +96,11 @@ def test_defaults_and_reach():
     """``W = max(1, ⌊M/8⌋)`` as ``local``, ``l = ⌈√M⌉``, one global step, two random blocks, seed 0; a global step
     or a random block reaches the whole memory (mutations caught: a default block one step short, the reach cut
     at the window with global steps)."""
-    attention = BigBirdAttention(8, 2, 4, max_distance=10)
-    assert (attention.window, attention.global_steps, attention.block_length) == (1, 1, 4)
-    assert (attention.random_blocks, attention.seed, attention.reach) == (2, 0, 10)
-    assert BigBirdAttention(8, 2, 4, max_distance=10, window=3, random_blocks=0).reach == 10
-    assert BigBirdAttention(8, 2, 4, max_distance=10, window=3, global_steps=0).reach == 10
+    attention = build_attention("bigbird", 8, 2, 4, max_distance=10)
+    assert (attention.pattern.window, attention.pattern.global_steps, attention.pattern.block_length) == (1, 1, 4)
+    assert (attention.pattern.random_blocks, attention.pattern.seed, attention.reach) == (2, 0, 10)
+    assert build_attention("bigbird", 8, 2, 4, max_distance=10, window=3, random_blocks=0).reach == 10
+    assert build_attention("bigbird", 8, 2, 4, max_distance=10, window=3, global_steps=0).reach == 10
 
 
 @pytest.mark.parametrize(("options", "seen"), [
@@ -133,4 +133,4 @@ def test_the_backbone_sees_exactly_the_pattern(options, seen):
 def test_bad_options_name_the_value_and_the_valid_range(options, message):
     """Mutation caught: a check left out (a window beyond the memory)."""
     with pytest.raises(ValueError, match=message):
-        BigBirdAttention(8, 2, 4, max_distance=9, **options)
+        build_attention("bigbird", 8, 2, 4, max_distance=9, **options)

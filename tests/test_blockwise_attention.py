@@ -9,10 +9,11 @@ import math
 
 import pytest
 import torch
+from conftest import build_attention
 
 from policies import make_backbone
-from policies.blockwise_attention import BlockwiseAttention
-from policies.memory import attention_mask
+from policies.attention.kernel import attend
+from policies.window import attention_mask
 from tests.conftest import inputs_seen_last
 
 
@@ -26,7 +27,8 @@ def test_per_head_pattern_is_the_papers_block_permutation(block_length, shifts):
     """Queries at episode times 7…11 with 9 keys before them, every head against its shift (mutations caught:
     the shift added instead of subtracted, blocks counted from the segment's start, one shift for all heads)."""
     T, M = 5, 9
-    attention = BlockwiseAttention(12, len(shifts), 4, max_distance=M, block_length=block_length, shifts=shifts)
+    attention = build_attention("blockwise", 12, len(shifts), 4, max_distance=M, block_length=block_length,
+                                shifts=shifts)
     pattern = attention.episode_pattern(torch.arange(7, 7 + T).view(1, T), M + T)[0]
     assert pattern.shape == (len(shifts), T, M + T)
     for h, s in enumerate(shifts):
@@ -40,9 +42,9 @@ def test_per_head_pattern_is_the_papers_block_permutation(block_length, shifts):
 def test_defaults_split_the_heads_and_fit_the_window():
     """First ``⌈H/2⌉`` heads unshifted, the others one block back; ``l = ⌊(M + 1)/2⌋`` so the farthest key is
     ``M`` steps back (mutations caught: the extra head of an odd ``H`` shifted, a default block one step short)."""
-    attention = BlockwiseAttention(12, 3, 4, max_distance=9)
-    assert attention.shifts.flatten().tolist() == [0, 0, 1]
-    assert (attention.block_length, attention.reach) == (5, 9)
+    attention = build_attention("blockwise", 12, 3, 4, max_distance=9)
+    assert attention.pattern.shifts.flatten().tolist() == [0, 0, 1]
+    assert (attention.pattern.block_length, attention.reach) == (5, 9)
 
 
 def test_one_unshifted_block_is_plain_content_attention():
@@ -89,14 +91,14 @@ def test_a_head_without_keys_outputs_zero(kernel, monkeypatch):
         monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", written_out_attention)
     torch.manual_seed(0)
     T, M, D = 9, 2, 8
-    attention = BlockwiseAttention(D, 2, 4, max_distance=M, block_length=3, shifts=[0, 1]).double()
+    attention = build_attention("blockwise", D, 2, 4, max_distance=M, block_length=3, shifts=[0, 1]).double()
     h = torch.randn(1, T, D, dtype=torch.float64)
     starts = torch.zeros(1, T, dtype=torch.bool)
     starts[0, 0] = True
     mask = attention_mask(torch.zeros(1, M, dtype=torch.bool), starts, M).unsqueeze(1)  # [1, 1, T, M + T]
     mask = mask & attention.episode_pattern(torch.arange(T).view(1, T), M + T)
     q, k, v = attention.segment_qkv(h, attention.keys_values(torch.zeros(1, M, D, dtype=torch.float64)))
-    out = attention.attend(q, k, v, mask, None)
+    out = attend(q, k, v, mask, scale=attention.scale)
     out.sum().backward()
     assert torch.isfinite(out).all()
     assert all(torch.isfinite(p.grad).all() for p in (attention.q_net.weight, attention.kv_net.weight))
@@ -136,4 +138,4 @@ def test_the_backbone_sees_exactly_each_heads_block(shifts, seen):
 def test_bad_options_name_the_value_and_the_valid_range(options, message):
     """Mutation caught: a check left out (negative shifts)."""
     with pytest.raises(ValueError, match=message):
-        BlockwiseAttention(8, 2, 4, max_distance=9, **options)
+        build_attention("blockwise", 8, 2, 4, max_distance=9, **options)

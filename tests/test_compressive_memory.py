@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from conftest import build_attention
 
-from policies.compressive_memory import CompressiveAttention
-from policies.positional import sinusoid_table
-from policies.relative_attention import RelativeMultiHeadAttention
+from policies.attention.layer import MultiHeadAttention
+from policies.positions.encodings import sinusoid_table
 from tests.conftest import attention_inputs
 
 B, T, D, H, DH = 2, 5, 12, 3, 4
@@ -25,11 +25,11 @@ def test_compression_rate_one_is_a_longer_fifo():
     the wrong distance, blocks shifted by one step)."""
     M = 7
     torch.manual_seed(0)
-    attn = CompressiveAttention(D, H, DH, max_distance=M, fifo_length=2, compression_rate=1).double()
+    attn = build_attention("compressive", D, H, DH, max_distance=M, fifo_length=2, compression_rate=1).double()
     with torch.no_grad():  # non-trivial u and v
-        attn.u.normal_()
-        attn.position_bias.normal_()
-    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+        attn.position.u.normal_()
+        attn.position.position_bias.normal_()
+    relative = build_attention("relative", D, H, DH, max_distance=M).double()
     relative.load_state_dict(attn.state_dict())
     h, memory, mask = inputs(M)
     with torch.no_grad():
@@ -46,13 +46,15 @@ def naive_slot(x, weight, steps: list[int], key_index: list[int]):
     return sum(x[j] @ weight[s] for s, j in zip(steps, key_index, strict=True)) * weight.shape[0] / len(key_index)
 
 
-def naive_compressive(attn: CompressiveAttention, h, memory, mask):
+def naive_compressive(attn: MultiHeadAttention, h, memory, mask):
     """One softmax per query over its FIFO steps and ``f_c`` of its visible older blocks, written out."""
-    M, f, c = attn.max_distance, attn.fifo_length, attn.compression_rate
+    M, f, c = attn.max_distance, attn.pattern.fifo_length, attn.pattern.compression_rate
     context = torch.cat([memory, h], dim=1)
     q_all = attn.queries(h)
     k_all, v_all = attn.keys_values(context)
-    r = attn.r_net(sinusoid_table(torch.arange(M + 1, dtype=h.dtype), D)).view(M + 1, H, DH)  # W_kR R_d
+    r = attn.position.r_net(sinusoid_table(torch.arange(M + 1, dtype=h.dtype), D)).view(M + 1, H, DH)  # W_kR R_d
+    u, v_bias = attn.position.u, attn.position.position_bias
+    compress_values = getattr(attn.pattern, "compress_values", None)
     out = torch.zeros(B, H, T, DH, dtype=h.dtype)
     for b in range(B):
         for n in range(H):
@@ -62,18 +64,18 @@ def naive_compressive(attn: CompressiveAttention, h, memory, mask):
                 for j in range(M + T):  # FIFO and segment steps
                     distance = M + i - j
                     if mask[b, i, j] and distance <= f:
-                        scores.append((q + attn.u[n]) @ k_all[b, n, j] + (q + attn.position_bias[n]) @ r[distance, n])
+                        scores.append((q + u[n]) @ k_all[b, n, j] + (q + v_bias[n]) @ r[distance, n])
                         values.append(v_all[b, n, j])
                 for slot in range(math.ceil((M - f) / c)):
                     block = [(d - f - slot * c - 1, M + i - d) for d in range(f + slot * c + 1, f + (slot + 1) * c + 1)
                              if M + i - d >= 0 and mask[b, i, M + i - d]]
                     if block:
                         steps, keys = [s for s, _ in block], [j for _, j in block]
-                        conv = attn.compression == "conv"
-                        k_slot = naive_slot(k_all[b, n], attn.compress_keys[n] if conv else None, steps, keys)
+                        conv = attn.pattern.compression == "conv"
+                        k_slot = naive_slot(k_all[b, n], attn.pattern.compress_keys[n] if conv else None, steps, keys)
                         middle = min(f + slot * c + (c + 1) // 2, M)
-                        scores.append((q + attn.u[n]) @ k_slot + (q + attn.position_bias[n]) @ r[middle, n])
-                        values.append(naive_slot(v_all[b, n], attn.compress_values[n] if conv else None, steps, keys))
+                        scores.append((q + u[n]) @ k_slot + (q + v_bias[n]) @ r[middle, n])
+                        values.append(naive_slot(v_all[b, n], compress_values[n] if conv else None, steps, keys))
                 weights = torch.softmax(torch.stack(scores) / math.sqrt(DH), dim=0)
                 out[b, n, i] = weights @ torch.stack(values)
     return attn.merge(out)
@@ -86,7 +88,8 @@ def test_compressed_slots_are_the_means_of_their_blocks(fifo_length, rate):
     in a block's mean, a FIFO one step too long, sums instead of means)."""
     M = 9
     torch.manual_seed(0)
-    attn = CompressiveAttention(D, H, DH, max_distance=M, fifo_length=fifo_length, compression_rate=rate).double()
+    attn = build_attention("compressive", D, H, DH, max_distance=M, fifo_length=fifo_length,
+                           compression_rate=rate).double()
     h, memory, mask = inputs(M)
     with torch.no_grad():
         out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
@@ -94,14 +97,14 @@ def test_compressed_slots_are_the_means_of_their_blocks(fifo_length, rate):
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
 
 
-def conv_attention(M: int, fifo_length: int, rate: int, *, random_weights: bool) -> CompressiveAttention:
+def conv_attention(M: int, fifo_length: int, rate: int, *, random_weights: bool) -> MultiHeadAttention:
     torch.manual_seed(0)
-    attn = CompressiveAttention(D, H, DH, max_distance=M, fifo_length=fifo_length, compression_rate=rate,
+    attn = build_attention("compressive", D, H, DH, max_distance=M, fifo_length=fifo_length, compression_rate=rate,
                                 compression="conv").double()
     if random_weights:
         with torch.no_grad():
-            attn.compress_keys.normal_(std=0.5)
-            attn.compress_values.normal_(std=0.5)
+            attn.pattern.compress_keys.normal_(std=0.5)
+            attn.pattern.compress_values.normal_(std=0.5)
     return attn
 
 
@@ -111,7 +114,8 @@ def test_a_fresh_convolution_is_mean_pooling(fifo_length, rate):
     caught: no rescaling of blocks cut by an episode start, a missing 1/c)."""
     M = 9
     conv = conv_attention(M, fifo_length, rate, random_weights=False)
-    mean = CompressiveAttention(D, H, DH, max_distance=M, fifo_length=fifo_length, compression_rate=rate).double()
+    mean = build_attention("compressive", D, H, DH, max_distance=M, fifo_length=fifo_length,
+                           compression_rate=rate).double()
     mean.load_state_dict(conv.state_dict(), strict=False)
     h, memory, mask = inputs(M)
     with torch.no_grad():
@@ -133,9 +137,9 @@ def test_learned_compression_is_a_convolution_over_each_block(fifo_length, rate)
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
 
 
-def naive_reconstruction(attn: CompressiveAttention, h, memory, mask):
+def naive_reconstruction(attn: MultiHeadAttention, h, memory, mask):
     """``‖attn(q, old) − attn(q, f_c(old))‖²`` per query with compressed steps, content attention, written out."""
-    M, f, c = attn.max_distance, attn.fifo_length, attn.compression_rate
+    M, f, c = attn.max_distance, attn.pattern.fifo_length, attn.pattern.compression_rate
     q_all = attn.queries(h)
     k_all, v_all = attn.keys_values(torch.cat([memory, h], dim=1))
     errors = []
@@ -154,8 +158,8 @@ def naive_reconstruction(attn: CompressiveAttention, h, memory, mask):
                              if M + i - d >= 0 and mask[b, i, M + i - d]]
                     if block:
                         steps, index = [s for s, _ in block], [j for _, j in block]
-                        keys.append(naive_slot(k_all[b, n], attn.compress_keys[n], steps, index))
-                        values.append(naive_slot(v_all[b, n], attn.compress_values[n], steps, index))
+                        keys.append(naive_slot(k_all[b, n], attn.pattern.compress_keys[n], steps, index))
+                        values.append(naive_slot(v_all[b, n], attn.pattern.compress_values[n], steps, index))
                 weights = torch.softmax(torch.stack(keys) @ q / math.sqrt(DH), 0)
                 per_head.append((raw - weights @ torch.stack(values)).square().mean())
             if per_head:
@@ -174,7 +178,7 @@ def test_the_reconstruction_loss_trains_the_compression_alone():
     out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
     loss = attn.aux_terms()["reconstruction"]
     torch.testing.assert_close(loss, naive_reconstruction(attn, h, memory, mask), atol=1e-12, rtol=0)
-    compression = [attn.compress_keys, attn.compress_values]
+    compression = [attn.pattern.compress_keys, attn.pattern.compress_values]
     others = [p for p in attn.parameters() if all(p is not w for w in compression)]
     grads = torch.autograd.grad(loss, compression + others + [h], allow_unused=True)
     assert all(g is not None and g.abs().sum() > 0 for g in grads[:2])
@@ -193,8 +197,8 @@ def test_no_reconstruction_loss_outside_training():
 
 def test_bad_compression_options_name_the_valid_range():
     with pytest.raises(ValueError, match="fifo_length must be in 1..9.*got 10"):
-        CompressiveAttention(D, H, DH, max_distance=9, fifo_length=10)
+        build_attention("compressive", D, H, DH, max_distance=9, fifo_length=10)
     with pytest.raises(ValueError, match="compression_rate must be >= 1, got 0"):
-        CompressiveAttention(D, H, DH, max_distance=9, compression_rate=0)
+        build_attention("compressive", D, H, DH, max_distance=9, compression_rate=0)
     with pytest.raises(ValueError, match="unknown compression 'max'; valid compressions: mean, conv"):
-        CompressiveAttention(D, H, DH, max_distance=9, compression="max")
+        build_attention("compressive", D, H, DH, max_distance=9, compression="max")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from policies import make_backbone
-from policies.lm import MemoryLanguageModel
+from policies.lm.model import MemoryLanguageModel
 
 T, B, X, M = 7, 3, 5, 4
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import build_attention
 
 from policies import make_backbone
-from policies.fixed_attention import FixedAttention
 from tests.conftest import inputs_seen_last
 
 
@@ -21,7 +21,8 @@ def paper_pattern(i: int, j: int, l: int, c: int) -> bool:  # noqa: E741 (the pa
 def test_pattern_is_the_papers_index_sets_in_episode_time(block_length, summary_width):
     """Queries at episode times 7…11 with a window of 9 keys before them (mutations caught: the summary
     test ``>`` for ``>=``, blocks counted from the window's start instead of the episode's)."""
-    attention = FixedAttention(8, 2, 4, max_distance=9, block_length=block_length, summary_width=summary_width)
+    attention = build_attention("fixed", 8, 2, 4, max_distance=9, block_length=block_length,
+                                summary_width=summary_width)
     T, M = 5, 9
     clock = torch.arange(7, 7 + T).view(1, T)
     pattern = attention.episode_pattern(clock, M + T)[0]
@@ -34,8 +35,8 @@ def test_pattern_is_the_papers_index_sets_in_episode_time(block_length, summary_
 
 
 def test_defaults_follow_the_square_root_of_the_memory():
-    attention = FixedAttention(8, 2, 4, max_distance=10)
-    assert (attention.block_length, attention.summary_width) == (4, 1)
+    attention = build_attention("fixed", 8, 2, 4, max_distance=10)
+    assert (attention.pattern.block_length, attention.pattern.summary_width) == (4, 1)
 
 
 def test_the_backbone_sees_exactly_the_pattern():
@@ -50,9 +51,9 @@ def test_the_backbone_sees_exactly_the_pattern():
 
 def test_bad_options_name_the_valid_range():
     with pytest.raises(ValueError, match="summary_width must be in 1..3 \\(the block length\\), got 4"):
-        FixedAttention(8, 2, 4, max_distance=9, block_length=3, summary_width=4)
+        build_attention("fixed", 8, 2, 4, max_distance=9, block_length=3, summary_width=4)
     with pytest.raises(ValueError, match="block_length must be >= 1, got 0"):
-        FixedAttention(8, 2, 4, max_distance=9, block_length=0)
+        build_attention("fixed", 8, 2, 4, max_distance=9, block_length=0)
 
 
 def test_a_state_without_the_clock_is_refused():
@@ -60,5 +61,5 @@ def test_a_state_without_the_clock_is_refused():
     state = backbone.initial_state(2)
     assert "clock" in state
     del state["clock"]
-    with pytest.raises(ValueError, match="FixedAttention is laid out in episode time, but the state has no 'clock'"):
+    with pytest.raises(ValueError, match="attention 'fixed' is laid out in episode time, but the state has no 'clock'"):
         backbone.forward_sequence(torch.randn(3, 2, 3), state, torch.zeros(3, 2, dtype=torch.bool))

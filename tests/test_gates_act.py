@@ -8,12 +8,12 @@ import pytest
 import torch
 from stable_baselines3.common.policies import BasePolicy
 
-from policies.act import AdaptiveComputationTime
-from policies.attention import make_attention
-from policies.blocks import TransformerXLBlock
-from policies.gates import GATES, GRUGate, make_gate
-from policies.memory import attention_mask
+from policies.attention.layer import make_attention
+from policies.backbones.act import AdaptiveComputationTime
+from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.gates import GATES, GRUGate, make_gate
 from policies.registry import make_backbone
+from policies.window import attention_mask
 
 D = 64
 

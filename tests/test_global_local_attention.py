@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import torch
+from conftest import build_attention
 
-from policies.global_local_attention import GlobalLocalAttention
-from policies.local_attention import LocalAttention
-from policies.positional import sinusoid_table
-from policies.relative_attention import RelativeMultiHeadAttention
+from policies.attention.layer import MultiHeadAttention
+from policies.positions.encodings import sinusoid_table
 from tests.conftest import attention_inputs
 
 B, T, D, H, DH, M, W = 2, 5, 12, 3, 4, 7, 2
@@ -19,15 +18,15 @@ def inputs():
     return attention_inputs(T, D, M)
 
 
-def gated(bias: float | None) -> GlobalLocalAttention:
+def gated(bias: float | None) -> MultiHeadAttention:
     torch.manual_seed(0)
-    attn = GlobalLocalAttention(D, H, DH, max_distance=M, local_window=W).double()
+    attn = build_attention("global-local", D, H, DH, max_distance=M, local_window=W).double()
     with torch.no_grad():
-        attn.u.normal_()
-        attn.position_bias.normal_()
-        attn.global_weight.normal_()
+        attn.position.u.normal_()
+        attn.position.position_bias.normal_()
+        attn.pattern.global_weight.normal_()
         if bias is not None:
-            attn.global_bias.fill_(bias)
+            attn.pattern.global_bias.fill_(bias)
     return attn
 
 
@@ -39,7 +38,7 @@ def run(attn, h, memory, mask):
 def test_every_step_global_is_full_relative_attention():
     """Mutation caught: the gate's bias left out (far steps would stay at half weight)."""
     attn = gated(bias=60.0)  # σ = 1 − 1e-26 on every step
-    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    relative = build_attention("relative", D, H, DH, max_distance=M).double()
     relative.load_state_dict(attn.state_dict(), strict=False)
     h, memory, mask = inputs()
     torch.testing.assert_close(run(attn, h, memory, mask), run(relative, h, memory, mask), atol=1e-12, rtol=0)
@@ -48,7 +47,7 @@ def test_every_step_global_is_full_relative_attention():
 def test_no_step_global_is_local_attention():
     """Mutation caught: the band one step short or long (``W`` vs ``W ± 1``)."""
     attn = gated(bias=-1e4)  # σ = e^-10000 beyond the window
-    local = LocalAttention(D, H, DH, max_distance=M, local_window=W).double()
+    local = build_attention("local", D, H, DH, max_distance=M, local_window=W).double()
     local.load_state_dict(attn.state_dict(), strict=False)
     h, memory, mask = inputs()
     torch.testing.assert_close(run(attn, h, memory, mask), run(local, h, memory, mask), atol=1e-12, rtol=0)
@@ -62,7 +61,7 @@ def test_far_steps_are_weighted_by_their_own_globalness():
     context = torch.cat([memory, h], dim=1)
     q_all = attn.queries(h)
     k_all, v_all = attn.keys_values(context)
-    r = attn.r_net(sinusoid_table(torch.arange(M + 1, dtype=h.dtype), D)).view(M + 1, H, DH)
+    r = attn.position.r_net(sinusoid_table(torch.arange(M + 1, dtype=h.dtype), D)).view(M + 1, H, DH)
     out = torch.zeros(B, H, T, DH, dtype=h.dtype)
     for b in range(B):
         for n in range(H):
@@ -72,9 +71,12 @@ def test_far_steps_are_weighted_by_their_own_globalness():
                 scores = []
                 for j in keys:
                     d = M + i - j
-                    score = ((q + attn.u[n]) @ k_all[b, n, j] + (q + attn.position_bias[n]) @ r[d, n]) / math.sqrt(DH)
+                    position = attn.position
+                    score = ((q + position.u[n]) @ k_all[b, n, j]
+                             + (q + position.position_bias[n]) @ r[d, n]) / math.sqrt(DH)
                     if d > W:
-                        gate = attn.global_weight[n] @ k_all[b, n, j] / math.sqrt(DH) + attn.global_bias[n]
+                        pattern = attn.pattern
+                        gate = pattern.global_weight[n] @ k_all[b, n, j] / math.sqrt(DH) + pattern.global_bias[n]
                         score = score + torch.nn.functional.logsigmoid(gate)
                     scores.append(score)
                 out[b, n, i] = torch.softmax(torch.stack(scores), 0) @ v_all[b, n, keys]

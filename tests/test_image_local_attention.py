@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import build_attention
 
 from policies import make_backbone
-from policies.image_local_attention import ImageLocalAttention
-from policies.local_attention import LocalAttention
-from policies.memory import attention_mask
+from policies.attention.layer import MultiHeadAttention
+from policies.window import attention_mask
 from tests.conftest import inputs_seen_last
 
 T, M = 6, 9
@@ -34,7 +34,7 @@ def memory_block_2d(i: int, W: int, h_q: int, w_q: int, h_m: int, w_m: int) -> s
             for column in range(max(0, left - w_m), min(W, left + w_q + w_m))}
 
 
-def assert_pattern(attention: ImageLocalAttention, block: set[int] | None = None, **sizes: int) -> None:
+def assert_pattern(attention: MultiHeadAttention, block: set[int] | None = None, **sizes: int) -> None:
     """Queries at episode times ``FIRST … FIRST + T − 1`` with ``M`` keys before them see exactly the keys
     ``j ≤ i`` of their memory block (``memory_block_1d`` or ``memory_block_2d`` called with ``sizes``)."""
     reference = memory_block_2d if "W" in sizes else memory_block_1d
@@ -51,7 +51,8 @@ def assert_pattern(attention: ImageLocalAttention, block: set[int] | None = None
 def test_1d_pattern_is_the_papers_query_and_memory_blocks(l_q, l_m):
     """Mutations caught: query blocks counted from the segment's start instead of the episode's, a memory block
     one step short (``>`` for ``>=``), the memory extent counted from the query instead of its block."""
-    assert_pattern(ImageLocalAttention(8, 2, 4, max_distance=M, query_length=l_q, memory_extent=l_m), l_q=l_q, l_m=l_m)
+    attention = build_attention("image-local", 8, 2, 4, max_distance=M, query_length=l_q, memory_extent=l_m)
+    assert_pattern(attention, l_q=l_q, l_m=l_m)
 
 
 @pytest.mark.parametrize(("W", "h_q", "w_q", "h_m", "w_m"),
@@ -59,7 +60,7 @@ def test_1d_pattern_is_the_papers_query_and_memory_blocks(l_q, l_m):
 def test_2d_pattern_is_the_papers_query_and_memory_blocks(W, h_q, w_q, h_m, w_m):
     """Rectangles at every position of the image, clipped at its left and right edges (mutations caught: the right
     margin left out, the memory block extended from the query's own row or column instead of its block's)."""
-    attention = ImageLocalAttention(8, 2, 4, max_distance=M, width=W, query_rows=h_q, query_columns=w_q,
+    attention = build_attention("image-local", 8, 2, 4, max_distance=M, width=W, query_rows=h_q, query_columns=w_q,
                                     memory_rows=h_m, memory_columns=w_m)
     assert_pattern(attention, W=W, h_q=h_q, w_q=w_q, h_m=h_m, w_m=w_m)
 
@@ -68,12 +69,12 @@ def test_2d_pattern_is_the_papers_query_and_memory_blocks(W, h_q, w_q, h_m, w_m)
 def test_query_blocks_of_one_step_are_the_sliding_window(window):
     """``l_q = 1``, ``l_m = w``: with the memory mask the visibility is ``local``'s window of ``w`` steps, and with
     ``w = M`` the whole window of ``relative`` (mutation caught: a memory block one step longer)."""
-    attention = ImageLocalAttention(8, 2, 4, max_distance=M, query_length=1, memory_extent=window)
+    attention = build_attention("image-local", 8, 2, 4, max_distance=M, query_length=1, memory_extent=window)
     starts = torch.zeros(2, T, dtype=torch.bool)
     starts[1, 3] = True  # env 1's episode restarts inside the segment
     mask = attention_mask(torch.ones(2, M, dtype=torch.bool), starts, M)
     clock = torch.stack([torch.arange(FIRST, FIRST + T), torch.tensor([20, 21, 22, 0, 1, 2])])
-    sliding = LocalAttention(8, 2, 4, max_distance=M, local_window=window).near(T, M + T, mask.device)
+    sliding = build_attention("local", 8, 2, 4, max_distance=M, local_window=window).pattern.mask(T, M + T, mask)
     assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask & sliding)
     if window == M:
         assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask)
@@ -83,12 +84,13 @@ def test_defaults_and_reach():
     """1D: ``l_q = ⌈√M⌉``, ``l_m = M + 1 − l_q``; 2D: ``1 × 1`` blocks, one column each side, the rows the window
     holds; either reaches exactly ``M`` steps back, and the memory length cuts longer memory blocks (mutations
     caught: a default ``l_m`` one step short, the reach not cut at the memory length)."""
-    one_d = ImageLocalAttention(8, 2, 4, max_distance=10)
-    assert (one_d.query_block, one_d.memory_margins, one_d.reach) == ((1, 4), (0, 7), 10)
-    two_d = ImageLocalAttention(8, 2, 4, max_distance=10, width=3)
-    assert (two_d.query_block, two_d.memory_margins, two_d.reach) == ((1, 1), (3, 1), 10)
-    assert ImageLocalAttention(8, 2, 4, max_distance=10, width=4, memory_rows=2, memory_columns=2).reach == 10
-    assert ImageLocalAttention(8, 2, 4, max_distance=10, width=4, memory_rows=1, memory_columns=0).reach == 4
+    one_d = build_attention("image-local", 8, 2, 4, max_distance=10)
+    assert (one_d.pattern.query_block, one_d.pattern.memory_margins, one_d.reach) == ((1, 4), (0, 7), 10)
+    two_d = build_attention("image-local", 8, 2, 4, max_distance=10, width=3)
+    assert (two_d.pattern.query_block, two_d.pattern.memory_margins, two_d.reach) == ((1, 1), (3, 1), 10)
+    attention = build_attention("image-local", 8, 2, 4, max_distance=10, width=4, memory_rows=2, memory_columns=2)
+    assert attention.reach == 10
+    assert build_attention("image-local", 8, 2, 4, max_distance=10, width=4, memory_rows=1, memory_columns=0).reach == 4
 
 
 @pytest.mark.parametrize(("options", "memory", "query_time", "seen"), [
@@ -123,4 +125,4 @@ def test_the_backbone_sees_exactly_the_pattern(options, memory, query_time, seen
 def test_bad_options_name_the_value_and_the_valid_range(options, message):
     """Mutation caught: a check left out (``query_columns`` not dividing ``width``)."""
     with pytest.raises(ValueError, match=message):
-        ImageLocalAttention(8, 2, 4, max_distance=9, **options)
+        build_attention("image-local", 8, 2, 4, max_distance=9, **options)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import build_attention
 
-from policies.attention import MultiHeadAttention
-from policies.knn_memory import KNNMemoryAttention, top_k_keys
-from policies.local_attention import LocalAttention
-from policies.memory import attention_mask
-from policies.relative_attention import RelativeMultiHeadAttention
+from policies.attention.knn import top_k_keys
+from policies.attention.layer import MultiHeadAttention
+from policies.window import attention_mask
 
 B, M, T, D, H, DH = 2, 6, 5, 12, 3, 4
 WINDOW = 2
@@ -26,19 +25,19 @@ def inputs(starts: torch.Tensor | None = None):
     return h, memory, mask, older
 
 
-def knn(top_k: int, gate_logit: float) -> KNNMemoryAttention:
+def knn(top_k: int, gate_logit: float) -> MultiHeadAttention:
     torch.manual_seed(0)
-    attn = KNNMemoryAttention(D, H, DH, max_distance=M, local_window=WINDOW, top_k=top_k).double()
+    attn = build_attention("knn", D, H, DH, max_distance=M, local_window=WINDOW, top_k=top_k).double()
     with torch.no_grad():
-        attn.gate_logit.fill_(gate_logit)
+        attn.pattern.gate_logit.fill_(gate_logit)
     return attn
 
 
 def test_local_attention_equals_relative_attention_with_a_band_mask():
     """Keys at most ``W`` steps back, the query itself included (mutation caught: ``<`` for ``≤``)."""
     torch.manual_seed(0)
-    local = LocalAttention(D, H, DH, max_distance=M, local_window=WINDOW).double()
-    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
+    local = build_attention("local", D, H, DH, max_distance=M, local_window=WINDOW).double()
+    relative = build_attention("relative", D, H, DH, max_distance=M).double()
     relative.load_state_dict(local.state_dict())
     h, memory, mask, older = inputs()
     band = torch.tensor([[0 <= M + i - j <= WINDOW for j in range(M + T)] for i in range(T)])
@@ -53,8 +52,8 @@ def test_a_closed_gate_leaves_relative_attention_over_the_local_window():
     """``g = 0``: Transformer-XL attention restricted to the last ``W`` steps (mutation caught: the
     local half seeing the whole store)."""
     attn = knn(top_k=1, gate_logit=float("-inf"))
-    relative = RelativeMultiHeadAttention(D, H, DH, max_distance=M).double()
-    relative.load_state_dict({k: v for k, v in attn.state_dict().items() if k != "gate_logit"})
+    relative = build_attention("relative", D, H, DH, max_distance=M).double()
+    relative.load_state_dict({k: v for k, v in attn.state_dict().items() if k != "pattern.gate_logit"})
     h, memory, mask, older = inputs()
     with torch.no_grad():
         out, _ = attn(h, attn.keys_values(memory), mask, attn.position_terms())
@@ -66,7 +65,7 @@ def test_retrieving_the_whole_store_equals_content_attention_over_the_older_keys
     """``k`` ≥ store size and ``g = 1``: plain softmax attention over every older key of the episode,
     without position terms (mutations caught: retrieving local keys too, adding the position bias)."""
     attn = knn(top_k=M + T, gate_logit=float("inf"))
-    content = MultiHeadAttention(D, H, DH, max_distance=M).double()
+    content = build_attention("none", D, H, DH, max_distance=M).double()
     content.load_state_dict({k: v for k, v in attn.state_dict().items() if k in content.state_dict()})
     starts = torch.zeros(B, T, dtype=torch.bool)
     starts[1, 3] = True  # env 1's last two steps start an episode: nothing older to retrieve
@@ -83,7 +82,7 @@ def test_one_retrieved_key_gives_its_value():
     """``k = 1``, ``g = 1``: each query reads the value of its best-scoring older key alone (mutation
     caught: attending to every older key)."""
     attn = knn(top_k=1, gate_logit=float("inf"))
-    content = MultiHeadAttention(D, H, DH, max_distance=M).double()
+    content = build_attention("none", D, H, DH, max_distance=M).double()
     content.load_state_dict({k: v for k, v in attn.state_dict().items() if k in content.state_dict()})
     h, memory, mask, older = inputs()
     with torch.no_grad():
@@ -136,12 +135,12 @@ def test_retrieval_does_not_depend_on_how_many_identical_older_records_there_are
     cue, corridor = torch.randn(1, 1, D, dtype=torch.float64), torch.randn(1, 1, D, dtype=torch.float64)
     outputs = []
     for run in (3, 30):
-        attn = KNNMemoryAttention(D, H, DH, max_distance=run + 1 + WINDOW, local_window=WINDOW, top_k=2).double()
+        attn = build_attention("knn", D, H, DH, max_distance=run + 1 + WINDOW, local_window=WINDOW, top_k=2).double()
         torch.manual_seed(0)
         for parameter in attn.parameters():
             parameter.data.copy_(torch.randn_like(parameter))
         with torch.no_grad():
-            attn.gate_logit.fill_(float("inf"))
+            attn.pattern.gate_logit.fill_(float("inf"))
             attn.queries = lambda h, attn=attn: attn.keys_values(cue.expand_as(h))[0]  # the query looks for the cue
         memory = torch.cat([cue, corridor.expand(1, run + WINDOW, D)], dim=1)
         h = corridor.clone()
@@ -155,6 +154,6 @@ def test_retrieval_does_not_depend_on_how_many_identical_older_records_there_are
 
 def test_bad_options_name_the_valid_range():
     with pytest.raises(ValueError, match="local_window must be in 1..6.*got 7"):
-        KNNMemoryAttention(D, H, DH, max_distance=M, local_window=7)
+        build_attention("knn", D, H, DH, max_distance=M, local_window=7)
     with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
-        KNNMemoryAttention(D, H, DH, max_distance=M, top_k=0)
+        build_attention("knn", D, H, DH, max_distance=M, top_k=0)

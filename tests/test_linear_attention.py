@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policies.linear_attention import EPSILON, CausalLinearAttention, feature_map
+from policies.backbones.linear_attention import EPSILON, CausalLinearAttention, feature_map
 
 B, T, D, H, DH, PREFIX = 2, 7, 12, 3, 4, 5
 

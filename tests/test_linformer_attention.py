@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
+from conftest import build_attention
 
-from policies.attention import MultiHeadAttention, make_attention
-from policies.linformer_attention import LinformerAttention, block_projection
-from policies.memory import attention_mask
+from policies.attention.layer import MultiHeadAttention, make_attention
+from policies.attention.linformer import block_projection
+from policies.window import attention_mask
 
 B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
 
@@ -21,14 +22,14 @@ def inputs(valid: torch.Tensor, starts: torch.Tensor):
     return h, memory, attention_mask(valid, starts, M)
 
 
-def identity_linformer() -> tuple[LinformerAttention, MultiHeadAttention]:
+def identity_linformer() -> tuple[MultiHeadAttention, MultiHeadAttention]:
     """``k = M + 1`` and ``E = F = I`` over distances, and ``none`` attention with the same weights."""
     torch.manual_seed(0)
-    linformer = LinformerAttention(D, H, DH, max_distance=M, rank=M + 1).double()
+    linformer = build_attention("linformer", D, H, DH, max_distance=M, rank=M + 1).double()
     with torch.no_grad():
-        linformer.key_projection.copy_(torch.eye(M + 1).expand(H, -1, -1))
-        linformer.value_projection.copy_(torch.eye(M + 1).expand(H, -1, -1))
-    content = MultiHeadAttention(D, H, DH, max_distance=M).double()
+        linformer.pattern.key_projection.copy_(torch.eye(M + 1).expand(H, -1, -1))
+        linformer.pattern.value_projection.copy_(torch.eye(M + 1).expand(H, -1, -1))
+    content = build_attention("none", D, H, DH, max_distance=M).double()
     content.load_state_dict({k: v for k, v in linformer.state_dict().items() if k in content.state_dict()})
     return linformer, content
 
@@ -58,16 +59,16 @@ def test_identity_projections_give_softmax_attention_over_the_valid_keys():
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
 
 
-def naive_linformer(attn: LinformerAttention, q, k, v, mask):
+def naive_linformer(attn: MultiHeadAttention, q, k, v, mask):
     """``k̃_i[r] = Σ_d E[r, d] m_i(d) k_{i−d}``, ``ṽ_i[r]`` likewise with ``F``, then
     ``softmax(q_iᵀk̃_i/√d) ṽ_i``, one query at a time."""
-    E, F = attn.key_projection, attn.value_projection
+    E, F = attn.pattern.key_projection, attn.pattern.value_projection
     out = torch.zeros(B, H, T, DH, dtype=q.dtype)
     for b in range(B):
         for n in range(H):
             for i in range(T):
-                k_proj = torch.zeros(attn.rank, DH, dtype=q.dtype)
-                v_proj = torch.zeros(attn.rank, DH, dtype=q.dtype)
+                k_proj = torch.zeros(attn.pattern.rank, DH, dtype=q.dtype)
+                v_proj = torch.zeros(attn.pattern.rank, DH, dtype=q.dtype)
                 for d in range(M + 1):
                     j = M + i - d  # key index in [memory; segment]
                     if mask[b, i, j]:
@@ -81,10 +82,10 @@ def test_vectorised_attention_equals_the_per_query_projections():
     """Random ``E``, ``F`` (rank 3 of 6 distances), random valid slots and episode starts.
     Mutation caught: indexing the projections by key position ``j`` instead of the distance ``i − j``."""
     torch.manual_seed(0)
-    attn = LinformerAttention(D, H, DH, max_distance=M, rank=3).double()
+    attn = build_attention("linformer", D, H, DH, max_distance=M, rank=3).double()
     with torch.no_grad():
-        attn.key_projection.normal_()
-        attn.value_projection.normal_()
+        attn.pattern.key_projection.normal_()
+        attn.pattern.value_projection.normal_()
     valid = torch.rand(B, M) > 0.3
     starts = torch.rand(B, T) > 0.7
     h, memory, mask = inputs(valid, starts)
@@ -104,8 +105,8 @@ def test_initial_projections_average_contiguous_runs_of_distances():
         [0, 0, 0, 0, 0, half, half]]))
     torch.testing.assert_close(block_projection(6, 6), torch.eye(6))
     attn = make_attention("linformer", D, H, DH, max_distance=M)
-    assert attn.rank == M + 1  # the default, min(16, M + 1)
-    torch.testing.assert_close(attn.key_projection, torch.eye(M + 1).expand(H, -1, -1))
+    assert attn.pattern.rank == M + 1  # the default, min(16, M + 1)
+    torch.testing.assert_close(attn.pattern.key_projection, torch.eye(M + 1).expand(H, -1, -1))
 
 
 @pytest.mark.parametrize("rank", [0, M + 2])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from policies import BACKBONES
-from policies.lm import MemoryLanguageModel
+from policies.lm.model import MemoryLanguageModel
 from tests.conftest import TRANSFORMERS, small_options
 
 VOCAB = 16

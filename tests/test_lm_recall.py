@@ -14,8 +14,8 @@ import torch.nn.functional as F
 import train_rl
 from experiments.lm_data import QUERY, associative_recall, segments
 from experiments.lm_workbench import KNNSettings, bits_per_token, build_lm_config, train_lm
-from policies.knn_lm import Datastore
-from policies.lm import MemoryLanguageModel
+from policies.lm.knn import Datastore
+from policies.lm.model import MemoryLanguageModel
 
 VOCAB, PAIRS = 12, 3  # keys 1..5, values 6..11, records of 9 tokens
 LENGTH = 2 * PAIRS + 3

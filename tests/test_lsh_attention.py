@@ -6,23 +6,24 @@ import math
 
 import pytest
 import torch
+from conftest import build_attention
 
-from policies.lsh_attention import LSHAttention
-from policies.memory import attention_mask
+from policies.attention.layer import MultiHeadAttention
+from policies.window import attention_mask
 
 B, M, T, D, H, DH = 2, 6, 5, 12, 3, 4
 
 
-def naive_lsh(attn: LSHAttention, h, memory, mask):
+def naive_lsh(attn: MultiHeadAttention, h, memory, mask):
     """Shared-QK attention within shared buckets, hashes computed vector by vector."""
     context = torch.cat([memory, h], dim=1)
     W_q = attn.q_net.weight.view(H, DH, D)
     W_v = attn.kv_net.weight.view(H, DH, D)
 
     def bucket(x, r, n):
-        if attn.n_buckets == 1:
+        if attn.pattern.n_buckets == 1:
             return 0
-        rotated = x @ attn.rotations[r, n]
+        rotated = x @ attn.pattern.rotations[r, n]
         return int(torch.argmax(torch.cat([rotated, -rotated])))
 
     out = torch.zeros(B, T, H, DH, dtype=h.dtype)
@@ -32,7 +33,7 @@ def naive_lsh(attn: LSHAttention, h, memory, mask):
             for i in range(T):
                 q = W_q[n] @ h[b, i]
                 allowed = [bool(mask[b, i, j]) and any(bucket(q, r, n) == bucket(keys[j], r, n)
-                                                       for r in range(attn.n_rounds)) for j in range(M + T)]
+                                                       for r in range(attn.pattern.n_rounds)) for j in range(M + T)]
                 if any(allowed[j] for j in range(M + T) if j != M + i):
                     allowed[M + i] = False  # not itself while another key is left
                 scores = torch.stack([q @ (keys[j] / keys[j].norm()) / math.sqrt(DH) if allowed[j]
@@ -47,7 +48,7 @@ def test_lsh_attention_equals_shared_qk_attention_within_buckets(n_buckets):
     """Mutations caught: separate keys (not shared-QK), unnormalised keys, a query seeing itself, hashing
     queries and keys with different rotations; ``n_buckets = 1`` is full shared-QK attention."""
     torch.manual_seed(0)
-    attn = LSHAttention(D, H, DH, max_distance=M, n_buckets=n_buckets, n_rounds=2).double()
+    attn = build_attention("lsh", D, H, DH, max_distance=M, n_buckets=n_buckets, n_rounds=2).double()
     h, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, M, D, dtype=torch.float64)
     starts = torch.zeros(B, T, dtype=torch.bool)
     starts[1, 3] = True
@@ -61,14 +62,14 @@ def test_lsh_attention_equals_shared_qk_attention_within_buckets(n_buckets):
 def test_more_buckets_hide_more_keys():
     """Hashing restricts attention: with 8 buckets and one round, most keys fall in other buckets."""
     torch.manual_seed(0)
-    attn = LSHAttention(D, H, DH, max_distance=M, n_buckets=8, n_rounds=1)
+    attn = build_attention("lsh", D, H, DH, max_distance=M, n_buckets=8, n_rounds=1)
     k = attn.keys_values(torch.randn(1, 40, D))[0]
-    same = attn.buckets(k)[0].unsqueeze(-1) == attn.buckets(k)[0].unsqueeze(-2)
+    same = attn.pattern.buckets(k)[0].unsqueeze(-1) == attn.pattern.buckets(k)[0].unsqueeze(-2)
     assert 0.05 < same.float().mean() < 0.5
 
 
 def test_bad_hashing_options_name_the_valid_values():
     with pytest.raises(ValueError, match="n_buckets must be 1 or an even number >= 2, got 3"):
-        LSHAttention(D, H, DH, max_distance=M, n_buckets=3)
+        build_attention("lsh", D, H, DH, max_distance=M, n_buckets=3)
     with pytest.raises(ValueError, match="n_rounds must be >= 1, got 0"):
-        LSHAttention(D, H, DH, max_distance=M, n_rounds=0)
+        build_attention("lsh", D, H, DH, max_distance=M, n_rounds=0)

@@ -188,7 +188,7 @@ class Poison(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         policy = self.model.policy
-        u = policy.backbone.layers[0].attn.u
+        u = policy.backbone.layers[0].attn.position.u
         if self.where == "loss":
             self.model.rollout_buffer.advantages[3, 1] = np.nan
         elif self.where == "gradient":
@@ -202,8 +202,8 @@ class Poison(BaseCallback):
 
 @pytest.mark.parametrize("where,message", [
     ("loss", r"non-finite loss .* non-finite terms: policy_loss"),
-    ("gradient", r"non-finite gradient at update 0, timestep 64, in: backbone.layers.0.attn.u"),
-    ("parameter", r"non-finite parameters after update \d+, timestep 64: backbone.layers.0.attn.u"),
+    ("gradient", r"non-finite gradient at update 0, timestep 64, in: backbone.layers.0.attn.position.u"),
+    ("parameter", r"non-finite parameters after update \d+, timestep 64: backbone.layers.0.attn.position.u"),
 ])
 def test_non_finite_training_stops_and_says_where(where, message):
     with pytest.raises(NonFiniteError, match=message):
@@ -251,10 +251,10 @@ def test_a_learned_compression_is_trained_by_its_reconstruction_loss():
     options = {"attention": "compressive", "attention_options": {"compression": "conv", "compression_rate": 2}}
     model = small_model("gtrxl", backbone_options=options)
     assert model.aux_coefs == {"reconstruction": 1.0}
-    before = [block.attn.compress_values.detach().clone() for block in model.policy.backbone.layers]
+    before = [block.attn.pattern.compress_values.detach().clone() for block in model.policy.backbone.layers]
     model.learn(2 * 16 * 4)
     assert model.logger.name_to_value["train/aux/reconstruction"] > 0.0
-    assert all(not torch.equal(block.attn.compress_values, w)
+    assert all(not torch.equal(block.attn.pattern.compress_values, w)
                for block, w in zip(model.policy.backbone.layers, before, strict=True))
 
 

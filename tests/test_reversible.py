@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-import policies.reversible_transformer
+import policies.backbones.reversible_transformer
 from experiments.activation_memory import saved_activation_bytes
 from policies import ATTENTIONS, make_backbone
-from policies.attention import make_attention
-from policies.blocks import TransformerXLBlock
-from policies.memory import attention_mask
-from policies.reversible import ReversibleLayer, reversible_stack, run_layers
+from policies.attention.layer import make_attention
+from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.reversible import ReversibleLayer, reversible_stack, run_layers
+from policies.window import attention_mask
 
 B, T, M, D, INPUT_DIM = 3, 6, 4, 16, 5
 
@@ -77,7 +77,7 @@ def test_gradients_equal_plain_autograd(attention, monkeypatch):
         return [y.detach(), inputs.grad] + [p.grad for p in backbone.parameters()]
 
     reversible = gradients()
-    monkeypatch.setattr(policies.reversible_transformer, "reversible_stack", run_layers)
+    monkeypatch.setattr(policies.backbones.reversible_transformer, "reversible_stack", run_layers)
     plain = gradients()
     names = ["output", "input"] + [name for name, _ in backbone.named_parameters()]
     for name, a, b in zip(names, reversible, plain, strict=True):
@@ -96,7 +96,7 @@ def test_backward_keeps_fewer_bytes_than_plain_autograd(n_layers, monkeypatch):
         return saved_activation_bytes(lambda: backbone.forward_sequence(x, state, starts), backbone.parameters())
 
     reversible = saved()
-    monkeypatch.setattr(policies.reversible_transformer, "reversible_stack", run_layers)
+    monkeypatch.setattr(policies.backbones.reversible_transformer, "reversible_stack", run_layers)
     plain = saved()
     layer_activations = n_layers * B * T * D * 4  # at least one [B, T, D] float32 tensor per layer
     assert reversible < plain - layer_activations, (reversible, plain)

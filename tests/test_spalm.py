@@ -22,9 +22,9 @@ from experiments.lm_workbench import (
     spalm_bits,
     train_lm,
 )
-from policies.knn_lm import Datastore
-from policies.lm import MemoryLanguageModel
-from policies.spalm import GatedRetrieval, spalm_loss
+from policies.lm.knn import Datastore
+from policies.lm.model import MemoryLanguageModel
+from policies.lm.spalm import GatedRetrieval, spalm_loss
 from tests.conftest import tiny_copy_lm
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from policies.attention import MultiHeadAttention, key_times, register_attention
-from policies.local_attention import LOCAL_FRACTION
+from policies.attention import ATTENTIONS
+from policies.attention.local import local_window_length
+from policies.attention.pattern import Pattern
+from policies.window import key_times, root_length
 
 WORD = 0xFFFFFFFF
 """the hash works on 32-bit words, kept in int64 tensors (a word times the multiplier stays below 2⁶³)"""
@@ -43,9 +43,10 @@ def random_blocks(block: Tensor, r: int, seed: int) -> Tensor:
     return chosen
 
 
-@register_attention("bigbird")
-class BigBirdAttention(MultiHeadAttention):
-    """Content attention restricted to BigBird's sparse pattern (Zaheer et al. 2020, Sec. 2, the ITC variant),
+@ATTENTIONS.register("bigbird", "BigBird's window, global and random blocks, causal and in episode time "
+                                "(Zaheer et al. 2020)")
+class BigBirdPattern(Pattern):
+    """BigBird's sparse pattern (Zaheer et al. 2020, Sec. 2, the ITC variant),
     made causal: a query at episode time ``i`` sees key ``j ≤ i`` when ``j ∈ A(i)``::
 
         A(i) = { j : i − j ≤ W }                        window: the last W steps and itself
@@ -70,16 +71,15 @@ class BigBirdAttention(MultiHeadAttention):
 
     complexity = "O(n·(W + g + r·l))"
 
+    default_position = "none"
     uses_episode_time = True
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  window: int | None = None, global_steps: int = 1, block_length: int | None = None,
                  random_blocks: int = 2, seed: int = 0) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
-        window = max(1, max_distance // LOCAL_FRACTION) if window is None else window
-        block_length = max(1, math.ceil(math.sqrt(max_distance))) if block_length is None else block_length
-        if not 1 <= window <= max_distance:
-            raise ValueError(f"window must be in 1..{max_distance} (the memory length), got {window}")
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
+        window = local_window_length(max_distance, window, option="window")
+        block_length = root_length(max_distance) if block_length is None else block_length
         if global_steps < 0:
             raise ValueError(f"global_steps must be >= 0, got {global_steps}")
         if block_length < 1:

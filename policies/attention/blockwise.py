@@ -5,12 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from policies.attention import MultiHeadAttention, key_distances, key_times, register_attention
+from policies.attention import ATTENTIONS
+from policies.attention.pattern import Pattern
+from policies.window import key_times
 
 
-@register_attention("blockwise")
-class BlockwiseAttention(MultiHeadAttention):
-    """Content attention restricted, in each head, to one block of episode time: BlockBERT (Qiu et al. 2020,
+@ATTENTIONS.register("blockwise", "BlockBERT's blocks, one block of episode time per head, shifted back "
+                                  "(Qiu et al. 2020)")
+class BlockwisePattern(Pattern):
+    """Attention restricted, in each head, to one block of episode time: BlockBERT (Qiu et al. 2020,
     Sec. 3) cuts the sequence into blocks of ``l = block_length`` steps and gives each head ``h`` a permutation
     ``π_h`` of the blocks, so that the queries of block ``b`` attend only to the keys of block ``π_h(b)``.
     Made causal for a stream, the permutations are shifts back, ``π_h(b) = b − s_h``: in head ``h`` a query
@@ -25,7 +28,9 @@ class BlockwiseAttention(MultiHeadAttention):
     steps back) the memory window of ``M = max_distance`` steps holds.
 
     A head whose block has no visible key, early in the episode (block ``⌊i / l⌋ − s_h`` does not exist yet)
-    or when the window cuts it all, reads nothing: its output is zero, not the NaN of a softmax over no key.
+    or when the window cuts it all, reads nothing: its output is zero, not the NaN of a softmax over no key
+    (the kernel's empty-row rule,
+    :func:`policies.attention.kernel.attend`).
 
     The pattern differs per head (:meth:`episode_pattern` is ``[B, H, T, K]``); as for ``fixed``, ``i`` and
     ``j`` are **episode times**, so rollout steps and training segments see the same keys (invariant 1). It
@@ -34,11 +39,12 @@ class BlockwiseAttention(MultiHeadAttention):
 
     complexity = "O(n²/b), b blocks"
 
+    default_position = "none"
     uses_episode_time = True
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  block_length: int | None = None, shifts: list[int] | None = None) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         shifts = [0] * ((n_heads + 1) // 2) + [1] * (n_heads // 2) if shifts is None else list(shifts)
         if len(shifts) != n_heads:
             raise ValueError(f"shifts must hold one shift per head ({n_heads} heads), got {len(shifts)}: {shifts}")
@@ -63,10 +69,3 @@ class BlockwiseAttention(MultiHeadAttention):
         query_block = clock.div(l, rounding_mode="floor")[:, None, :, None]  # [B, 1, T, 1]
         key_block = key_times(clock, n_keys).div(l, rounding_mode="floor").unsqueeze(1)  # [B, 1, T, K]
         return key_block == query_block - self.shifts
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, position_terms: Tensor | None) -> Tensor:
-        """Content attention; a head with no visible key attends to the query's own step (so that no softmax
-        row is empty) and its output is then set to zero."""
-        empty = ~mask.any(dim=-1, keepdim=True)  # [B, H, T, 1]
-        itself = key_distances(q.shape[2], k.shape[2], q.device) == 0
-        return super().attend(q, k, v, mask | (empty & itself), position_terms).masked_fill(empty, 0.0)

@@ -8,8 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, key_distances, register_attention
-from policies.relative_attention import RelativeMultiHeadAttention
+from policies.attention import ATTENTIONS
+from policies.attention.kernel import Slots, attend
+from policies.attention.pattern import Kernel, Pattern
+from policies.positions.base import Position
+from policies.window import key_distances
 
 DEFAULT_RATE = 4
 """``c``, the compression rate (steps per compressed slot); the paper used 3 and 4"""
@@ -22,9 +25,10 @@ RECONSTRUCTION_LOSS_COEF = 1.0
 """default coefficient of the attention-reconstruction loss; it trains ``f_c`` alone, so it only sets its step size"""
 
 
-@register_attention("compressive")
-class CompressiveAttention(RelativeMultiHeadAttention):
-    """Transformer-XL attention over a FIFO memory plus a compressed memory (Rae et al. 2020, Sec. 3).
+@ATTENTIONS.register("compressive", "a FIFO of recent steps plus older blocks compressed into one slot each "
+                                    "(Compressive Transformer, Rae et al. 2020)")
+class CompressiveMemory(Pattern):
+    """Attention over a FIFO memory plus a compressed memory (Rae et al. 2020, Sec. 3).
 
     A query sees the last ``n_m = fifo_length`` steps one by one, and the ``n_cm`` older blocks of
     ``c = compression_rate`` steps each as one slot. ``compression`` picks the function ``f_c`` that
@@ -35,24 +39,26 @@ class CompressiveAttention(RelativeMultiHeadAttention):
     between content attention over each query's compressed steps and over its slots, with every input
     but ``f_c`` detached; the main loss does not reach ``W`` and the loss does not reach the model. It goes
     to the backbone's ``aux`` as ``reconstruction``. Everything is one softmax over
-    ``[compressed slots; FIFO; segment]``; a compressed slot scores ``(q+u)ᵀk̄ + (q+v)ᵀW_kR R_d`` with
-    ``d`` the distance of its block's middle step, so with ``c = 1`` this is plain relative attention
-    over ``n_m + n_cm`` steps. The window ``max_distance = n_m + c·n_cm`` bounds the reach.
+    ``[compressed slots; FIFO; segment]`` in the kernel (:class:`~policies.attention.kernel.Slots`); a compressed
+    slot is scored as a key at the distance ``d`` of its block's middle step (with ``relative`` positions
+    ``(q+u)ᵀk̄ + (q+v)ᵀW_kR R_d``), so with ``c = 1`` this is plain attention over ``n_m + n_cm`` steps.
+    A position scheme must score a key from its distance alone (:meth:`refuses`). The window
+    ``max_distance = n_m + c·n_cm`` bounds the reach.
 
     Where this differs from the paper, and why: blocks are cut relative to each query (block ``j``
     holds the steps ``n_m + j·c + 1 .. n_m + (j+1)·c`` back) instead of once when steps leave the FIFO.
     The compressed memory is then a function of the window of records, so a rollout step and a
     training segment see the same memories without new state, and the episode boundary clears it
-    with the window (invariants 1 and 2). The convolution compresses keys and values per head, not
+    with the window (step equals sequence; episode isolation). The convolution compresses keys and values per head, not
     the layer inputs, so a slot needs no second projection.
     """
 
     complexity = "O(n·(n_m + n_cm)), FIFO and compressed slots"
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  fifo_length: int | None = None, compression_rate: int = DEFAULT_RATE,
                  compression: str = "mean") -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         if fifo_length is None:
             fifo_length = max(1, max_distance // FIFO_FRACTION)
         if not 1 <= fifo_length <= max_distance:
@@ -69,6 +75,12 @@ class CompressiveAttention(RelativeMultiHeadAttention):
             self.compress_values = nn.Parameter(mean.clone())
             self.aux_loss_coefs = {"reconstruction": RECONSTRUCTION_LOSS_COEF}
         self._reconstruction: list[Tensor] = []
+
+    def refuses(self, position: Position) -> str | None:
+        if not position.scores_distances or not position.fused:
+            return ("a compressed slot is a mean of keys at several distances, scored at its middle one: the position "
+                    "must add a score term for a given distance and nothing else (relative, alibi or none)")
+        return None
 
     def slot_distances(self, device: torch.device) -> Tensor:
         """The distance each compressed slot's position term is taken at (its block's middle step), ``[n_cm]``."""
@@ -130,12 +142,9 @@ class CompressiveAttention(RelativeMultiHeadAttention):
         q, k, v = q.detach(), k.detach(), v.detach()
         region = mask & (key_distances(q.shape[2], k.shape[2], q.device) > self.fifo_length)  # [B, 1, T, K]
         k_c, v_c, visible = self.compress(q, k, v, mask)
-        has_old = visible.any(dim=-1, keepdim=True)  # [B, 1, T, 1]; a query without any sees everything
-        scores = (q @ k.transpose(-2, -1)) * self.scale  # instead, so no softmax row is empty (NaN)
-        old = scores.masked_fill(~(region | ~has_old), float("-inf")).softmax(dim=-1) @ v
-        slot_scores = torch.einsum("bhtd,bhtjd->bhtj", q, k_c) * self.scale
-        slot_weights = slot_scores.masked_fill(~(visible | ~has_old), float("-inf")).softmax(dim=-1)
-        compressed = torch.einsum("bhtj,bhtjd->bhtd", slot_weights, v_c)
+        old = attend(q, k, v, region, scale=self.scale)  # content attention over the compressed steps
+        compressed = attend(q, k, v, torch.zeros_like(region), scale=self.scale, slots=Slots(k_c, v_c, visible))
+        has_old = visible.any(dim=-1, keepdim=True)  # [B, 1, T, 1]; the kernel gives 0 to a query without any
         has_old = has_old.squeeze(-1)  # [B, 1, T]
         error = (old - compressed).square().mean(dim=-1)  # [B, H, T]
         return (error * has_old).sum() / (has_old.sum() * q.shape[1]).clamp(min=1)
@@ -147,25 +156,11 @@ class CompressiveAttention(RelativeMultiHeadAttention):
         losses, self._reconstruction = self._reconstruction, []
         return {"reconstruction": torch.stack(losses).mean() if losses else self.compress_keys.new_zeros(())}
 
-    def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
-                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        q, k, v = self.segment_qkv(h, memory_kv)
-        T, K = q.shape[2], k.shape[2]
-        mask = mask.unsqueeze(1)  # [B, 1, T, K]
-        fifo = mask & (key_distances(T, K, q.device) <= self.fifo_length)
-        content_query = self.content_query(q)
-        scores = (content_query @ k.transpose(-2, -1)) * self.scale + self.score_bias(q, position_terms, K)
+    def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: Kernel) -> Tensor:
+        """One softmax over ``[compressed slots; FIFO; segment]``: the window's keys at most ``n_m`` steps back
+        and every query's ``n_cm`` compressed slots, scored at their blocks' middle distances."""
+        fifo = mask & (key_distances(q.shape[2], k.shape[2], q.device) <= self.fifo_length)
         k_c, v_c, visible = self.compress(q, k, v, mask, detached=True)
         if self.compression == "conv" and self.training and torch.is_grad_enabled():
             self._reconstruction.append(self.reconstruction_loss(q, k, v, mask))
-        if position_terms is None:
-            raise ValueError("compressive attention needs its position terms (W_kR R)")
-        slot_terms = position_terms[:, self.max_distance - self.slot_distances(q.device)]  # [H, n_cm, d]
-        slot_scores = (torch.einsum("bhtd,bhtjd->bhtj", content_query, k_c)
-                       + torch.einsum("bhtd,hjd->bhtj", q + self.position_bias.unsqueeze(1), slot_terms)) * self.scale
-        weights = torch.cat([slot_scores.masked_fill(~visible, float("-inf")),
-                             scores.masked_fill(~fifo, float("-inf"))], dim=-1).softmax(dim=-1)
-        weights = F.dropout(weights, self.dropout, self.training)
-        n_cm = self.n_compressed
-        out = torch.einsum("bhtj,bhtjd->bhtd", weights[..., :n_cm], v_c) + weights[..., n_cm:] @ v
-        return self.merge(out), (k, v)
+        return kernel(q, k, v, fifo, slots=Slots(k_c, v_c, visible, self.slot_distances(q.device)))

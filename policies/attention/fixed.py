@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import math
-
 from torch import Tensor
 
-from policies.attention import MultiHeadAttention, key_times, register_attention
+from policies.attention import ATTENTIONS
+from policies.attention.pattern import Pattern
+from policies.window import key_times, root_length
 
 
-@register_attention("fixed")
-class FixedAttention(MultiHeadAttention):
-    """Content attention restricted to the fixed pattern of Child et al. (2019, Sec. 4.2, merged into
+@ATTENTIONS.register("fixed", "the Sparse Transformer's fixed pattern in episode time: own block and summary cells "
+                              "(Child et al. 2019)")
+class FixedPattern(Pattern):
+    """The fixed pattern of Child et al. (2019, Sec. 4.2, merged into
     one head): a query at position ``i`` sees key ``j ≤ i`` when
 
     - ``⌊j / l⌋ = ⌊i / l⌋`` (``A⁽¹⁾``: the keys of its own block of ``l`` steps), or
@@ -31,13 +32,14 @@ class FixedAttention(MultiHeadAttention):
 
     complexity = "O(n·√n)"
 
+    default_position = "none"
     uses_episode_time = True
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  block_length: int | None = None, summary_width: int = 1) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         if block_length is None:
-            block_length = max(1, math.ceil(math.sqrt(max_distance)))
+            block_length = root_length(max_distance)
         if block_length < 1:
             raise ValueError(f"block_length must be >= 1, got {block_length}")
         if not 1 <= summary_width <= block_length:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from policies.attention import MultiHeadAttention, key_times, register_attention
+from policies.attention import ATTENTIONS
+from policies.attention.pattern import Pattern
+from policies.window import key_times, root_length
 
 Block = tuple[int, int]
 """(rows, columns)"""
@@ -37,7 +37,7 @@ def block_reach(width: int | None, query_block: Block, memory_margins: Block) ->
 
 def row_blocks(max_distance: int, query_length: int | None, memory_extent: int | None) -> tuple[Block, Block]:
     """The 1D layout's query block and memory margins, ``(1, l_q)`` and ``(0, l_m)``, from its options."""
-    query_length = max(1, math.ceil(math.sqrt(max_distance))) if query_length is None else query_length
+    query_length = root_length(max_distance) if query_length is None else query_length
     at_least("query_length", query_length, 1)
     memory_extent = max(0, max_distance + 1 - query_length) if memory_extent is None else memory_extent
     at_least("memory_extent", memory_extent, 0)
@@ -61,9 +61,10 @@ def image_blocks(max_distance: int, width: int, query_rows: int | None, query_co
     return query_block, (memory_rows, memory_columns)
 
 
-@register_attention("image-local")
-class ImageLocalAttention(MultiHeadAttention):
-    """Content attention restricted to the local attention of the Image Transformer (Parmar et al. 2018,
+@ATTENTIONS.register("image-local", "the Image Transformer's query blocks and memory blocks, 1D or 2D raster, in "
+                                    "episode time (Parmar et al. 2018)")
+class ImageLocalPattern(Pattern):
+    """Attention restricted to the local attention of the Image Transformer (Parmar et al. 2018,
     Sec. 3.2, its masked decoder): the queries are cut into *query blocks*, and every query of a block sees
     the keys of the block's *memory block* that precede it (``j ≤ i``, raster order).
 
@@ -95,14 +96,14 @@ class ImageLocalAttention(MultiHeadAttention):
     """
 
     complexity = "O(n·(l_q + l_m)), query and memory blocks"
-
+    default_position = "none"
     uses_episode_time = True
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  width: int | None = None, query_length: int | None = None, memory_extent: int | None = None,
                  query_rows: int | None = None, query_columns: int | None = None, memory_rows: int | None = None,
                  memory_columns: int | None = None) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         self.width = width
         if width is None:
             refuse("2D local attention (set width)", query_rows=query_rows, query_columns=query_columns,

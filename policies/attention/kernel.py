@@ -1,34 +1,35 @@
-"""Multi-head attention of a segment over ``[memory; segment]``, and the registry of attentions.
+"""The attention kernel: every member of the family computes its scores, mask and weights in :func:`attend`.
 
-Queries come from the segment only; keys and values from the memory (kept without gradient by
-the caller) followed by the segment, as in Transformer-XL (Dai et al. 2019, Sec. 3.2). A
-boolean mask says which keys each query may see; it always allows the query itself, so no row
-is fully masked and ``-inf`` never turns into NaN.
+Queries come from the segment only; keys and values from the memory (kept without gradient by the caller)
+followed by the segment, as in Transformer-XL (Dai et al. 2019, Sec. 3.2). The three axes meet here:
 
-Every attention is registered by name (:data:`ATTENTIONS`, :func:`make_attention`) and owns
-its position scheme: the terms it precomputes from its parameters once per forward pass
-(:meth:`MultiHeadAttention.position_terms`, cached during rollouts) and the bias they add to
-the scores (:meth:`MultiHeadAttention.score_bias`). A block takes an attention by name
-(``-p gtrxl.attention=alibi``); a new scheme is one module with a registered subclass.
+- the **position scheme** (:mod:`policies.positions`) rotates queries and keys, adds a content-query bias,
+  a score term and a value term, or replaces the softmax;
+- the **key pattern** (:mod:`policies.attention`) narrows the mask or adds a soft bias;
+- the **memory kind** decides which keys exist: the window's, or per-query slots (compressed blocks,
+  projected keys) handed in as :class:`Slots`.
 
-Tensor layout: hidden states ``[B, T, D]``, per-head tensors ``[B, H, N, d_head]``.
+Tensor layout: hidden states ``[B, T, D]``, per-head tensors ``[B, H, N, d_head]``, scores ``[B, H, T, K]``.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from policies.window import key_distances
+
+if TYPE_CHECKING:
+    from policies.positions.base import Position
+
 
 class SharedRecords(NamedTuple):
     """The keys (or values) of a minibatch's distinct memory records and where they sit in its windows
-    (:func:`policies.memory.shared_windows`): ``table`` ``[R, H, d_head]`` holds them once per record, and
+    (:func:`policies.window.shared_windows`): ``table`` ``[R, H, d_head]`` holds them once per record, and
     window ``n``'s slot ``m`` holds ``table[slots[n, m]]`` (``slots`` ``[N, M]``)."""
 
     table: Tensor
@@ -47,7 +48,7 @@ def join_memory(memory_kv: KeysValues, k_seg: Tensor, v_seg: Tensor) -> tuple[Te
     """The keys and values of ``[memory; segment]``, ``[B, H, M + T, d_head]`` each, from the memory's ``[B, H, M,
     d_head]`` or its shared records and the segment's ``[B, H, T, d_head]``. Shared records are gathered straight
     into the joined layout: one contiguous copy, where gathering the windows and then concatenating made two,
-    the first of them strided (README, "Training speed"); keys and values share the index of their rows."""
+    the first of them strided (docs/design.md, "Training speed"); keys and values share the index of their rows."""
     keys, values = memory_kv
     if isinstance(keys, Tensor) and isinstance(values, Tensor):
         return torch.cat([keys, k_seg], dim=2), torch.cat([values, v_seg], dim=2)
@@ -64,74 +65,26 @@ def join_memory(memory_kv: KeysValues, k_seg: Tensor, v_seg: Tensor) -> tuple[Te
 
     return gather(keys, k_seg), gather(values, v_seg)
 
-ATTENTIONS: dict[str, type[MultiHeadAttention]] = {}
-"""name → attention class; filled by :func:`register_attention` when ``policies`` is imported."""
 
-
-def register_attention(name: str) -> Callable[[type[MultiHeadAttention]], type[MultiHeadAttention]]:
-    """Class decorator: make an attention selectable as ``attention=name``."""
-
-    def register(cls: type[MultiHeadAttention]) -> type[MultiHeadAttention]:
-        if name in ATTENTIONS:
-            raise ValueError(f"attention {name!r} is registered twice")
-        ATTENTIONS[name] = cls
-        return cls
-
-    return register
-
-
-def attention_options(name: str) -> dict[str, Any]:
-    """The options of attention ``name`` beyond the shared ones, with their defaults (e.g. ``knn``'s ``top_k``)."""
-    params = inspect.signature(ATTENTIONS[name].__init__).parameters
-    return {option: p.default for option, p in params.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and option not in ("max_distance", "dropout")}
-
-
-def make_attention(name: str, d_model: int, n_heads: int, d_head: int, *, max_distance: int,
-                   dropout: float = 0.0, options: dict[str, Any] | None = None) -> MultiHeadAttention:
-    """The attention ``name``; ``max_distance`` is the farthest key a query may see (the memory length),
-    ``options`` the attention's own settings (:func:`attention_options`).
-
-    Raises:
-        ValueError: unknown name or option; the message lists the valid ones.
-    """
-    if name not in ATTENTIONS:
-        raise ValueError(f"unknown attention {name!r}; valid attentions: {', '.join(ATTENTIONS)}")
-    options = {} if options is None else options
-    if not isinstance(options, dict):
-        raise ValueError(f"the options of attention {name!r} must be a mapping of option to value, got {options!r}; "
-                         f"valid options: {', '.join(attention_options(name)) or 'none'}")
-    unknown = sorted(set(options) - set(attention_options(name)))
-    if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for attention {name!r}; "
-                         f"valid options: {', '.join(attention_options(name)) or 'none'}")
-    return ATTENTIONS[name](d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout, **options)
-
-
-def key_distances(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """``[T, K]`` distances from query ``i`` of the segment to key ``j`` of ``[memory; segment]``:
-    ``(K - T) + i - j`` (negative for keys in the future, which the mask hides)."""
-    queries = torch.arange(n_queries, device=device).view(-1, 1) + (n_keys - n_queries)
-    return queries - torch.arange(n_keys, device=device).view(1, -1)
-
-
-def key_times(clock: Tensor, n_keys: int) -> Tensor:
-    """``[B, T, K]`` episode time of each key of ``[memory; segment]`` for the queries at episode times ``clock``
-    ``[B, T]``: a key ``d`` steps before a query at time ``t`` has time ``t − d`` (below 0 for keys before the
-    episode, above ``t`` for later ones: the memory mask hides both)."""
-    return clock.unsqueeze(-1) - key_distances(clock.shape[1], n_keys, clock.device)
+def score_scale(d_head: int) -> float:
+    """``1/√d_head``, the scale of dot-product scores (Vaswani et al. 2017, Eq. 1)."""
+    return 1.0 / math.sqrt(d_head)
 
 
 class HeadProjections(nn.Module):
     """The projections every multi-head attention shares (Vaswani et al. 2017): queries ``h W_q``,
     keys and values ``h W_k``, ``h W_v`` split into ``H`` heads of width ``d_head``, and the output
-    projection of the concatenated heads (all without bias, Xavier-uniform as in Transformer-XL)."""
+    projection of the concatenated heads (all without bias, Xavier-uniform as in Transformer-XL).
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int) -> None:
+    ``shared_qk``: the keys are the normalised queries, ``k_j = q_j / ‖q_j‖`` (Reformer's shared-QK,
+    Kitaev et al. 2020, Sec. 2), and ``kv_net`` projects the values only.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, shared_qk: bool = False) -> None:
         super().__init__()
-        self.n_heads, self.d_head = n_heads, d_head
+        self.n_heads, self.d_head, self.shared_qk = n_heads, d_head, shared_qk
         self.q_net = nn.Linear(d_model, n_heads * d_head, bias=False)
-        self.kv_net = nn.Linear(d_model, 2 * n_heads * d_head, bias=False)
+        self.kv_net = nn.Linear(d_model, (1 if shared_qk else 2) * n_heads * d_head, bias=False)
         self.out_net = nn.Linear(n_heads * d_head, d_model, bias=False)
         for layer in (self.q_net, self.kv_net, self.out_net):
             nn.init.xavier_uniform_(layer.weight)
@@ -147,6 +100,8 @@ class HeadProjections(nn.Module):
 
     def keys_values(self, h: Tensor) -> KeysValues:
         """Keys and values of hidden states ``[B, N, D]``, each ``[B, H, N, d_head]``."""
+        if self.shared_qk:
+            return F.normalize(self.queries(h), dim=-1), self._heads(self.kv_net(h))
         k, v = self.kv_net(h).chunk(2, dim=-1)
         return self._heads(k), self._heads(v)
 
@@ -156,101 +111,76 @@ class HeadProjections(nn.Module):
         return self.out_net(heads.transpose(1, 2).reshape(B, N, -1))
 
 
-@register_attention("none")
-class MultiHeadAttention(HeadProjections):
-    """Scaled dot-product attention, ``softmax(q kᵀ / √d_head + bias) v``, over ``[memory; segment]``.
+class Slots(NamedTuple):
+    """Keys that differ per query, scored beside the window's keys in the same softmax: the compressed
+    blocks of the Compressive Transformer, the projected keys of Linformer. ``keys`` and ``values``
+    ``[B, H, T, J, d_head]``; ``visible`` ``[B, 1 or H, T, J]``; ``distances`` ``[J]``, the distance the
+    position scheme scores each slot at (``None``: slots carry no position)."""
 
-    Vaswani et al. (2017), with Transformer-XL's memory: ``q = h W_q``, ``k = h̃ W_k``,
-    ``v = h̃ W_v`` where ``h̃ = [SG(m); h]``. Registered as ``none``: content only, no position
-    information (order is then only visible through the memory's content). Subclasses add a
-    position scheme through :meth:`position_terms`, :meth:`score_bias` and :meth:`content_query`.
+    keys: Tensor
+    values: Tensor
+    visible: Tensor
+    distances: Tensor | None = None
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *, scale: float, position: Position | None = None,
+           terms: Tensor | None = None, bias: Tensor | None = None, slots: Slots | None = None,
+           dropout: float = 0.0) -> Tensor:
+    """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
+    (``[B, H, K, d_head]``, the keys of ``[memory; segment]``), under ``mask`` ``[B, 1 or H, T, K]``::
+
+        A_ij = s · q̃_iᵀ k_j  +  P_ij  +  B_ij          (masked: −∞ where mask_ij is false)
+        z_i  = Σ_j softmax_j(A_ij) v_j  +  Σ_j softmax_j(A_ij) a^V_ij
+
+    with ``s = scale`` (``1/√d_head``). The ``position`` scheme (none: content only) supplies, from its
+    per-pass ``terms``: the rotation of ``q`` and ``k`` (RoPE), the content query ``q̃`` (``q + u`` in
+    Transformer-XL), the score term ``P`` (Transformer-XL's ``rel_shift((q + v)ᵀ W_kR R)``, ALiBi's ``−m·d``,
+    Shaw's ``qᵀa^K``) and the value term ``a^V`` (Shaw, absolute), or a normaliser in place of the softmax
+    (DA-Transformer). ``bias`` ``B`` is a soft key pattern (adaptive span's ``log m_z``, global-local's
+    ``log σ``). ``slots`` are per-query keys scored in the same softmax (:class:`Slots`).
+
+    No empty softmax row: a query that may see no key at all (a blockwise head early in an episode, a kNN
+    retrieval before any old key) reads its own step, so nothing turns into NaN, and its output is zero.
     """
-
-    complexity = "O(n²)"
-    """the time its paper claims for a sequence of ``n`` tokens (here every windowed member scores its ``M + T``
-    keys densely and masks them: ``benchmarks/attention_scaling.py``)"""
-
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
-        super().__init__(d_model, n_heads, d_head)
-        self.max_distance = max_distance
-        self.scale = 1.0 / math.sqrt(d_head)
-        self.dropout = dropout
-
-    aux_loss_coefs: dict[str, float] = {}
-    """default coefficients of the losses among :meth:`aux_terms`"""
-
-    uses_episode_time = False
-    """whether the attention restricts keys by the queries' episode time through an ``episode_pattern(clock,
-    n_keys)`` method (:class:`~policies.fixed_attention.FixedAttention`); the backbone then keeps the episode
-    clock in its state and narrows the mask with it. The pattern is ``[B, T, K]``, shared by the heads, or
-    ``[B, H, T, K]``, one per head (:class:`~policies.blockwise_attention.BlockwiseAttention`), which makes
-    the mask :meth:`forward` receives per head too"""
-
-    @property
-    def reach(self) -> int:
-        """The farthest key, in steps back, that can change a query's output (the memory length here)."""
-        return self.max_distance
-
-    def position_terms(self) -> Tensor | None:
-        """What the position scheme computes from its parameters once per pass (none here)."""
-        return None
-
-    def aux_terms(self) -> dict[str, Tensor]:
-        """Scalar losses and statistics of the attention's own parameters (e.g. a span penalty), added
-        to the backbone's ``aux`` in training (none here)."""
-        return {}
-
-    def score_bias(self, q: Tensor, position_terms: Tensor | None, n_keys: int) -> Tensor | None:
-        """An additive term for the ``[B, H, T, K]`` scores, already scaled (none here)."""
-        return None
-
-    def content_query(self, q: Tensor) -> Tensor:
-        """The query that multiplies the content keys."""
-        return q
-
-    def key_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
-        """An additive term for the ``[B, H, T, K]`` scores that depends on the keys themselves, already
-        scaled (none here; a learned gate on which keys stay visible, :mod:`policies.global_local_attention`)."""
-        return None
-
-    def segment_qkv(self, h: Tensor, memory_kv: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries of the segment ``h`` and keys and values of ``[memory; segment]``, ``[B, H, N, d_head]``."""
-        k_seg, v_seg = self.keys_values(h)
-        return self.queries(h), *join_memory(memory_kv, k_seg, v_seg)
-
-    def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
-                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        """Attend from the segment ``h`` ``[B, T, D]`` to ``[memory; segment]``.
-
-        Args:
-            memory_kv: keys and values of the memory, ``[B, H, M, d_head]`` each, or its shared records.
-            mask: ``[B, T, M + T]`` bool, ``True`` where query ``i`` may see key ``j``, or ``[B, H, T, M + T]``
-                per head (an attention with a per-head ``episode_pattern``).
-            position_terms: what :meth:`position_terms` returned.
-
-        Returns:
-            The output ``[B, T, D]`` and the keys and values of ``[memory; segment]``
-            ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
-        """
-        q, k, v = self.segment_qkv(h, memory_kv)
-        heads_mask = mask if mask.dim() == 4 else mask.unsqueeze(1)
-        return self.merge(self.attend(q, k, v, heads_mask, position_terms)), (k, v)
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, position_terms: Tensor | None) -> Tensor:
-        """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
-        (``[B, H, N, d_head]``); ``mask`` ``[B, 1, T, K]`` broadcasts over the heads (``[B, H, T, K]``: per head)."""
-        bias = self.score_bias(q, position_terms, k.shape[2])
-        key_bias = self.key_bias(q, k)
-        if key_bias is not None:
-            bias = key_bias if bias is None else bias + key_bias
-        dropout = self.dropout if self.training else 0.0
-        if bias is not None and bias.requires_grad:
-            # A bias that needs a gradient sends torch's CPU kernel to its unfused path, which scales every
-            # key; here the scale goes on the queries, of which an update has one per window (README,
-            # "Training speed").
-            scores = (self.content_query(q) * self.scale) @ k.transpose(-2, -1) + bias
-            weights = F.dropout(scores.masked_fill(~mask, float("-inf")).softmax(dim=-1), dropout, self.training)
-            return weights @ v
+    T, K = q.shape[2], k.shape[2]
+    if position is not None:
+        q, k = position.rotate(q, k)
+        query, score = position.content_query(q, terms), position.score(q, terms, K)  # q̃; P [B|1, H, T, K]
+        bias = score if bias is None else bias if score is None else score + bias
+    else:
+        query = q
+    visible = mask.any(dim=-1, keepdim=True)
+    if slots is not None:
+        visible = visible | slots.visible.any(dim=-1, keepdim=True)
+    empty = ~visible  # [B, 1|H, T, 1]
+    mask = mask | (empty & (key_distances(T, K, q.device) == 0))
+    fused = slots is None and (position is None or position.fused) and (bias is None or not bias.requires_grad)
+    if fused:  # torch's fused kernel computes s·q̃ᵀk + P + B, the mask and the softmax at once
         attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))
-        return F.scaled_dot_product_attention(self.content_query(q), k, v, attn_mask=attn_mask, dropout_p=dropout,
-                                              scale=self.scale)
+        out = F.scaled_dot_product_attention(query, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+        return out.masked_fill(empty, 0.0)
+    # A bias that needs a gradient sends torch's fused CPU kernel to its unfused path, which scales every
+    # key; here the scale goes on the queries, of which an update has one per window (docs/design.md,
+    # "Training speed").
+    scores = (query * scale) @ k.transpose(-2, -1)  # s · q̃ᵀk, [B, H, T, K]
+    if bias is not None:
+        scores = scores + bias
+    if slots is not None:  # s · q̃ᵀk̄_j + P(d_j) for every query's own slots, [B, H, T, J]
+        slot_scores = torch.einsum("bhtd,bhtjd->bhtj", query * scale, slots.keys)
+        slot_position = None if position is None else position.distance_score(q, terms, slots.distances)
+        if slot_position is not None:
+            slot_scores = slot_scores + slot_position
+        scores = torch.cat([slot_scores.masked_fill(~slots.visible, float("-inf")), scores], dim=-1)
+        mask = torch.cat([slots.visible.expand(*mask.shape[:-1], -1), mask], dim=-1)
+    normalised = None if position is None else position.weights(scores, mask)
+    if normalised is None:
+        normalised = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    weights = F.dropout(normalised, dropout, dropout > 0)
+    if slots is not None:  # the slots' share, then the window's weights alone
+        J = slots.keys.shape[3]
+        slot_out, weights = torch.einsum("bhtj,bhtjd->bhtd", weights[..., :J], slots.values), weights[..., J:]
+    out = weights @ v if slots is None else slot_out + weights @ v
+    value_term = None if position is None else position.values(weights, terms)  # Σ_j α_ij a^V_ij
+    if value_term is not None:
+        out = out + value_term
+    return out.masked_fill(empty, 0.0)

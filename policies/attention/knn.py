@@ -1,14 +1,14 @@
-"""Memorizing Transformer attention (Wu et al. 2022): local attention plus top-k retrieval from the
+"""Memorizing Transformer attention (Wu et al. 2022): a local window plus top-k retrieval from the
 older part of the episode, mixed by a learned gate; registered as ``knn``."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, register_attention
-from policies.local_attention import LocalAttention
+from policies.attention import ATTENTIONS
+from policies.attention.local import LocalPattern
+from policies.attention.pattern import Kernel
 
 DEFAULT_TOP_K = 8
 """``k``, the number of older keys each query retrieves (the paper used 32 with far larger stores)"""
@@ -21,7 +21,7 @@ def top_k_keys(scores: Tensor, allowed: Tensor, k: int) -> Tensor:
     Exactly ``k``: equal scores are ranked by their place on the key axis, older first (a stable sort),
     so a run of identical keys cannot flood the retrieval. In T-Maze every corridor step stores the
     same record; keeping all the keys tied at the ``k``-th place dilutes the one key that differs, the
-    cue, in proportion to the corridor's length (README, "Train short, recall long").
+    cue, in proportion to the corridor's length (docs/attention.md).
     """
     if k >= scores.shape[-1]:
         return allowed
@@ -31,29 +31,30 @@ def top_k_keys(scores: Tensor, allowed: Tensor, k: int) -> Tensor:
     return allowed & chosen
 
 
-@register_attention("knn")
-class KNNMemoryAttention(LocalAttention):
+@ATTENTIONS.register("knn", "a local window plus top-k retrieval of older steps, gated (Memorizing Transformers, "
+                            "Wu et al. 2022)")
+class KNNMemory(LocalPattern):
     """The kNN-augmented attention layer of Memorizing Transformers (Wu et al. 2022, Sec. 3).
 
-    Each query attends twice. Locally (:class:`~policies.local_attention.LocalAttention`), with
-    Transformer-XL relative attention, to the keys at most ``W = local_window`` steps back: output
-    ``V_c``. And to the ``k`` keys with the highest content scores ``q·k/√d`` among the older keys of
-    the episode, ``W < i − j ≤ max_distance`` (exact kNN over the store, no position terms): output ``V_m``.
-    A learned scalar gate per head mixes them, ``V_a = V_m ⊙ g + V_c ⊙ (1 − g)``, ``g = σ(b_g)``
-    (``b_g`` initialised to 0). A query with no older key yet uses ``V_c`` alone.
+    Each query attends twice. Locally, with the layer's position scheme, to the keys at most
+    ``W = local_window`` steps back (the ``local`` pattern): output ``V_c``. And to the ``k`` keys with the
+    highest content scores ``q·k/√d`` among the older keys of the episode, ``W < i − j ≤ max_distance``
+    (exact kNN over the store, no position terms): output ``V_m``. A learned scalar gate per head mixes them,
+    ``V_a = V_m ⊙ g + V_c ⊙ (1 − g)``, ``g = σ(b_g)`` (``b_g`` initialised to 0). A query with no older key
+    yet uses ``V_c`` alone.
 
     In engram the store is the episode memory (``memory_length`` of the backbone): the per-step
     records of the last ``max_distance`` steps of the episode, which the episode boundary clears
-    and no other env reads (the window rule of :mod:`policies.memory`), so episode isolation holds by
+    and no other env reads (the window rule of :mod:`policies.window`), so episode isolation holds by
     construction. The paper's store holds stale keys without gradient; here training recomputes
     them from the stored records like every other memory key.
     """
 
     complexity = "O(n·(W + k)) plus the k-NN search"
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  local_window: int | None = None, top_k: int = DEFAULT_TOP_K) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance,
                          local_window=local_window)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
@@ -68,17 +69,12 @@ class KNNMemoryAttention(LocalAttention):
         """``g = σ(b_g)`` per head, ``[H]``: the weight of the retrieved memories."""
         return torch.sigmoid(self.gate_logit)
 
-    def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
-                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        q, k, v = self.segment_qkv(h, memory_kv)
-        mask = mask.unsqueeze(1)  # [B, 1, T, K]
-        local = self.attend(q, k, v, mask, position_terms)  # V_c over the window
-        external = mask & ~self.near(q.shape[2], k.shape[2], q.device)
+    def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: Kernel) -> Tensor:
+        near = self.mask(q.shape[2], k.shape[2], q)
+        local = kernel(q, k, v, mask & near)  # V_c over the window, with the position scheme
+        external = mask & ~near  # [B, 1, T, K]: the older keys of the episode
         has_memory = external.any(dim=-1, keepdim=True)  # [B, 1, T, 1]
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-        # a row with nothing to retrieve attends everywhere (no -inf row, no NaN) and is gated out below
-        retrieved = top_k_keys(scores, external, self.top_k) | ~has_memory
-        weights = torch.softmax(scores.masked_fill(~retrieved, float("-inf")), dim=-1)
-        memory = torch.matmul(F.dropout(weights, self.dropout, self.training), v)  # V_m
+        retrieved = top_k_keys(q @ k.transpose(-2, -1) * self.scale, external, self.top_k)
+        memory = kernel(q, k, v, retrieved, position=None, terms=None)  # V_m: content scores only, 0 without any
         gate = self.gate().view(1, -1, 1, 1) * has_memory
-        return self.merge(local + gate * (memory - local)), (k, v)
+        return local + gate * (memory - local)

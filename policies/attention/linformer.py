@@ -6,7 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.attention import MultiHeadAttention, key_distances, register_attention
+from policies.attention import ATTENTIONS
+from policies.attention.kernel import Slots
+from policies.attention.pattern import Kernel, Pattern
+from policies.positions.base import Position
+from policies.window import key_distances
 
 DEFAULT_RANK = 16
 """``k``, the number of projected keys per query (at most ``M + 1``); the paper used 64–256 for ``n = 512``"""
@@ -20,8 +24,8 @@ def block_projection(rank: int, window: int) -> Tensor:
     return one_hot / one_hot.sum(dim=1, keepdim=True)
 
 
-@register_attention("linformer")
-class LinformerAttention(MultiHeadAttention):
+@ATTENTIONS.register("linformer", "k keys projected along distances, made causal (Linformer, Wang et al. 2020)")
+class LinformerProjection(Pattern):
     """Linformer's low-rank attention (Wang et al. 2020, Eq. 7), ``head = softmax(Q (E K)ᵀ/√d) (F V)``,
     with learned ``k × n`` projections ``E``, ``F`` per head, made causal for a memory.
 
@@ -33,7 +37,8 @@ class LinformerAttention(MultiHeadAttention):
 
     with ``m_i(d)`` the memory mask (same episode, within the window, not in the future): a masked key
     adds nothing, so a step and a training segment see the same projections and nothing from before
-    an episode start leaks in (invariants 1, 2). The output is ``Σ_r softmax_r(q_iᵀk̃_i[r]/√d) ṽ_i[r]``.
+    an episode start leaks in (step equals sequence; episode isolation). The output is
+    ``Σ_r softmax_r(q_iᵀk̃_i[r]/√d) ṽ_i[r]``.
     The projection depends on the distance, so it carries order: no position terms are added (the paper
     uses absolute positions at the input, which engram's memories do not have). A projected key with
     no visible key behind it (early in an episode) is a zero vector: score 0, value 0; the softmax over
@@ -45,16 +50,16 @@ class LinformerAttention(MultiHeadAttention):
     whole window is visible (each masked distance adds an empty slot, weight ``e⁰``, value 0).
 
     Cost: each query has its own projections, so Linformer's sharing of ``E K`` between queries does not
-    carry over. Since the scores and outputs are linear in ``k̃`` and ``ṽ``, they are computed as
-    ``q_iᵀk̃_i[r] = Σ_d E[r, d] m_i(d) q_iᵀk_{i−d}`` and ``Σ_d (Σ_r α_r F[r, d]) m_i(d) v_{i−d}``,
-    ``O((M + 1)(d + k))`` per query and head instead of ``O((M + 1)·k·d)`` for forming ``k̃``, ``ṽ``.
+    carry over: ``O((M + 1)·k·d)`` per query and head for forming ``k̃``, ``ṽ``, handed to the kernel as per-query slots
+    (:class:`~policies.attention.kernel.Slots`).
     """
 
     complexity = "O(n·k), k the projected length"
+    default_position = "none"
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                  rank: int | None = None) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         window = max_distance + 1
         if rank is None:
             rank = min(DEFAULT_RANK, window)
@@ -72,10 +77,18 @@ class LinformerAttention(MultiHeadAttention):
         distances = key_distances(n_queries, n_keys, projection.device).clamp(0, self.max_distance)
         return projection[:, :, distances]
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, position_terms: Tensor | None) -> Tensor:
+    def refuses(self, position: Position) -> str | None:
+        if position.contributes:
+            return ("its k projected keys each mix keys of every distance in the window, so no per-distance position "
+                    "term applies (the distance-indexed projection already carries order); use position 'none'")
+        return None
+
+    def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: Kernel) -> Tensor:
+        """The kernel over every query's ``k`` projected keys ``k̃_i[r] = Σ_d E[r, d] m_i(d) k_{i−d}`` and values
+        ``ṽ_i[r]`` (slots, all visible: an empty one scores 0 and adds 0), and none of the window's own."""
         T, K = q.shape[2], k.shape[2]
-        content = (q @ k.transpose(-2, -1)).masked_fill(~mask, 0.0)  # m_i(d) q_iᵀk_{i−d}, [B, H, T, K]
-        scores = torch.einsum("hrtk,bhtk->bhtr", self.by_key(self.key_projection, T, K), content) * self.scale
-        weights = F.dropout(scores.softmax(dim=-1), self.dropout, self.training)  # α over the k slots
-        per_key = torch.einsum("bhtr,hrtk->bhtk", weights, self.by_key(self.value_projection, T, K))
-        return per_key.masked_fill(~mask, 0.0) @ v
+        visible = mask.unsqueeze(2).to(k.dtype)  # m_i(d), [B, 1, 1, T, K]
+        keys = torch.einsum("bhrtk,bhkd->bhtrd", self.by_key(self.key_projection, T, K) * visible, k)  # k̃
+        values = torch.einsum("bhrtk,bhkd->bhtrd", self.by_key(self.value_projection, T, K) * visible, v)  # ṽ
+        slots = Slots(keys, values, torch.ones(*mask.shape[:3], self.rank, dtype=torch.bool, device=q.device))
+        return kernel(q, k, v, torch.zeros_like(mask), slots=slots)

@@ -7,14 +7,14 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.blocks import TransformerXLBlock
-from policies.linear_attention import CausalLinearAttention
-from policies.memory import State
+from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.linear_attention import CausalLinearAttention
+from policies.window import State
 
 
 class LinearTransformer(MemoryBackbone):
     """A stack of ``n_layers`` identity-map blocks (GTrXL gates by default, Parisotto et al. 2020)
-    whose attention is :class:`~policies.linear_attention.CausalLinearAttention`.
+    whose attention is :class:`~policies.backbones.linear_attention.CausalLinearAttention`.
 
     The state window holds one record, the carry after the previous step: per layer the sums
     ``S`` and ``z`` of every key and value of the episode so far, ``[n_layers, H, m, d_head + 1]``

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.memory import State, window_before
+from policies.window import State, window_before
 
 
 def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:

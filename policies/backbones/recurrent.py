@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.memory import State
+from policies.window import State
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 

@@ -7,15 +7,16 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, SharedRecords, make_attention
+from policies.attention.kernel import KeysValues, SharedRecords
+from policies.attention.layer import make_attention
 from policies.backbone import Aux
-from policies.blocks import TransformerXLBlock
-from policies.memory_transformer import MemoryTransformer
-from policies.reversible import ReversibleLayer, reversible_stack
+from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.reversible import ReversibleLayer, reversible_stack
+from policies.backbones.transformer import WindowTransformer
 
 
-class ReversibleTransformerXL(MemoryTransformer):
-    """A stack of ``n_layers`` reversible layers (:class:`~policies.reversible.ReversibleLayer`) over an
+class ReversibleTransformerXL(WindowTransformer):
+    """A stack of ``n_layers`` reversible layers (:class:`~policies.backbones.reversible.ReversibleLayer`) over an
     episode memory of ``memory_length`` steps.
 
     The embedded input is duplicated, ``X₁ = X₂ = E`` (Reformer), every layer computes
@@ -27,7 +28,7 @@ class ReversibleTransformerXL(MemoryTransformer):
     ``X₂``, ``[n_layers, d_model]``, exactly as many bytes as GTrXL's (1,024 per step at d_model 128,
     2 layers, float32); layer ``l`` attends from ``X₂`` to its ``X₂`` of the last ``M`` steps of the
     episode (kept without gradient) and to the current step. Training segments run through
-    :func:`~policies.reversible.reversible_stack`, which keeps only the stack's outputs and the memory's
+    :func:`~policies.backbones.reversible.reversible_stack`, which keeps only the stack's outputs and the memory's
     keys and values for backward and recomputes each layer once in backward; rollout steps run the same
     layers without gradient, so both paths compute the same function.
 
@@ -37,13 +38,15 @@ class ReversibleTransformerXL(MemoryTransformer):
 
     def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
-                 attention: str = "relative", attention_options: dict[str, Any] | None = None,
+                 attention: str = "full", attention_options: dict[str, Any] | None = None,
+                 position: str | None = None, position_options: dict[str, Any] | None = None,
                  ff_chunks: int = 1) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=n_layers)
         self.layers = nn.ModuleList(
             ReversibleLayer(TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
-                                                              max_distance=memory_length, options=attention_options),
+                                                              max_distance=memory_length, options=attention_options,
+                                              position=position, position_options=position_options),
                                                d_model, d_inner or 4 * d_model, layout="identity-map",
                                                gate="residual", ff_chunks=ff_chunks))
             for _ in range(n_layers))

@@ -1,7 +1,7 @@
 """What Transformer-XL-style backbones share: the memory of per-depth inputs, the banded
 causal mask, and the key/value caches that make a rollout step cost O(M).
 
-A subclass defines the depth computation (:meth:`MemoryTransformer._depth`): a stack of
+A subclass defines the depth computation (:meth:`WindowTransformer._depth`): a stack of
 distinct blocks (TrXL, TrXL-I, GTrXL) or one shared block applied with ACT halting
 (Universal Transformer). Depth ``n`` attends to memory slot ``n``: the inputs that depth
 ``n`` received at each of the last ``M`` steps of the episode (Dai et al. 2019, Sec. 3.2:
@@ -17,14 +17,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, SharedRecords
+from policies.attention.kernel import KeysValues, SharedRecords
 from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.blocks import TransformerXLBlock
-from policies.memory import State, attention_mask, episode_clock, window_before, windows
-from policies.positional import ABSOLUTE_ENCODINGS
+from policies.backbones.blocks import TransformerXLBlock
+from policies.positions.encodings import ABSOLUTE_ENCODINGS
+from policies.window import State, attention_mask, episode_clock, window_before, windows
 
 
-class MemoryTransformer(MemoryBackbone):
+class WindowTransformer(MemoryBackbone):
     """Base of the Transformer memories: input projection, memory, masks and caches.
 
     The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each
@@ -33,7 +33,7 @@ class MemoryTransformer(MemoryBackbone):
     then rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
     caches were computed with; any update of those parameters invalidates them. With
     ``episode_time`` or an attention laid out in episode time (``fixed``), the state also holds
-    ``clock`` ``[B]`` (:func:`policies.memory.episode_clock`).
+    ``clock`` ``[B]`` (:func:`policies.window.episode_clock`).
     """
 
     def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
@@ -80,7 +80,7 @@ class MemoryTransformer(MemoryBackbone):
         if not attention.uses_episode_time:
             return mask
         if clock is None:
-            raise ValueError(f"attention {type(attention).__name__} is laid out in episode time, but the state has "
+            raise ValueError(f"attention {attention.pattern.name!r} is laid out in episode time, but the state has "
                              "no 'clock'; build states with initial_state")
         pattern = attention.episode_pattern(clock, mask.shape[-1])
         return (mask.unsqueeze(1) if pattern.dim() == 4 else mask) & pattern
@@ -146,7 +146,7 @@ class MemoryTransformer(MemoryBackbone):
                                                                                    *block.buffers())]
         return hash(tuple((t.data_ptr(), t._version) for t in self._stamp_tensors)) & (2**62 - 1)
 
-    def _apply(self, fn: Any, recurse: bool = True) -> MemoryTransformer:
+    def _apply(self, fn: Any, recurse: bool = True) -> WindowTransformer:
         self._stamp_tensors = None
         return super()._apply(fn, recurse)
 
@@ -184,7 +184,7 @@ class MemoryTransformer(MemoryBackbone):
                  depth: Callable[..., tuple[Tensor, Tensor, list[KeysValues], Aux]] | None = None
                  ) -> tuple[Tensor, Tensor, Aux]:
         """The outputs ``[T, B, D]``, records ``[T, B, n_depth, D]`` and ``aux`` of a segment, through
-        ``depth`` (:meth:`_depth` unless given). Shared records (:func:`policies.memory.shared_windows`)
+        ``depth`` (:meth:`_depth` unless given). Shared records (:func:`policies.window.shared_windows`)
         are projected once and never expanded into windows."""
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         mask = attention_mask(state["valid"], starts, self.memory_length)
@@ -216,9 +216,9 @@ class MemoryTransformer(MemoryBackbone):
         return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
 
     def _shared_memory_kv(self, state: State) -> list[KeysValues]:
-        """Keys and values of shared records (:func:`policies.memory.shared_windows`): each distinct
+        """Keys and values of shared records (:func:`policies.window.shared_windows`): each distinct
         record is normalised and projected once; the attention gathers them into every window that holds
-        it (:func:`policies.attention.join_memory`; the backward pass sums the gradients of its copies)."""
+        it (:func:`policies.attention.kernel.join_memory`; the backward pass sums the gradients of its copies)."""
         slots = state["slots"]  # [N, M]
         projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
         return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))

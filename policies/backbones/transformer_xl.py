@@ -9,17 +9,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from policies.attention import KeysValues, make_attention
+from policies.attention.kernel import KeysValues
+from policies.attention.layer import make_attention
 from policies.backbone import Aux
-from policies.blocks import TransformerXLBlock
-from policies.memory import State
-from policies.memory_transformer import MemoryTransformer
+from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.transformer import WindowTransformer
+from policies.window import State
 
 ExitRule = Callable[[int, Tensor], Tensor]
 """``(n, h) → [B, T]`` bool: which positions stop after layer ``n``, given its output ``h`` ``[B, T, D]``"""
 
 
-class GatedTransformerXL(MemoryTransformer):
+class TransformerXL(WindowTransformer):
     """GTrXL by default: a stack of ``n_layers`` Transformer-XL blocks over an episode memory of
     ``memory_length`` steps; other ``layout`` and ``gate`` values give TrXL and TrXL-I.
 
@@ -32,7 +33,7 @@ class GatedTransformerXL(MemoryTransformer):
     - ``gtrxl``: ``layout="identity-map"`` with a gate (``gru`` by default, ``b_g = 2``).
 
     Examples:
-        >>> backbone = GatedTransformerXL(8, d_model=32, n_layers=2, n_heads=2, memory_length=16)
+        >>> backbone = TransformerXL(8, d_model=32, n_layers=2, n_heads=2, memory_length=16)
         >>> state = backbone.initial_state(n_envs=4)
         >>> y, state = backbone.step(torch.randn(4, 8), state, torch.ones(4, dtype=torch.bool))
         >>> y.shape
@@ -42,7 +43,8 @@ class GatedTransformerXL(MemoryTransformer):
     def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
                  layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
-                 attention: str = "relative", attention_options: dict[str, Any] | None = None,
+                 attention: str = "full", attention_options: dict[str, Any] | None = None,
+                 position: str | None = None, position_options: dict[str, Any] | None = None,
                  dropout: float = 0.0, ff_chunks: int = 1, episode_time: str = "none",
                  max_episode_time: int = 1024) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
@@ -50,7 +52,8 @@ class GatedTransformerXL(MemoryTransformer):
                          max_episode_time=max_episode_time)
         self.layers = nn.ModuleList(
             TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head, max_distance=memory_length,
-                                              dropout=dropout, options=attention_options),
+                                              dropout=dropout, options=attention_options,
+                                              position=position, position_options=position_options),
                                d_model, d_inner or 4 * d_model, layout=layout, gate=gate, gate_bias=gate_bias,
                                dropout=dropout, ff_chunks=ff_chunks)
             for _ in range(n_layers))

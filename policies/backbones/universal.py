@@ -7,15 +7,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from policies.act import AdaptiveComputationTime
-from policies.attention import KeysValues, make_attention
+from policies.attention.kernel import KeysValues
+from policies.attention.layer import make_attention
 from policies.backbone import Aux
-from policies.blocks import TransformerXLBlock
-from policies.memory_transformer import MemoryTransformer
-from policies.positional import ABSOLUTE_ENCODINGS
+from policies.backbones.act import AdaptiveComputationTime
+from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.transformer import WindowTransformer
+from policies.positions.encodings import ABSOLUTE_ENCODINGS
 
 
-class UniversalTransformerACT(MemoryTransformer):
+class UniversalTransformerACT(WindowTransformer):
     """One shared-weight gated block applied up to ``max_steps`` times per env step, with ACT.
 
     At ponder step ``n`` the state of each position gets the step encoding ``P_n`` (sinusoidal
@@ -23,8 +24,8 @@ class UniversalTransformerACT(MemoryTransformer):
     block (identity-map layout, ``gate``), which attends to a Transformer-XL memory: the inputs
     of ponder step ``n`` at the last ``M`` steps of the episode (a position that halted earlier
     contributes its frozen state, so halted positions keep serving as keys and values). ACT
-    (:mod:`policies.act`) mixes the steps; ``aux`` reports the ponder cost ``N + R`` (a loss, default coefficient
-    ``ponder_cost: 0.01`` as tensor2tensor's ``act_loss_weight``) and the steps taken ``N``,
+    (:mod:`policies.backbones.act`) mixes the steps; ``aux`` reports the ponder cost ``N + R`` (a loss, default
+    coefficient ``ponder_cost: 0.01`` as tensor2tensor's ``act_loss_weight``) and the steps taken ``N``,
     per position ``[T, B]``.
     """
 
@@ -33,14 +34,16 @@ class UniversalTransformerACT(MemoryTransformer):
     def __init__(self, input_dim: int, *, d_model: int = 128, n_heads: int = 4, d_head: int | None = None,
                  d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,
                  epsilon: float = 0.01, halting_bias: float = 1.0, step_encoding: str = "sinusoidal",
-                 gate: str = "gru", gate_bias: float | None = None, attention: str = "relative",
-                 attention_options: dict[str, Any] | None = None, dropout: float = 0.0,
+                 gate: str = "gru", gate_bias: float | None = None, attention: str = "full",
+                 attention_options: dict[str, Any] | None = None, position: str | None = None,
+                 position_options: dict[str, Any] | None = None, dropout: float = 0.0,
                  ff_chunks: int = 1) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=max_steps)
         self.block = TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
                                                        max_distance=memory_length, dropout=dropout,
-                                                       options=attention_options),
+                                                       options=attention_options,
+                                              position=position, position_options=position_options),
                                         d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate,
                                         gate_bias=gate_bias, dropout=dropout, ff_chunks=ff_chunks)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)

@@ -8,8 +8,8 @@ import math
 import torch
 from torch import Tensor
 
-from policies.lm import MemoryLanguageModel, scored_mean
-from policies.memory import State
+from policies.lm.model import MemoryLanguageModel, scored_mean
+from policies.window import State
 
 QUERY_CHUNK = 1024
 """queries searched at once (bounds the ``[chunk, N]`` distance matrix)"""
@@ -80,8 +80,8 @@ def segment_keys(model: MemoryLanguageModel, tokens: Tensor, state: State, start
 def knn_lm_loss(model: MemoryLanguageModel, tokens: Tensor, state: State, datastore: Datastore, k: int,
                 weight: float, starts: Tensor | None = None, scored: Tensor | None = None) -> tuple[Tensor, State]:
     """Mean next-token cross-entropy (nats) of a segment under the kNN-LM mixture (over the targets
-    ``scored`` marks, :func:`~policies.lm.scored_mean`), and the state after it; with ``weight`` 0 it is
-    the LM's own :meth:`~policies.lm.MemoryLanguageModel.loss`."""
+    ``scored`` marks, :func:`~policies.lm.model.scored_mean`), and the state after it; with ``weight`` 0 it is
+    the LM's own :meth:`~policies.lm.model.MemoryLanguageModel.loss`."""
     queries, targets, state = segment_keys(model, tokens, state, starts)
     lm_log_probs = torch.log_softmax(model.head(queries), dim=-1)
     mixed = interpolate(lm_log_probs, datastore.knn_log_probs(queries, k), weight)

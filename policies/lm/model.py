@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.backbone import Aux
-from policies.memory import State, strip_cache
 from policies.registry import make_backbone
+from policies.window import State, strip_cache
 
 
 def scored_mean(nats: Tensor, scored: Tensor | None) -> Tensor:
@@ -108,7 +108,7 @@ class MemoryLanguageModel(nn.Module):
         """:meth:`loss` with depth-adaptive exits (Elbayad et al. 2020, confidence thresholding): a position
         stops after the first layer whose prediction through the shared head gives its most probable token
         at least ``threshold``, and the top layer answers the rest
-        (:meth:`policies.transformer_xl.GatedTransformerXL.forward_with_exits`; train the exits with
+        (:meth:`policies.backbones.transformer_xl.TransformerXL.forward_with_exits`; train the exits with
         ``intermediate_weight``). Returns the mean next-token loss and the mean number of layers run, both
         over the ``scored`` targets, and the state after the segment.
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.knn_lm import Datastore, segment_keys
-from policies.lm import MemoryLanguageModel, scored_mean
-from policies.memory import State
+from policies.lm.knn import Datastore, segment_keys
+from policies.lm.model import MemoryLanguageModel, scored_mean
+from policies.window import State
 
 TRUST_LM_BIAS = 3.0
 """initial gate bias: ``g = σ(3) ≈ 0.95``, so a trained LM starts out nearly unchanged"""
@@ -19,7 +19,7 @@ TRUST_LM_BIAS = 3.0
 class GatedRetrieval(nn.Module):
     """The long-term memory read and gate of SPALM (Yogatama et al. 2021, Sec. 2.3). For a final hidden
     state ``h_t`` and the tokens ``y_1 … y_k`` that followed its ``k`` nearest stored contexts
-    (:class:`~policies.knn_lm.Datastore`), with ``e_y`` the output embedding of token ``y`` (row ``y`` of
+    (:class:`~policies.lm.knn.Datastore`), with ``e_y`` the output embedding of token ``y`` (row ``y`` of
     the LM's head):
 
     ``m_t = Σ_i softmax_i(e_{y_i}ᵀ h_t) e_{y_i}``,  ``g_t = σ(w_gᵀ h_t + b_g)``,
@@ -59,7 +59,7 @@ def spalm_loss(model: MemoryLanguageModel, retrieval: GatedRetrieval, tokens: Te
                datastore: Datastore, k: int, starts: Tensor | None = None, scored: Tensor | None = None
                ) -> tuple[Tensor, Tensor, State]:
     """Mean next-token cross-entropy (nats) of a segment ``[T + 1, B]`` under SPALM and the mean gate, both
-    over the targets ``scored`` marks (:func:`~policies.lm.scored_mean`), and the state after it."""
+    over the targets ``scored`` marks (:func:`~policies.lm.model.scored_mean`), and the state after it."""
     hidden, targets, state = segment_keys(model, tokens, state, starts)
     log_probs, gate = spalm_log_probs(model, retrieval, hidden, datastore, k)
     nats = F.nll_loss(log_probs, targets, reduction="none")

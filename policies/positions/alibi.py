@@ -7,7 +7,9 @@ import math
 import torch
 from torch import Tensor
 
-from policies.attention import MultiHeadAttention, key_distances, register_attention
+from policies.positions import POSITIONS
+from policies.positions.base import Position
+from policies.window import key_distances
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -25,19 +27,28 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.tensor(slopes)
 
 
-@register_attention("alibi")
-class ALiBiAttention(MultiHeadAttention):
-    """Content attention plus a fixed linear penalty on distance (Press et al. 2022):
-    ``softmax(q_iᵀk_j / √d_head − m_h · (i − j))`` with the head slopes of :func:`alibi_slopes`.
+@POSITIONS.register("alibi", "ALiBi: a fixed linear penalty on distance per head (Press et al. 2022)")
+class ALiBiPosition(Position):
+    """A fixed linear penalty on distance (Press et al. 2022): ``softmax(q_iᵀk_j / √d_head − m_h · (i − j))``
+    with the head slopes of :func:`alibi_slopes`.
 
     No position embedding and no learned position parameter: each head forgets at its own rate,
     and the same scores arise whether a key is seen from a rollout step or from a training segment.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0) -> None:
-        super().__init__(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout)
+    contributes = True
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int) -> None:
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def score_bias(self, q: Tensor, position_terms: Tensor | None, n_keys: int) -> Tensor:
+    def score(self, q: Tensor, terms: Tensor | None, n_keys: int) -> Tensor:
+        """``−m_h · (i − j)``, ``[1, H, T, K]``."""
         distance = key_distances(q.shape[2], n_keys, q.device).clamp(min=0)  # future keys are masked
-        return -(self.slopes.view(-1, 1, 1) * distance).to(q.dtype).unsqueeze(0)  # [1, H, T, K]
+        return -(self.slopes.view(-1, 1, 1) * distance).to(q.dtype).unsqueeze(0)
+
+    def distance_score(self, q: Tensor, terms: Tensor | None, distances: Tensor | None) -> Tensor:
+        """``−m_h · d`` for keys at ``distances`` ``[J]``, ``[1, H, 1, J]``."""
+        if distances is None:
+            raise ValueError("ALiBi needs the keys' distances")
+        return -(self.slopes.view(-1, 1) * distances).to(q.dtype).view(1, self.n_heads, 1, -1)

@@ -1,5 +1,5 @@
 """Positional information: sinusoidal, learned and axial absolute encodings, and the sinusoid table
-that Transformer-XL attention (:mod:`policies.relative_attention`) evaluates at distances."""
+that Transformer-XL attention (:mod:`policies.positions.relative`) evaluates at distances."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ With a positive feature map ``φ`` (``elu(x) + 1`` by default) the attention out
 pushed out of a window. Two forms compute it and must agree (invariant 1): the recurrent form,
 ``S ← S + φ(k_t) v_tᵀ``, for rollouts, and the parallel form, a causal matrix product over a
 segment plus the carry it started from, for training. ``feature_map="favor"`` uses the Performer's
-positive random features instead (:mod:`policies.random_features`), which estimate softmax attention.
+positive random features instead (:mod:`policies.backbones.random_features`), which estimate softmax attention.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.attention import HeadProjections
-from policies.memory import episode_ids
-from policies.random_features import PositiveRandomFeatures
+from policies.attention.kernel import HeadProjections
+from policies.backbones.random_features import PositiveRandomFeatures
+from policies.window import episode_ids
 
 EPSILON = 1e-6
 """added to the normaliser ``φ(q_i)ᵀ z_i``, as in the paper's code"""
