@@ -76,7 +76,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         ``None``: ``DEFAULT_UNIFORM_KL`` for finite action spaces, 0 for continuous ones.
     :param precision: a key of :data:`PRECISIONS`, the compute dtype of the update's forward pass.
         With ``bf16`` the recomputed log-probabilities differ from the rollout's by bfloat16's
-        rounding (``train/rollout_logp_gap``), not the float32 1e-5 of invariant 3.
+        rounding (``train/rollout_logp_gap``), not the float32 1e-5 of rollout equals training.
     """
 
     policy: MemoryActorCriticPolicy
@@ -202,7 +202,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs
-        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, invariant 3 of docs/design.md.
+        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, "rollout equals training" in docs/design.md.
         """
         actions = batch.actions
         if isinstance(self.action_space, spaces.Discrete):

@@ -36,7 +36,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
 
     ``train/rollout_logp_gap`` logs ``max |log π_recomputed − log π_rollout|`` on the first
     minibatch of each update, before any gradient step: it is ~1e-7 when memory is rebuilt
-    exactly as in the rollout (docs/design.md, invariant 3) and large when it is not.
+    exactly as in the rollout (docs/design.md, "rollout equals training") and large when it is not.
 
     ``exploration_floor`` ``ε`` (a number or a schedule; 0 = off) acts with the mixture
     ``μ = (1 − ε)·π + ε/|A|`` and takes the ratio against it, ``r = π_θ(a)/μ(a)``, so an action

@@ -30,7 +30,7 @@ class MemoryBackbone(nn.Module, ABC):
     with its validity mask (:mod:`policies.window`), so learners can store, index and
     concatenate it per env without knowing the backbone. ``step`` is for acting (call it
     without gradient); ``forward_sequence`` is the differentiable path and gives the same
-    outputs (invariant 1).
+    outputs (step equals sequence).
     """
 
     output_dim: int

@@ -1,5 +1,5 @@
 """Helpers shared by the test modules: backbone lists and small options derived from the registry,
-small learners on a short T-Maze, and a callback that records invariant 3's gap (the bytes autograd
+small learners on a short T-Maze, and a callback that records the gap of rollout equals training (the bytes autograd
 saves for backward: :mod:`experiments.activation_memory`).
 
 Every test's SB3 logger writes under its own ``tmp_path``, never into the system temp directory.
@@ -137,3 +137,15 @@ def build_attention(name: str, d_model: int, n_heads: int, d_head: int, *, max_d
     scheme's name as ``name`` is the full window with that position (and the options are the position's)."""
     return make_attention(name, d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
                           options=options or None, position=position)
+
+
+def segment_with_a_start(attn: MultiHeadAttention, env: int, step: int, *, envs: int, steps: int, d_model: int,
+                         memory_length: int) -> tuple[torch.Tensor, ...]:
+    """A float64 segment ``[envs, steps, d_model]``, a full memory, the mask with one episode start (env ``env``,
+    step ``step``), and the attention's queries, keys and values over ``[memory; segment]`` (for naive references)."""
+    h = torch.randn(envs, steps, d_model, dtype=torch.float64)
+    memory = torch.randn(envs, memory_length, d_model, dtype=torch.float64)
+    starts = torch.zeros(envs, steps, dtype=torch.bool)
+    starts[env, step] = True
+    mask = attention_mask(torch.ones(envs, memory_length, dtype=torch.bool), starts, memory_length)
+    return h, memory, mask, attn.segment_qkv(h, attn.keys_values(memory))

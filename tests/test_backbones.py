@@ -1,5 +1,6 @@
-"""The memory contract and invariants 1, 2 (docs/design.md) for every backbone of the registry, and
-for GTrXL with every registered attention (the cases come from the registries, not from a list)."""
+"""The memory contract and its invariants step equals sequence and episode isolation (docs/design.md) for every
+backbone of the registry, and for GTrXL with every registered attention (the cases come from the registries, not
+from a list); every position × attention pair is in ``tests/test_position_pattern_contract.py``."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 def test_step_equals_sequence(name, dtype, atol):
-    """Invariant 1: stepping equals the whole sequence (T > M, starts mid-sequence and mid-batch),
+    """Step equals sequence: stepping equals the whole sequence (T > M, starts mid-sequence and mid-batch),
     and equals the sequence cut into two segments with the state carried between them."""
     backbone = build(name, dtype)
     T, B = 3 * MEMORY + 2, 3
@@ -122,7 +123,7 @@ def test_step_equals_sequence(name, dtype, atol):
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("mode", ["step", "sequence"])
 def test_episode_isolation(name, mode):
-    """Invariant 2: after env 0's episode starts at t=6, neither what env 0 saw before (inputs or
+    """Episode isolation: after env 0's episode starts at t=6, neither what env 0 saw before (inputs or
     the state it carried in) nor anything the other envs see changes env 0's outputs."""
     backbone = build(name)
     T, B, start = 3 * MEMORY + 2, 3, 6

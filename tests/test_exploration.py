@@ -115,7 +115,7 @@ def model(exploration_floor, seed: int = 0) -> MemoryPPO:
 
 def test_the_ratio_is_taken_against_the_behaviour_mixture_and_the_rollout_check_against_pi():
     """Stored ``log μ(a)`` equals the mixture of the recomputed policy; stored ``log π_old(a)``
-    equals the recomputed ``log π`` (invariant 3 still holds with the floor)."""
+    equals the recomputed ``log π`` (rollout equals training still holds with the floor)."""
     ppo = model(0.4)
     ppo.learn(ppo.n_steps * ppo.n_envs)  # one rollout and one update
     ppo.collect_rollouts(ppo.env, _NoCallback(), ppo.rollout_buffer, ppo.n_steps)

@@ -1,4 +1,4 @@
-"""Invariants 5 (a fresh GTrXL block is close to the identity) and 6 (ACT halting)."""
+"""A fresh GTrXL block is near the identity, and ACT halting (docs/design.md, "Invariants")."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def relative_deviation(gate: str, gate_bias: float | None, layout: str = "identi
 
 
 def test_fresh_gtrxl_block_is_close_to_identity():
-    """Invariant 5: with the default b_g = 2 the GRU-gated block stays near the identity map
-    (measured ≈ 0.35 relative deviation), much nearer than with b_g = 0 (≈ 0.80) or TrXL-I (≈ 0.40)."""
+    """A fresh GTrXL block is near the identity: with the default b_g = 2 the GRU-gated block stays near the
+    identity map (measured ≈ 0.35 relative deviation), much nearer than with b_g = 0 (≈ 0.80) or TrXL-I (≈ 0.40)."""
     gated = relative_deviation("gru", None)
     assert gated < 0.45
     assert gated < 0.6 * relative_deviation("gru", 0.0)
@@ -97,7 +97,7 @@ def plus_one(n: int, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (0.995, 3, [1.0, 0, 0], 1, 1.0),           # above 1 - ε at once: N = 1, R = 1
 ])
 def test_act_halting_by_hand(p, max_steps, weights, steps, remainder):
-    """Invariant 6: weights sum to 1, steps ≤ max, ponder cost = N + R, on hand-computed cases."""
+    """Act halting: weights sum to 1, steps ≤ max, ponder cost = N + R, on hand-computed cases."""
     act = constant_halting(p, max_steps)
     state = torch.zeros(2, 3, 4)
     out, ponder = act(state, plus_one)

@@ -1,5 +1,5 @@
-"""MemoryPPO: invariants 3 (rollout == training), 7 (save/load, predict with state) and 8
-(same seed → same updates), the SB3 API, observation and action spaces, and the NaN guard."""
+"""MemoryPPO: rollout equals training, save, load and predict (with state), and same seed, same updates;
+the SB3 API, observation and action spaces, and the NaN guard."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ feed-forward (Reformer)"""
 @pytest.mark.parametrize("backbone", list(BACKBONES) + list(OPTION_CASES))
 @pytest.mark.parametrize("segment_length", [1, 4])
 def test_rollout_equals_training(backbone, segment_length):
-    """Invariant 3: before any gradient step of an update, recomputed log-probs equal the rollout's.
+    """Rollout equals training: before any gradient step of an update, recomputed log-probs equal the rollout's.
 
     Four updates, so windows cross rollout boundaries; TMaze length 3 ends episodes inside rollouts.
     ``gtrxl-<attention>`` runs GTrXL with each registered attention.
@@ -84,7 +84,7 @@ def test_buffer_stores_records_not_windows():
 
 @pytest.mark.parametrize("backbone", ["gtrxl", "lstm"])
 def test_save_load_and_predict_with_state(backbone, tmp_path):
-    """Invariant 7: a loaded model acts the same, and a running episode's memory carried
+    """Save, load and predict: a loaded model acts the same, and a running episode's memory carried
     through ``predict(obs, state, episode_start)`` continues identically after loading."""
     env = tmaze(n_envs=2, length=5)
     model = small_model(backbone, env=env)
@@ -127,7 +127,7 @@ def test_predict_carries_memory():
 
 
 def test_same_seed_same_updates():
-    """Invariant 8: the same seed gives the same parameters after two updates; another seed does not."""
+    """Same seed, same updates: the same seed gives the same parameters after two updates; another seed does not."""
     def trained(seed: int) -> list[torch.Tensor]:
         model = small_model("gtrxl", env=tmaze(seed=seed), seed=seed)
         model.learn(2 * 16 * 4)
@@ -268,7 +268,7 @@ def test_an_adaptive_span_adds_its_penalty_and_logs_the_span():
 
 @pytest.mark.parametrize("order", ["shuffled", "by-env"])
 def test_rollout_equals_training_with_shared_records(order):
-    """Invariant 3 on the shared-records path: windows of 16 over single steps (T = 1) share enough
+    """Rollout equals training on the shared-records path: windows of 16 over single steps (T = 1) share enough
     records that the buffer hands them once (checked), and the recorded log-probabilities still equal
     the recomputed ones."""
     model = small_model("gtrxl", segment_length=1, n_steps=32, batch_size=128, minibatch_order=order,
@@ -282,7 +282,7 @@ def test_rollout_equals_training_with_shared_records(order):
 @pytest.mark.parametrize("algo", ["ppo", "vmpo"])
 def test_bf16_precision_autocasts_the_update_forward_and_keeps_heads_float32(algo):
     """``precision="bf16"`` runs the update's features and backbone in bfloat16: the recomputed
-    log-probabilities then differ from the float32 rollout's by bfloat16 rounding, above invariant 3's
+    log-probabilities then differ from the float32 rollout's by bfloat16 rounding, above rollout equals training's
     1e-5 yet far below a real mismatch; values and log-probabilities reach the losses as float32 and the
     parameters stay float32 (mutation caught: the autocast dropped, which brings the gap under 1e-5)."""
     model = small_model("gtrxl", algo=algo, precision="bf16")

@@ -1,5 +1,5 @@
 """Reversible layers (RevNet, Gomez et al. 2017; Reformer, Kitaev et al. 2020): the inverse, gradients
-equal to plain autograd's, and what backward keeps. The memory invariants and invariant 3 run on the
+equal to plain autograd's, and what backward keeps. The memory invariants and rollout equals training run on the
 ``trxl-rev`` backbone through the registry (``tests/test_backbones.py``, ``tests/test_ppo.py``)."""
 
 from __future__ import annotations

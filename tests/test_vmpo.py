@@ -1,5 +1,5 @@
 """V-MPO: each loss against hand computations, the Gaussian KLs against torch.distributions,
-the temperature dual, invariant 3, save/load of the multipliers, PopArt, and learning."""
+the temperature dual, rollout equals training, save/load of the multipliers, PopArt, and learning."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def vmpo(backbone: str = "gtrxl", env=None, **kwargs) -> VMPO:
 
 @pytest.mark.parametrize("backbone", ONE_PER_CLASS)
 def test_recorded_distribution_equals_recomputed(backbone):
-    """Invariant 3 for V-MPO: before an update, π_θ recomputed from the buffer is the stored π_old."""
+    """Rollout equals training for V-MPO: before an update, π_θ recomputed from the buffer is the stored π_old."""
     model = vmpo(backbone)
     gaps = LogpGaps()
     model.learn(4 * 16 * 4, callback=gaps)

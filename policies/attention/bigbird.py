@@ -65,7 +65,7 @@ class BigBirdPattern(Pattern):
     draw serves all heads.
 
     As for ``fixed``, ``i`` and ``j`` are the steps' **episode times**, so rollout steps and training segments
-    see the same keys (invariant 1), and the memory window still cuts keys more than ``M`` steps back
+    see the same keys (step equals sequence), and the memory window still cuts keys more than ``M`` steps back
     (:attr:`reach`). The pattern masks dense scores (no block-sparse kernel), so it saves no time here.
     """
 

@@ -33,7 +33,7 @@ class BlockwisePattern(Pattern):
     :func:`policies.attention.kernel.attend`).
 
     The pattern differs per head (:meth:`episode_pattern` is ``[B, H, T, K]``); as for ``fixed``, ``i`` and
-    ``j`` are **episode times**, so rollout steps and training segments see the same keys (invariant 1). It
+    ``j`` are **episode times**, so rollout steps and training segments see the same keys (step equals sequence). It
     masks dense scores (no blocked kernel), so it saves no time here.
     """
 

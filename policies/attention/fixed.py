@@ -26,7 +26,7 @@ class FixedPattern(Pattern):
     steps' **episode time** (a document's token index in the language model): the backbone keeps the
     episode clock in its state for this attention, as for ``episode_time`` encodings, and a key
     ``d`` steps before a query at episode time ``t`` has time ``t − d``. Rollout steps and training
-    segments therefore see the same keys (invariant 1), whatever their window's position in the
+    segments therefore see the same keys (step equals sequence), whatever their window's position in the
     rollout. The memory window still bounds the distance by ``max_distance``.
     """
 

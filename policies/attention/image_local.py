@@ -91,7 +91,7 @@ class ImageLocalPattern(Pattern):
     1D is 2D on one unbounded row (``h_q = 1``, ``h_m = 0``, ``w_q = l_q``, ``w_m = l_m``), which is how both are
     kept (:attr:`query_block` and :attr:`memory_margins`, ``(rows, columns)``) and computed. As for ``fixed``,
     ``i`` and ``j`` are the steps' **episode times**, so rollout steps and training segments see the same keys
-    (invariant 1), and the memory window still cuts a memory block's keys more than ``M`` steps back
+    (step equals sequence), and the memory window still cuts a memory block's keys more than ``M`` steps back
     (:attr:`reach`). The pattern masks dense scores (no blocked kernel), so it saves no time here.
     """
 

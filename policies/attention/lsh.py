@@ -26,7 +26,7 @@ class LSHBuckets(Pattern):
     position's own key would dominate its scores).
 
     The rotations are fixed buffers saved with the model; the hashes depend on content only, so a
-    rollout step and a training segment see the same keys (invariant 1). The bucket pattern masks
+    rollout step and a training segment see the same keys (step equals sequence). The bucket pattern masks
     dense scores here (no sorting into chunks), so it saves no time: it is the reference semantics.
     ``n_buckets = 1`` is full shared-QK attention.
     """

@@ -6,7 +6,7 @@ With a positive feature map ``φ`` (``elu(x) + 1`` by default) the attention out
 
 (Sec. 3.2 and 3.4 of the paper). The sums are the whole memory: a carry of ``H·m·(d+1)`` numbers
 (``m`` features) per layer that grows with nothing, so a step costs O(1) in the episode length and no cue is ever
-pushed out of a window. Two forms compute it and must agree (invariant 1): the recurrent form,
+pushed out of a window. Two forms compute it and must agree (step equals sequence): the recurrent form,
 ``S ← S + φ(k_t) v_tᵀ``, for rollouts, and the parallel form, a causal matrix product over a
 segment plus the carry it started from, for training. ``feature_map="favor"`` uses the Performer's
 positive random features instead (:mod:`policies.backbones.random_features`), which estimate softmax attention.

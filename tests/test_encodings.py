@@ -1,12 +1,18 @@
-"""Axial positional encodings (``axial``) against their factorisation, their size and their range, and
-every absolute encoding of the registry against the shape it promises."""
+"""The absolute encodings (policies/positions/encodings.py): sinusoidal and learned tables, axial encodings
+against their factorisation, their size and their range, and every absolute encoding of the registry against
+the shape it promises."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from policies.positions.encodings import ABSOLUTE_ENCODINGS, AxialPositionalEncoding, LearnedPositionalEncoding
+from policies.positions.encodings import (
+    ABSOLUTE_ENCODINGS,
+    AxialPositionalEncoding,
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 
 DIM, MAX = 6, 10  # n₂ = ⌈√10⌉ = 4, n₁ = ⌈10/4⌉ = 3, d₁ = d₂ = 3
 
@@ -66,3 +72,13 @@ def test_axial_is_selectable_by_name():
 def test_every_absolute_encoding_gives_one_vector_per_position(name):
     encodings = ABSOLUTE_ENCODINGS[name](DIM, MAX)(torch.arange(MAX))
     assert encodings.shape == (MAX, DIM) and torch.isfinite(encodings).all()
+
+
+def test_absolute_positional_encodings():
+    positions = torch.tensor([1, 2])
+    sinusoidal = SinusoidalPositionalEncoding(6, max_positions=4)(positions)
+    frequencies = torch.tensor([1.0, 10000 ** (-1 / 3), 10000 ** (-2 / 3)])
+    torch.testing.assert_close(sinusoidal[0, :3], torch.sin(frequencies))
+    torch.testing.assert_close(sinusoidal[1, 3:], torch.cos(2 * frequencies))
+    learned = LearnedPositionalEncoding(6, max_positions=8)
+    torch.testing.assert_close(learned(positions), learned.table.weight[1:3])

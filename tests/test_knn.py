@@ -33,21 +33,6 @@ def knn(top_k: int, gate_logit: float) -> MultiHeadAttention:
     return attn
 
 
-def test_local_attention_equals_relative_attention_with_a_band_mask():
-    """Keys at most ``W`` steps back, the query itself included (mutation caught: ``<`` for ``≤``)."""
-    torch.manual_seed(0)
-    local = build_attention("local", D, H, DH, max_distance=M, local_window=WINDOW).double()
-    relative = build_attention("relative", D, H, DH, max_distance=M).double()
-    relative.load_state_dict(local.state_dict())
-    h, memory, mask, older = inputs()
-    band = torch.tensor([[0 <= M + i - j <= WINDOW for j in range(M + T)] for i in range(T)])
-    assert torch.equal(band, ~older & (torch.arange(T).view(-1, 1) + M >= torch.arange(M + T)))
-    with torch.no_grad():
-        out, _ = local(h, local.keys_values(memory), mask, local.position_terms())
-        expected, _ = relative(h, relative.keys_values(memory), mask & band, relative.position_terms())
-    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
-
-
 def test_a_closed_gate_leaves_relative_attention_over_the_local_window():
     """``g = 0``: Transformer-XL attention restricted to the last ``W`` steps (mutation caught: the
     local half seeing the whole store)."""

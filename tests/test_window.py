@@ -1,0 +1,73 @@
+"""The window operations (policies/window.py): the banded, causal, episode-aware mask, windows rebuilt by
+index, the episode clock, and shared records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policies import make_backbone
+from policies.window import (
+    attention_mask,
+    episode_clock,
+    gather_windows,
+    shared_windows,
+    window_before,
+    window_history,
+    windows,
+)
+
+B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
+
+
+def test_mask_is_banded_causal_and_episode_aware():
+    valid = torch.ones(1, 3, dtype=torch.bool)
+    starts = torch.tensor([[False, False, True, False]])
+    mask = attention_mask(valid, starts, memory_length=3)[0].int()
+    expected = torch.tensor([
+        # memory m0 m1 m2 | segment s0 s1 s2 s3
+        [1, 1, 1, 1, 0, 0, 0],  # s0 sees 3 memory slots and itself
+        [0, 1, 1, 1, 1, 0, 0],  # s1: m0 is 4 steps back, outside the window
+        [0, 0, 0, 0, 0, 1, 0],  # s2 starts an episode
+        [0, 0, 0, 0, 0, 1, 1],
+    ])
+    assert torch.equal(mask, expected)
+
+
+def test_window_before_rebuilds_states_by_index():
+    memory = torch.arange(3.0).view(1, 3, 1)  # records of times -3, -2, -1
+    valid = torch.tensor([[False, True, True]])
+    records = torch.arange(10.0, 14.0).view(1, 4, 1)  # times 0..3
+    starts = torch.tensor([[False, False, True, False]])
+    windows, window_valid = window_before(memory, valid, records, starts, torch.arange(5))
+    assert windows[0, :, :, 0].tolist() == [[0, 1, 2], [1, 2, 10], [2, 10, 11], [10, 11, 12], [11, 12, 13]]
+    assert window_valid[0].int().tolist() == [[0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 1, 1]]
+
+
+def test_the_episode_clock_counts_from_each_start():
+    """Env 0 continues an episode at time 5 and starts one at step 2; env 1 starts at step 0 and again at 3."""
+    starts = torch.tensor([[False, False, True, False], [True, False, False, True]])
+    assert episode_clock(torch.tensor([5, 9]), starts).tolist() == [[5, 6, 0, 1], [0, 1, 2, 0]]
+
+
+def test_a_state_without_its_clock_is_refused():
+    """An episode-time backbone never runs without the time: a silent fallback would drop it."""
+    backbone = make_backbone("gtrxl", 3, d_model=8, n_heads=2, memory_length=4, episode_time="sinusoidal")
+    state = backbone.initial_state(2)
+    del state["clock"]
+    with pytest.raises(ValueError, match="encodes episode time.*no 'clock'"):
+        backbone.step(torch.randn(2, 3), state, torch.ones(2, dtype=torch.bool))
+
+
+def test_windows_that_share_little_are_handed_as_plain_windows():
+    """Shared records only pay when windows overlap (``SHARED_RECORDS_MIN`` slots per distinct record)."""
+    history = window_history(torch.randn(3, M, 2), torch.ones(3, M, dtype=torch.bool), torch.randn(3, 8, 2),
+                             torch.zeros(3, 8, dtype=torch.bool))
+    apart = shared_windows(history, torch.tensor([0, 1, 2]), torch.tensor([0, 4, 8]), M)
+    steps = [0, 1, 2, 3] * 4  # 16 windows of 5 slots over 8 distinct records
+    together = shared_windows(history, torch.zeros(16, dtype=torch.long), torch.tensor(steps), M)
+    assert set(apart) == {"memory", "valid"} and set(together) == {"records", "slots", "valid"}
+    for state, (env, t) in ((apart, ([0, 1, 2], [0, 4, 8])), (together, ([0] * 16, steps))):
+        memory, valid = gather_windows(history, torch.tensor(env), torch.tensor(t), M)
+        torch.testing.assert_close(windows(state), memory)
+        assert torch.equal(state["valid"], valid)
