@@ -10,7 +10,7 @@ import train_rl
 from agents import ALGOS
 from envs import list_env_ids
 from experiments.config import FIELDS, POLICY_OPTIONS, algo_defaults
-from policies import ATTENTIONS, BACKBONES
+from policies import BACKBONES
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -25,11 +25,6 @@ def test_backbones_and_their_options(backbone):
     assert documented(backbone)
     missing = [option for option in BACKBONES[backbone].options() if not documented(option)]
     assert not missing, f"{backbone}: {missing}"
-
-
-@pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_attention_catalogue(attention):
-    assert f"| `{attention}` |" in README, f"README's attention catalogue lacks {attention!r}"
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

@@ -48,7 +48,7 @@ def join_memory(memory_kv: KeysValues, k_seg: Tensor, v_seg: Tensor) -> tuple[Te
     """The keys and values of ``[memory; segment]``, ``[B, H, M + T, d_head]`` each, from the memory's ``[B, H, M,
     d_head]`` or its shared records and the segment's ``[B, H, T, d_head]``. Shared records are gathered straight
     into the joined layout: one contiguous copy, where gathering the windows and then concatenating made two,
-    the first of them strided (docs/design.md, "Training speed"); keys and values share the index of their rows."""
+    the first of them strided (docs/design.md, "Where the time goes"); keys and values share the index of their rows."""
     keys, values = memory_kv
     if isinstance(keys, Tensor) and isinstance(values, Tensor):
         return torch.cat([keys, k_seg], dim=2), torch.cat([values, v_seg], dim=2)
@@ -161,7 +161,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *, scale: float, posit
         return out.masked_fill(empty, 0.0)
     # A bias that needs a gradient sends torch's fused CPU kernel to its unfused path, which scales every
     # key; here the scale goes on the queries, of which an update has one per window (docs/design.md,
-    # "Training speed").
+    # "Where the time goes").
     scores = (query * scale) @ k.transpose(-2, -1)  # s · q̃ᵀk, [B, H, T, K]
     if bias is not None:
         scores = scores + bias
