@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from policies.attention.kernel import KeysValues, SharedRecords
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.backbones.blocks import TransformerXLBlock
+from policies.backbones.step_cache import StepCache
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
 from policies.window import State, attention_mask, episode_clock, window_before, windows
 
@@ -57,8 +58,7 @@ class WindowTransformer(MemoryBackbone):
         self.max_episode_time = max_episode_time
         self.time_encoding = (None if episode_time == "none"
                               else ABSOLUTE_ENCODINGS[episode_time](d_model, max_episode_time))
-        self._position_cache: tuple[int, list[Tensor | None]] | None = None
-        self._stamp_tensors: list[Tensor] | None = None
+        self.step_cache = StepCache(self._distinct_blocks)
 
     @property
     def keeps_clock(self) -> bool:
@@ -136,30 +136,13 @@ class WindowTransformer(MemoryBackbone):
                 by_block[id(block)] = block.attn.position_terms()
         return [by_block[id(block)] for block in self.memory_blocks]
 
-    def _parameter_stamp(self) -> int:
-        """A fingerprint of every parameter and buffer of the memory blocks, which the caches
-        (keys, values, position terms) are computed from; it changes whenever one of them is
-        updated in place (optimizer steps, ``load_state_dict``) or moved (``.to``). Covering the
-        whole block means a new attention cannot forget to declare what its caches depend on."""
-        if self._stamp_tensors is None:  # walked once: only _apply (.to, .double, ...) replaces tensors
-            self._stamp_tensors = [t for block in self._distinct_blocks() for t in (*block.parameters(),
-                                                                                   *block.buffers())]
-        return hash(tuple((t.data_ptr(), t._version) for t in self._stamp_tensors)) & (2**62 - 1)
-
     def _apply(self, fn: Any, recurse: bool = True) -> WindowTransformer:
-        self._stamp_tensors = None
+        self.step_cache.forget()  # .to, .double, ... replace the tensors
         return super()._apply(fn, recurse)
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        self._stamp_tensors = None  # load_state_dict(assign=True) replaces parameters
+        self.step_cache.forget()  # load_state_dict(assign=True) replaces parameters
         super()._load_from_state_dict(*args, **kwargs)
-
-    def _cached_position_terms(self, stamp: int) -> list[Tensor | None]:
-        """Position terms for rollout steps, recomputed only when the parameters change."""
-        if self._position_cache is None or self._position_cache[0] != stamp:
-            with torch.no_grad():
-                self._position_cache = (stamp, self._position_terms())
-        return self._position_cache[1]
 
     # -- the two execution paths -----------------------------------------------------------
     shares_records = True
@@ -225,7 +208,7 @@ class WindowTransformer(MemoryBackbone):
                 for keys, values in projected]
 
     def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
-        stamp = self._parameter_stamp()
+        stamp = self.step_cache.stamp()
         memory_kv = self._caches(state, stamp)
         no_start = valid.new_zeros(valid.shape[0], 1)  # the window is already reset
         mask = attention_mask(valid, no_start, self.memory_length)  # [B, 1, M+1]
@@ -233,7 +216,7 @@ class WindowTransformer(MemoryBackbone):
         clock = torch.where(valid.any(dim=1), state["clock"], 0) if "clock" in state else None
         mask = self._episode_pattern(mask, None if clock is None else clock.view(-1, 1))
         y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask,
-                                               self._cached_position_terms(stamp))
+                                               self.step_cache.position_terms(stamp, self._position_terms))
         derived = {"cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
         if clock is not None:
             derived["clock"] = clock + 1
