@@ -126,8 +126,6 @@ def make_attention(attention: str, d_model: int, n_heads: int, d_head: int, *, m
         # the flat layout registered each position scheme as an attention over the full window ("relative",
         # "alibi", ...): the name and its options keep that meaning
         attention, position, options, position_options = "full", attention, None, options
-    if attention not in ATTENTIONS:
-        raise ValueError(f"unknown attention {attention!r}; valid attentions: {', '.join(ATTENTIONS)}")
     return MultiHeadAttention(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
                               attention=attention, position=position, attention_options=options,
                               position_options=position_options)
