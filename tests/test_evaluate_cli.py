@@ -105,3 +105,14 @@ def test_bad_input_exits_2_naming_it(argv, message, run, capsys):
 def test_a_path_without_a_model_exits_2(tmp_path, capsys):
     code, _, err = evaluate([str(tmp_path)], capsys)
     assert code == 2 and "holds no model.zip" in err
+
+
+def test_a_vmpo_run_is_loaded_with_vmpo(tmp_path, capsys):
+    argv = [*TINY, "--algo", "vmpo", "--backbone", "mlp", "-n", "64", "--eval-freq", "0", "--log-dir", str(tmp_path),
+            "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4"]
+    assert train_rl.main(argv) == 0
+    run = tmp_path / "TMaze-v0__vmpo-mlp__0"
+    code, out, _ = evaluate([str(run)], capsys)
+    assert code == 0 and "(VMPO, mlp, 64 steps)" in out
+    assert written(out)["deterministic"]["mean_return"] == json.loads((run / "summary.json").read_text())[
+        "final_mean_return"]
