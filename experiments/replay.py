@@ -91,18 +91,26 @@ def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tu
 
 
 def play(agent: SavedAgent, episodes: int, seed: int, deterministic: bool, render_mode: str) -> Iterator[Any]:
-    """Play ``episodes`` episodes on one copy of the environment and yield ``render()`` before the first
-    step and after each (at an episode's end, the first frame of the next one)."""
-    env = make_run_env(agent.config, 1, seed, render_mode=render_mode)
+    """Play ``episodes`` episodes (the i-th seeded ``seed + i``) on one gymnasium copy of the environment,
+    which does not reset itself, and yield ``render()`` at each episode's start and after every step, its
+    last one included."""
+    from envs import make_env
+
     try:
-        observation, state, starts, done = env.reset(), None, np.ones(1, dtype=bool), 0
-        yield env.render()
-        while done < episodes:
-            action, state = agent.model.predict(observation, state=state, episode_start=starts,
-                                                deterministic=deterministic)
-            observation, _, starts, _ = env.step(action)
-            done += int(starts[0])
+        env = make_env(agent.config.env, render_mode=render_mode, **agent.config.env_kwargs)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(str(error)) from error
+    try:
+        for episode in range(episodes):
+            observation, _ = env.reset(seed=seed + episode)
+            state, start, over = None, np.ones(1, dtype=bool), False
             yield env.render()
+            while not over:
+                action, state = agent.model.predict(observation, state=state, episode_start=start,
+                                                    deterministic=deterministic)
+                observation, _, terminated, truncated, _ = env.step(action)
+                start, over = np.zeros(1, dtype=bool), terminated or truncated
+                yield env.render()
     finally:
         env.close()
 

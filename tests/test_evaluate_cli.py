@@ -75,20 +75,20 @@ def test_env_kwargs_score_it_on_a_longer_corridor(run, capsys):
 def test_records_a_playable_video(suffix, run, tmp_path, capsys):
     video = tmp_path / f"episode{suffix}"
     code, out, _ = evaluate([str(run), "--episodes", "2", "--record", str(video), "--record-episodes", "2"], capsys)
-    assert code == 0 and "9 frames, 2 episode(s)" in out  # a start frame, then 4 steps per episode
+    assert code == 0 and "10 frames, 2 episode(s)" in out  # per episode a start frame, then 4 steps
     if suffix == ".gif":
         frames = imageio.mimread(video)
         count, first = len(frames), frames[0]  # Pillow merges identical consecutive frames
     else:
         reader = imageio.get_reader(video)
         count, first = reader.count_frames(), reader.get_data(0)
-        assert count == 9
+        assert count == 10
     assert count > 0 and min(first.shape[:2]) >= 128
 
 
 def test_render_prints_the_episode(run, capsys):
     code, out, _ = evaluate([str(run), "--episodes", "1", "--render", "--fps", "1000"], capsys)
-    assert code == 0 and "t=0/4" in out and "t=3/4" in out
+    assert code == 0 and "t=0/4" in out and "t=4/4" in out  # the last step is shown too
 
 
 @pytest.mark.parametrize("argv,message", [
