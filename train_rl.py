@@ -18,6 +18,7 @@ imports it when called, so ``--help`` loads neither torch nor SB3::
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import NamedTuple
 
@@ -69,4 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the output was piped into head, less, ... which closed it early
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
