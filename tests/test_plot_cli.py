@@ -78,3 +78,11 @@ def test_the_report_draws_its_curves_with_the_plot_commands_code(runs):
     assert report.plot_curves is plotting.plot_curves
     report.build_report(runs, reps=50)
     assert [path.name for path in runs.glob("curves_*.png")] == ["curves_TMaze_v0_length_5.png"]
+
+
+def test_by_default_runs_are_grouped_by_what_differs_between_them(tmp_path, capsys):
+    for env in ("TMaze-v0", "MemoryChain-v0"):
+        make_run(tmp_path / "runs", "gtrxl", 0, env=env)
+    make_run(tmp_path / "runs", "gtrxl", 1, env="MemoryChain-v0", finished=False)
+    assert train_rl.main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "x.png"), "--reps", "50"]) == 0
+    assert "3 runs in 2 groups: MemoryChain-v0 (length=5) (2), TMaze-v0 (length=5) (1)" in capsys.readouterr().out
