@@ -1,9 +1,9 @@
 """Learners for memory policies: MemoryPPO and V-MPO on one rollout machinery and buffer."""
 
-from agents.on_policy import PRECISIONS, NonFiniteError
+from agents.on_policy import PRECISIONS, NonFiniteError, saved_learner
 from agents.ppo import MemoryPPO
 from agents.vmpo import VMPO
 
 ALGOS = {"ppo": MemoryPPO, "vmpo": VMPO}
 
-__all__ = ["ALGOS", "PRECISIONS", "VMPO", "MemoryPPO", "NonFiniteError"]
+__all__ = ["ALGOS", "PRECISIONS", "VMPO", "MemoryPPO", "NonFiniteError", "saved_learner"]

@@ -3,8 +3,11 @@ losses of the backbone, and the guard against non-finite losses, gradients and p
 
 from __future__ import annotations
 
+import json
+import zipfile
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -14,6 +17,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
@@ -33,6 +37,15 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 under ``torch.autocast`` (Micikevicius et al. 2018's mixed precision, with bfloat16's float32 range,
 so no loss scaling); parameters, gradients, the optimizer, the heads and the losses stay float32, and
 rollouts are computed in float32 as before."""
+
+
+def saved_learner(path: str | Path) -> str | None:
+    """The learner class that saved the model at ``path`` (a ``.zip``), as recorded in its data
+    (``learner_class``); ``None`` for a zip saved before learners recorded it."""
+    with zipfile.ZipFile(path) as archive:
+        data = json.loads(archive.read("data")) if "data" in archive.namelist() else {}
+    name = data.get("learner_class")
+    return name if isinstance(name, str) else None
 
 
 class NonFiniteError(RuntimeError):
@@ -107,16 +120,39 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ValueError(f"uniform_kl_coef must be >= 0, got {uniform_kl_coef}")
         self.uniform_kl_coef = uniform_kl_coef
         self._last_state: PolicyState | None = None
+        self.learner_class = type(self).__name__
+        """saved with the model, so that loading it with another learner names both (:meth:`load`)"""
         super().__init__(policy, env, n_steps=n_steps, use_sde=False, sde_sample_freq=-1,
                          supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
                                                   spaces.MultiBinary), **kwargs)
+
+    @classmethod
+    def load(cls, path: Any, env: Any = None, device: Any = "auto", *args: Any, **kwargs: Any) -> Any:
+        """SB3's ``load``, refusing (``TypeError`` naming both classes) a model saved by another learner."""
+        if isinstance(path, str | Path):
+            file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
+            saved = saved_learner(file) if zipfile.is_zipfile(file) else None
+            if saved is not None and saved != cls.__name__:
+                raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
+                                f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
+        return super().load(path, env, device, *args, **kwargs)
+
+    def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
+        """The policy class of an alias; an unknown alias (SB3's ``MlpPolicy``, ``CnnPolicy``) is refused naming
+        ``MemoryPolicy``, the policy every memory learner takes."""
+        if policy_name not in self.policy_aliases:
+            raise ValueError(f"policy {policy_name!r} is not one of {type(self).__name__}'s "
+                             f"({', '.join(self.policy_aliases)}): memory learners take 'MemoryPolicy', which with "
+                             "policy_kwargs={'backbone': 'mlp'} is a memoryless MLP like SB3's MlpPolicy")
+        return self.policy_aliases[policy_name]
 
     def _setup_model(self) -> None:
         self.rollout_buffer_class = (MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
                                      else MemoryRolloutBuffer)
         super()._setup_model()
         if not isinstance(self.policy, MemoryActorCriticPolicy):
-            raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy, got {type(self.policy).__name__}")
+            raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy ('MemoryPolicy'), "
+                            f"got {type(self.policy).__name__}")
         if self.aux_coefs is None:
             self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
         if self.uniform_kl_coef is None:

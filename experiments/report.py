@@ -18,7 +18,6 @@ stopped (left out of the scores when it has none) and never counts as solved. Se
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from experiments import stats
+from experiments.plotting import group_colors, plot_curves, save_figure
 from experiments.run_dir import (
     DIVERGED,
     FAILED,
@@ -205,59 +205,10 @@ def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
 # figures
 
 
-def _save(figure: Figure, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    figure.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-
-
-def _colors(names: list[str]) -> dict[str, Any]:
-    from matplotlib import colormaps
-
-    palette = colormaps["tab10"]
-    return {name: palette(i % 10) for i, name in enumerate(names)}
-
-
-def plot_curves(task: Task, path: Path, reps: int, seed: int) -> None:
-    """Mean learning curve of the finished runs with a bootstrap band; seeds as thin lines."""
-    figure = Figure(figsize=(7, 4.2), layout="constrained")
-    ax = figure.subplots()
-    colors = _colors(list(task.runs))
-    for backbone, runs in task.runs.items():
-        color = colors[backbone]
-        finished = []
-        for run in runs:
-            steps, values = run.curve(task.success)
-            if not steps.size:
-                continue
-            failed = run.state() in UNSUCCESSFUL
-            ax.plot(steps, values, color=color, lw=0.8, alpha=0.35, ls="--" if failed else "-")
-            if failed:
-                ax.plot(steps[-1:], values[-1:], "x", color=color, ms=6)
-            elif run.state() == FINISHED:
-                finished.append((steps, values))
-        if not finished:
-            continue
-        common = finished[0][0]
-        for steps, _ in finished[1:]:
-            common = np.intersect1d(common, steps)
-        if not common.size:
-            continue
-        curves = np.stack([values[np.isin(steps, common)] for steps, values in finished])
-        mean, low, high = stats.curve_band(curves, reps, seed)
-        ax.plot(common, mean, color=color, lw=2, label=f"{backbone} ({len(finished)} runs)")
-        ax.fill_between(common, low, high, color=color, alpha=0.2, lw=0)
-    ax.set(xlabel="environment steps", ylabel=task.score_name, title=task.label)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="best")
-    _save(figure, path)
-
-
 def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path) -> None:
     """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run."""
     names = list(score_stats.scores)
-    colors = _colors(names)
+    colors = group_colors(names)
     figure = Figure(figsize=(12, 0.5 * len(names) + 1.8), layout="constrained")
     axes = figure.subplots(1, 4, sharey=True)
     rows = np.arange(len(names))
@@ -283,7 +234,7 @@ def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path
         ax.set_xlabel(score_name)
         ax.grid(axis="x", alpha=0.3)
     figure.suptitle(f"{title}: final {score_name}, 95 % stratified bootstrap CIs")
-    _save(figure, path)
+    save_figure(figure, path)
 
 
 def plot_improvement(title: str, score_stats: ScoreStats, path: Path) -> None:
@@ -303,7 +254,7 @@ def plot_improvement(title: str, score_stats: ScoreStats, path: Path) -> None:
     ax.set_yticks(range(len(names)), names)
     ax.set(xlabel="Y", ylabel="X", title=f"{title}: P(X > Y)")
     figure.colorbar(image, ax=ax, fraction=0.046)
-    _save(figure, path)
+    save_figure(figure, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,7 +294,7 @@ def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: st
 
 
 def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str]:
-    plot_curves(task, directory / f"curves_{task.slug}.png", reps, seed)
+    plot_curves(task.runs, task.success, task.label, directory / f"curves_{task.slug}.png", reps, seed)
     lines = [f"## {task.label}", "", f"Score: final **{task.score_name}**.", "",
              f"![learning curves](curves_{task.slug}.png)", "", "### Final scores", "",
              *_score_section(task.label, task.slug, task.stats, task.score_name, directory), "### Reliability", ""]

@@ -28,14 +28,18 @@ from policies import BACKBONES
 EVAL_SEED_OFFSET = 10_000
 
 
-def make_envs(config: RunConfig) -> tuple[Any, Any]:
-    """Training and evaluation VecEnvs; bad ids or kwargs become :class:`ConfigError`."""
+def make_run_env(config: RunConfig, n_envs: int, seed: int, **extra_kwargs: Any) -> Any:
+    """A VecEnv of ``n_envs`` copies of the run's environment; bad ids or kwargs become :class:`ConfigError`."""
     try:
-        env = make_vec_env(config.env, config.n_envs, config.seed, **config.env_kwargs)
-        eval_env = make_vec_env(config.env, config.n_eval_envs, config.seed + EVAL_SEED_OFFSET, **config.env_kwargs)
+        return make_vec_env(config.env, n_envs, seed, **config.env_kwargs, **extra_kwargs)
     except (ValueError, TypeError, KeyError) as error:
         raise ConfigError(str(error)) from error
-    return env, eval_env
+
+
+def make_envs(config: RunConfig) -> tuple[Any, Any]:
+    """Training and evaluation VecEnvs (the evaluation copies seeded ``seed + EVAL_SEED_OFFSET``)."""
+    return (make_run_env(config, config.n_envs, config.seed),
+            make_run_env(config, config.n_eval_envs, config.seed + EVAL_SEED_OFFSET))
 
 
 def policy_kwargs(config: RunConfig) -> dict[str, Any]:
@@ -118,6 +122,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     elapsed = time.time() - started
     save_model_atomic(model, directory / "model.zip")
     callback.save_checkpoint()
+    eval_env.seed(config.seed + EVAL_SEED_OFFSET)  # the episodes of a fresh evaluation env: train_rl.py evaluate's
     final, final_stochastic = evaluate_both(model, eval_env, config.n_eval_episodes)
     summary = {
         "run": config.run_name(), "env": config.env, "algo": config.algo, "backbone": config.backbone,

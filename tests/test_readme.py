@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import train_rl
 from agents import ALGOS
 from envs import list_env_ids
+from experiments.cli import train as train_cli
 from experiments.config import FIELDS, POLICY_OPTIONS, algo_defaults
 from policies import BACKBONES
 
@@ -34,7 +34,7 @@ def test_learner_options(algo):
 
 
 def test_flags_run_settings_and_policy_options():
-    flags = [a for action in train_rl.make_parser()._actions for a in action.option_strings if a.startswith("--")]
+    flags = [a for action in train_cli.make_parser()._actions for a in action.option_strings if a.startswith("--")]
     missing = [flag for flag in flags if flag not in README and flag != "--help"]
     missing += [name for name in FIELDS if name not in README]
     missing += [f"policy.{name}" for name in POLICY_OPTIONS if name not in README]

@@ -20,6 +20,7 @@ from test_cli import REPO, TINY
 
 import experiments.study
 import train_rl
+from experiments.cli import train as train_cli
 from experiments.config import ConfigError
 from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, Run, write_status
 from experiments.study import Grid, Progress, RunTask, execute, plan
@@ -79,14 +80,14 @@ def test_study_file_grid(tmp_path):
 
 
 def test_grid_from_the_command_line(tmp_path):
-    args = train_rl.make_parser().parse_args([*TINY, "--log-dir", str(tmp_path), "--backbone", "gtrxl", "lstm",
+    args = train_cli.make_parser().parse_args([*TINY, "--log-dir", str(tmp_path), "--backbone", "gtrxl", "lstm",
                                               "--seed", "0", "1", "2", "--threads", "2"])
-    directory, configs = train_rl.grid_from_args(args).study_configs()
+    directory, configs = train_cli.grid_from_args(args).study_configs()
     assert directory == tmp_path / "TMaze-v0__ppo"
     assert [c.run_name() for c in configs] == [f"TMaze-v0__ppo-{b}__{s}" for b in ("gtrxl", "lstm") for s in (0, 1, 2)]
     assert {c.threads for c in configs} == {2} and {c.env_kwargs["length"] for c in configs} == {3}
-    args = train_rl.make_parser().parse_args([*TINY, "--log-dir", str(tmp_path), "--seed", "0", "1"])
-    assert {c.threads for c in train_rl.grid_from_args(args).study_configs()[1]} == {1}  # one thread per worker
+    args = train_cli.make_parser().parse_args([*TINY, "--log-dir", str(tmp_path), "--seed", "0", "1"])
+    assert {c.threads for c in train_cli.grid_from_args(args).study_configs()[1]} == {1}  # one thread per worker
 
 
 def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, capsys):
@@ -102,7 +103,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
     assert "| TMaze-v0__ppo-gtrxl__0 | failed |" in runs_table(study)
     assert "failed TMaze-v0__ppo-gtrxl__0: ConfigError" in capsys.readouterr().err
 
-    config = train_rl.grid_from_args(train_rl.make_parser().parse_args(
+    config = train_cli.grid_from_args(train_cli.make_parser().parse_args(
         [*TINY, "--log-dir", str(tmp_path / "nan"), "-n", "4096", *PARAMS, "ppo.learning_rate=1e30",
          "ppo.max_grad_norm=1e30"])).configs()[0]
     outcome = execute(RunTask(config, resume=False, session="test"))
@@ -110,7 +111,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
     assert outcome["state"] == diverged.state() == DIVERGED and "non-finite" in diverged.error()
     assert diverged.summary is None and diverged.checkpoint() is not None
 
-    configs = train_rl.grid_from_args(train_rl.make_parser().parse_args(argv)).study_configs()[1]
+    configs = train_cli.grid_from_args(train_cli.make_parser().parse_args(argv)).study_configs()[1]
     assert [t.config.backbone for t in plan(configs, "s")[0]] == []
     assert [(t.config.backbone, t.resume) for t in plan(configs, "s", retry_failed=True)[0]] == [("gtrxl", False)]
 

@@ -1,0 +1,125 @@
+"""``train_rl.py evaluate RUN_DIR_OR_MODEL``: score a trained agent, watch it, or record a video of it.
+
+By default the run's own evaluation is repeated (its seed, episode count and parallel copies; the
+most probable action), so a finished run scores what its ``summary.json`` says. ``--env`` and
+``--env-kwargs`` score it elsewhere (a longer corridor: ``--env-kwargs length=40``). Results are
+printed and written to ``evaluate_<date>-<time>.json`` in the run directory::
+
+    python train_rl.py evaluate runs/TMaze-v0__ppo-gtrxl__0 --episodes 100 --both
+    python train_rl.py evaluate runs/TMaze-v0__ppo-gtrxl__0/best_model.zip --env-kwargs length=40
+    python train_rl.py evaluate runs/MiniGrid-MemoryS9-v0__ppo-gtrxl__0 --record memory.mp4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The parser of ``train_rl.py evaluate``."""
+    parser = argparse.ArgumentParser(prog="train_rl.py evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
+                        help="a run directory (its final model.zip) or a saved .zip (best_model.zip, a checkpoint)")
+    parser.add_argument("--episodes", "-n", type=int, help="episodes per policy (default: the run's n_eval_episodes)")
+    policy = parser.add_mutually_exclusive_group()
+    for name, text in (("deterministic", "the most probable action (the default; the run's score)"),
+                       ("stochastic", "actions sampled from the policy, as in training"),
+                       ("both", "the deterministic policy, then the stochastic one")):
+        policy.add_argument(f"--{name}", dest="policy", action="store_const", const=name, help=text)
+    parser.add_argument("--env", help="score on another environment id (its keyword arguments start empty)")
+    parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="environment keyword arguments over the run's, e.g. length=40")
+    parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions "
+                                                 "(default: the run's evaluation seed, its seed + 10000)")
+    parser.add_argument("--n-envs", type=int, help="parallel environment copies (default: the run's n_eval_envs)")
+    parser.add_argument("--device", default="auto", help="torch device (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--render", action="store_true",
+                        help="show episodes as they are played (text for engram's tasks, a window for MiniGrid)")
+    parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4")
+    parser.add_argument("--record-episodes", type=int, default=1,
+                        help="episodes shown or recorded by --render and --record (default: %(default)s)")
+    parser.add_argument("--fps", type=float, default=4.0, help="frames per second of --render and --record "
+                                                               "(default: %(default)s)")
+    return parser
+
+
+def _check(options: argparse.Namespace) -> None:
+    """Exit status 2, naming the flag and the valid range, for counts below one and unknown video formats."""
+    from experiments.video import check_video_path
+
+    for flag in ("episodes", "n_envs", "threads", "record_episodes"):
+        value = getattr(options, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}={value}: expected a positive number")
+    if options.fps <= 0:
+        raise ValueError(f"--fps={options.fps}: expected a positive number of frames per second")
+    if options.record:
+        check_video_path(options.record)
+
+
+def _summary_line(policy: str, result: Any) -> str:
+    rate = "" if result.success_rate is None else f", success rate {result.success_rate:.2f}"
+    return (f"  {policy + ':':<14} return {result.returns.mean():.3f} ± {result.returns.std():.3f}{rate}, "
+            f"length {result.lengths.mean():.1f} ± {result.lengths.std():.1f}")
+
+
+def _show(agent: Any, options: argparse.Namespace, seed: int, deterministic: bool) -> None:
+    """``--render``: text frames of engram's tasks on stdout, a window for gymnasium environments."""
+    from envs import env_family
+    from experiments.replay import play
+
+    text = env_family(agent.config.env) == "engram"
+    for frame in play(agent, options.record_episodes, seed, deterministic, "ansi" if text else "human"):
+        if text:
+            print(f"{frame}\n")
+        time.sleep(1 / options.fps)
+
+
+def main(argv: list[str]) -> int:
+    """Score the agent, then show or record it; exit status 2 on bad input."""
+    options = make_parser().parse_args(argv)
+    try:
+        _check(options)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    import torch
+
+    from experiments.config import ConfigError, parse_override
+    from experiments.replay import POLICIES, load_agent, play, result_record, score, write_result
+    from experiments.video import write_video
+
+    torch.set_num_threads(options.threads)
+    try:
+        kwargs = dict(map(parse_override, options.env_kwargs))
+        agent = load_agent(options.path, options.device, options.env, kwargs)
+        episodes = options.episodes or agent.config.n_eval_episodes
+        seed = agent.eval_seed if options.seed is None else options.seed
+        n_envs = options.n_envs or agent.config.n_eval_envs
+        policies = POLICIES[options.policy or "deterministic"]
+        results = score(agent, episodes, seed, n_envs, policies)
+    except (ConfigError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    kwargs_text = ", ".join(f"{k}={v}" for k, v in agent.config.env_kwargs.items())
+    print(f"{agent.model_path} ({type(agent.model).__name__}, {agent.config.backbone}, "
+          f"{agent.model.num_timesteps} steps) on {agent.config.env}" + (f" ({kwargs_text})" if kwargs_text else "")
+          + f": {episodes} episodes per policy, seed {seed}, {n_envs} copies")
+    for policy, result in results.items():
+        print(_summary_line(policy, result))
+    path = write_result(agent.directory, result_record(agent, results, episodes, seed, n_envs))
+    print(f"  written: {path}")
+    deterministic = policies[0] == "deterministic"
+    if options.render:
+        _show(agent, options, seed, deterministic)
+    if options.record:
+        frames = list(play(agent, options.record_episodes, seed, deterministic, "rgb_array"))
+        video = write_video(frames, Path(options.record), options.fps)
+        print(f"  video:   {video} ({len(frames)} frames, {options.record_episodes} episode(s))")
+    return 0

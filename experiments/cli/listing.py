@@ -1,0 +1,38 @@
+"""``train_rl.py list [WHAT]``: one line per backbone, attention, position scheme, env id, config or learner."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from experiments.catalog import CATALOGS
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The parser of ``train_rl.py list``."""
+    parser = argparse.ArgumentParser(prog="train_rl.py list", description=(
+        "List what exists, one line each with its summary, from the registries and configs/."))
+    parser.add_argument("what", nargs="*", choices=list(CATALOGS), metavar="WHAT",
+                        help=f"one or more of: {', '.join(CATALOGS)} (default: all)")
+    return parser
+
+
+def format_table(entries: dict[str, str]) -> list[str]:
+    """``name  summary`` lines, the summaries aligned."""
+    width = max((len(name) for name in entries), default=0)
+    return [f"{name:<{width}}  {text}".rstrip() for name, text in entries.items()]
+
+
+def main(argv: list[str]) -> int:
+    """Print the catalogues asked for (each under a heading when there are several)."""
+    what = make_parser().parse_args(argv).what or list(CATALOGS)
+    for index, name in enumerate(what):
+        try:
+            entries = CATALOGS[name]()
+        except AttributeError as error:
+            print(f"error: cannot list {name}: {error}", file=sys.stderr)
+            return 1
+        if len(what) > 1:
+            print(("\n" if index else "") + f"{name}:")
+        print("\n".join(format_table(entries)))
+    return 0

@@ -1,0 +1,91 @@
+"""``train_rl.py plot RUN_DIRS... [--out FILE.png] [--group-by KEY ...]``: learning curves of any runs.
+
+Every run directory at or below the given paths is read; runs are grouped by configuration keys
+(``backbone``, ``algo``, ``env``, ``task`` = env with its keyword arguments, ``seed``, or any run setting
+such as ``n_envs``), and the figure is the study report's (:func:`experiments.plotting.plot_curves`):
+per group the mean and a 95 % bootstrap band over its finished runs, every run as a thin line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from experiments.run_dir import Run, find_runs, task_label
+from experiments.static_source import literal_constant
+
+DEFAULT_GROUPING = ("algo", "backbone", "task")
+"""the keys grouped by when none is given: those whose values differ between the runs"""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The parser of ``train_rl.py plot``."""
+    parser = argparse.ArgumentParser(prog="train_rl.py plot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directories, or directories holding runs")
+    parser.add_argument("--out", "-o", default="curves.png", help="the PNG to write (default: %(default)s)")
+    parser.add_argument("--group-by", nargs="+", metavar="KEY",
+                        help="configuration keys that make a group: backbone, algo, env, task, seed or any run "
+                             f"setting (default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
+    parser.add_argument("--stochastic", action="store_true", help="plot the stochastic policy's evaluations")
+    parser.add_argument("--title", help="figure title (default: the runs' task when they share one)")
+    parser.add_argument("--reps", type=int, default=literal_constant("experiments.report", "DEFAULT_REPS"),
+                        help="bootstrap resamples of the band (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
+    return parser
+
+
+def config_value(run: Run, key: str) -> Any:
+    """``run``'s value of ``key``: ``task`` is the env with its keyword arguments, others are config keys."""
+    if key == "task":
+        return task_label(run.config)
+    if key not in run.config:
+        raise KeyError(f"--group-by {key!r}: not a run setting of {run.directory}; valid keys: task, "
+                       + ", ".join(run.config))
+    return run.config[key]
+
+
+def group_runs(runs: list[Run], keys: list[str]) -> dict[str, list[Run]]:
+    """Runs by the values of ``keys`` (a label ``v1 / v2``), in the order first seen."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[" / ".join(str(config_value(run, key)) for key in keys)].append(run)
+    return dict(groups)
+
+
+def varying_keys(runs: list[Run], candidates: tuple[str, ...] = DEFAULT_GROUPING) -> list[str]:
+    """The ``candidates`` whose values differ between ``runs`` (``backbone`` when none does)."""
+    keys = [key for key in candidates if len({str(config_value(run, key)) for run in runs}) > 1]
+    return keys or ["backbone"]
+
+
+def main(argv: list[str]) -> int:
+    """Write the figure; exit status 2 when a path holds no run or a grouping key is unknown."""
+    options = make_parser().parse_args(argv)
+    runs = []
+    for path in map(Path, options.paths):
+        found = find_runs(path) if path.is_dir() else []
+        if not found:
+            print(f"error: {str(path)!r} is not a run directory and holds none (no config.yaml below it)",
+                  file=sys.stderr)
+            return 2
+        runs += found
+    try:
+        groups = group_runs(runs, options.group_by or varying_keys(runs))
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 2
+    from experiments.plotting import plot_curves
+
+    success = all(run.has_success() for run in runs)
+    tasks = {task_label(run.config) for run in runs}
+    title = options.title or (tasks.pop() if len(tasks) == 1 else f"{len(tasks)} tasks")
+    out = Path(options.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_curves(groups, success, title, out, options.reps, options.seed, options.stochastic)
+    print(f"{out}: {len(runs)} runs in {len(groups)} groups: "
+          + ", ".join(f"{name} ({len(members)})" for name, members in groups.items()))
+    return 0

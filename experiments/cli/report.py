@@ -1,0 +1,36 @@
+"""``train_rl.py report DIRECTORY``: ``report.md`` and figures of a study, from the files on disk."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from experiments.static_source import literal_constant
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The parser of ``train_rl.py report``."""
+    parser = argparse.ArgumentParser(prog="train_rl.py report", description=(
+        "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
+    parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
+    parser.add_argument("--out", help="where to write the report (default: the study directory)")
+    parser.add_argument("--reps", type=int, default=literal_constant("experiments.report", "DEFAULT_REPS"),
+                        help="bootstrap resamples (default: %(default)s)")
+    parser.add_argument("--solve-threshold", type=float,
+                        help="score that counts as solving a task (default: the runs' success_threshold)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """``train_rl.py report DIRECTORY``; exit status 2 when there is no study there."""
+    options = make_parser().parse_args(argv)
+    from experiments.report import build_report
+
+    try:
+        path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0

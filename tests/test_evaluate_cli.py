@@ -1,0 +1,118 @@
+"""``train_rl.py evaluate``: a trained run scores what its final evaluation scored (same seeds and episodes,
+same numbers), scores elsewhere with --env-kwargs, writes a new JSON each time, and records playable videos."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+
+import train_rl
+from experiments import replay
+
+TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eval-freq", "64",
+        "--n-eval-episodes", "8", "--checkpoint-freq", "0", "--threads", "1",
+        "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4",
+        "gtrxl.memory_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2", "n_eval_envs=2"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A tiny run of 320 steps whose evaluation env served five evaluations before the final one."""
+    log_dir = tmp_path_factory.mktemp("runs")
+    assert train_rl.main([*TINY, "-n", "320", "--log-dir", str(log_dir)]) == 0
+    return log_dir / "TMaze-v0__ppo-gtrxl__0"
+
+
+def evaluate(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = train_rl.main(["evaluate", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def written(out: str) -> dict:
+    path = next(line.split("written: ")[1] for line in out.splitlines() if "written: " in line)
+    return json.loads(Path(path).read_text())
+
+
+def test_scores_what_the_runs_final_evaluation_scored(run, capsys):
+    summary = json.loads((run / "summary.json").read_text())
+    code, out, _ = evaluate([str(run)], capsys)
+    assert code == 0
+    result = written(out)
+    assert (result["episodes"], result["seed"], result["n_envs"]) == (8, 10_000, 2)
+    assert result["deterministic"]["mean_return"] == summary["final_mean_return"]
+    assert result["deterministic"]["std_return"] == summary["final_std_return"]
+    assert result["deterministic"]["success_rate"] == summary["final_success_rate"]
+    assert f"return {summary['final_mean_return']:.3f} ± {summary['final_std_return']:.3f}" in out
+    assert len(result["deterministic"]["returns"]) == 8 and "stochastic" not in result
+
+
+def test_each_evaluation_writes_a_new_json_beside_the_run(run, capsys, monkeypatch):
+    monkeypatch.setattr(replay.time, "strftime", lambda fmt, *args: "20260101-000000")  # both in one second
+    before = set(run.glob("evaluate_*.json"))
+    for _ in range(2):
+        assert evaluate([str(run), "--episodes", "2", "--both"], capsys)[0] == 0
+    new = set(run.glob("evaluate_*.json")) - before
+    assert len(new) == 2
+    for path in new:
+        result = json.loads(path.read_text())
+        assert len(result["deterministic"]["returns"]) == len(result["stochastic"]["returns"]) == 2
+
+
+def test_env_kwargs_score_it_on_a_longer_corridor(run, capsys):
+    code, out, _ = evaluate([str(run / "best_model.zip"), "--env-kwargs", "length=6", "--episodes", "4",
+                             "--stochastic"], capsys)
+    assert code == 0
+    result = written(out)
+    assert result["env_kwargs"] == {"length": 6} and result["model"].endswith("best_model.zip")
+    assert result["stochastic"]["mean_length"] == 7.0  # T-Maze episodes last length + 1 steps
+
+
+@pytest.mark.parametrize("suffix", [".gif", ".mp4"])
+def test_records_a_playable_video(suffix, run, tmp_path, capsys):
+    video = tmp_path / f"episode{suffix}"
+    code, out, _ = evaluate([str(run), "--episodes", "2", "--record", str(video), "--record-episodes", "2"], capsys)
+    assert code == 0 and "10 frames, 2 episode(s)" in out  # per episode a start frame, then 4 steps
+    if suffix == ".gif":
+        frames = imageio.mimread(video)
+        count, first = len(frames), frames[0]  # Pillow merges identical consecutive frames
+    else:
+        reader = imageio.get_reader(video)
+        count, first = reader.count_frames(), reader.get_data(0)
+        assert count == 10
+    assert count > 0 and min(first.shape[:2]) >= 128
+
+
+def test_render_prints_the_episode(run, capsys):
+    code, out, _ = evaluate([str(run), "--episodes", "1", "--render", "--fps", "1000"], capsys)
+    assert code == 0 and "t=0/4" in out and "t=4/4" in out  # the last step is shown too
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--record", "x.avi"], "--record 'x.avi': unknown video format '.avi'; valid formats: .gif, .mp4"),
+    (["--episodes", "0"], "--episodes=0: expected a positive number"),
+    (["--env-kwargs", "lenght=5"], "unexpected keyword argument(s) 'lenght' (did you mean 'length'?)"),
+    (["--env", "TMaze-v9"], "Unknown env id 'TMaze-v9'"),
+])
+def test_bad_input_exits_2_naming_it(argv, message, run, capsys):
+    code, _, err = evaluate([str(run), *argv], capsys)
+    assert code == 2 and message in err
+
+
+def test_a_path_without_a_model_exits_2(tmp_path, capsys):
+    code, _, err = evaluate([str(tmp_path)], capsys)
+    assert code == 2 and "holds no model.zip" in err
+
+
+def test_a_vmpo_run_is_loaded_with_vmpo(tmp_path, capsys):
+    argv = [*TINY, "--algo", "vmpo", "--backbone", "mlp", "-n", "64", "--eval-freq", "0", "--log-dir", str(tmp_path),
+            "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4"]
+    assert train_rl.main(argv) == 0
+    run = tmp_path / "TMaze-v0__vmpo-mlp__0"
+    code, out, _ = evaluate([str(run)], capsys)
+    assert code == 0 and "(VMPO, mlp, 64 steps)" in out
+    assert written(out)["deterministic"]["mean_return"] == json.loads((run / "summary.json").read_text())[
+        "final_mean_return"]

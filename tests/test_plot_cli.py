@@ -1,0 +1,88 @@
+"""``train_rl.py plot``: learning curves of any run directories, grouped by configuration keys, drawn by
+the study report's own figure code."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+import yaml
+
+import train_rl
+from experiments import plotting, report
+from experiments.evaluation import EVAL_COLUMNS
+
+STEPS = (100, 200, 300)
+
+
+def make_run(directory: Path, backbone: str, seed: int, env: str = "TMaze-v0", finished: bool = True) -> Path:
+    """A run directory as training leaves it: config.yaml, evaluations.csv and (finished) summary.json."""
+    run = directory / f"{env}__ppo-{backbone}__{seed}"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"algo": "ppo", "backbone": backbone, "env": env,
+                                                     "env_kwargs": {"length": 5}, "seed": seed}))
+    with (run / "evaluations.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, EVAL_COLUMNS)
+        writer.writeheader()
+        for i, steps in enumerate(STEPS):
+            rate = min(1.0, 0.3 * i + 0.1 * seed)
+            writer.writerow({"timesteps": steps, "mean_return": rate, "std_return": 0.1, "mean_length": 5,
+                             "success_rate": rate, "wall_seconds": i, "stochastic_mean_return": rate,
+                             "stochastic_success_rate": rate})
+    if finished:
+        (run / "summary.json").write_text(json.dumps({
+            "env_steps": STEPS[-1], "final_mean_return": 0.6, "final_std_return": 0.1, "final_success_rate": 0.6}))
+    return run
+
+
+@pytest.fixture
+def runs(tmp_path):
+    for backbone in ("gtrxl", "lstm"):
+        for seed in (0, 1):
+            make_run(tmp_path / "runs", backbone, seed)
+    return tmp_path / "runs"
+
+
+def test_plot_groups_runs_by_what_differs_and_writes_a_png(runs, tmp_path, capsys):
+    out = tmp_path / "figures" / "curves.png"
+    assert train_rl.main(["plot", str(runs), "--out", str(out), "--reps", "50"]) == 0
+    assert f"{out}: 4 runs in 2 groups: gtrxl (2), lstm (2)" in capsys.readouterr().out
+    image = matplotlib.image.imread(out)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_plot_takes_run_directories_and_any_grouping_key(runs, tmp_path, capsys):
+    chosen = [str(path) for path in sorted(runs.iterdir())[:3]]
+    out = tmp_path / "seeds.png"
+    assert train_rl.main(["plot", *chosen, "--out", str(out), "--group-by", "seed", "--reps", "50"]) == 0
+    assert "3 runs in 2 groups: 0 (2), 1 (1)" in capsys.readouterr().out
+    assert train_rl.main(["plot", *chosen, "--out", str(out), "--group-by", "backbone", "task", "--reps", "50"]) == 0
+    assert "gtrxl / TMaze-v0 (length=5) (2), lstm / TMaze-v0 (length=5) (1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--group-by", "colour"], "--group-by 'colour': not a run setting of"),
+    (["missing-dir"], "'missing-dir' is not a run directory and holds none"),
+])
+def test_bad_input_exits_2_naming_it(argv, message, runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert train_rl.main(["plot", str(runs), *argv, "--out", str(tmp_path / "x.png")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_the_report_draws_its_curves_with_the_plot_commands_code(runs):
+    assert report.plot_curves is plotting.plot_curves
+    report.build_report(runs, reps=50)
+    assert [path.name for path in runs.glob("curves_*.png")] == ["curves_TMaze_v0_length_5.png"]
+
+
+def test_by_default_runs_are_grouped_by_what_differs_between_them(tmp_path, capsys):
+    for env in ("TMaze-v0", "MemoryChain-v0"):
+        make_run(tmp_path / "runs", "gtrxl", 0, env=env)
+    make_run(tmp_path / "runs", "gtrxl", 1, env="MemoryChain-v0", finished=False)
+    assert train_rl.main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "x.png"), "--reps", "50"]) == 0
+    assert "3 runs in 2 groups: MemoryChain-v0 (length=5) (2), TMaze-v0 (length=5) (1)" in capsys.readouterr().out
