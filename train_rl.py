@@ -35,6 +35,7 @@ from experiments.report import DEFAULT_REPS, build_report
 from experiments.run_dir import run_dir
 from experiments.study import Grid, run_study
 from experiments.training import train
+from experiments.validation import OneLineParser, check_cli_options, validate
 from policies.registry import BACKBONES
 
 # flag → RunConfig field; the help text is the field's docstring
@@ -74,8 +75,8 @@ def _field_help() -> dict[str, str]:
 
 def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     """The training parser; with ``study_file``, that of ``train_rl.py study FILE``."""
-    parser = argparse.ArgumentParser(prog="train_rl.py study" if study_file else None, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="train_rl.py study" if study_file else "train_rl.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     if study_file:
         parser.add_argument("file", help="study file (YAML: name, config, settings, tasks, backbones, seeds)")
     docs = _field_help()
@@ -107,7 +108,7 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
 
 
 def make_report_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="train_rl.py report", description=(
+    parser = OneLineParser(prog="train_rl.py report", description=(
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
     parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
     parser.add_argument("--out", help="where to write the report (default: the study directory)")
@@ -132,10 +133,12 @@ def is_study(args: argparse.Namespace) -> bool:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The configuration of a single run: defaults < --config < flags < -p overrides."""
+    """The configuration of a single run: defaults < --config < flags < -p overrides; validated."""
     flags = flags_from_args(args)
     flags.update({name: getattr(args, name)[0] for name in ("backbone", "seed") if getattr(args, name)})
-    return build_config(args.config, flags, args.param)
+    config = build_config(args.config, flags, args.param)
+    validate(config)
+    return config
 
 
 def grid_from_args(args: argparse.Namespace) -> Grid:
@@ -161,8 +164,9 @@ def report_main(argv: list[str]) -> int:
     """``train_rl.py report DIRECTORY``."""
     options = make_report_parser().parse_args(argv)
     try:
+        check_cli_options(vars(options))
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"report: {path}")
@@ -178,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study_file = argv[:1] == ["study"]
         args = make_parser(study_file).parse_args(argv[1:] if study_file else argv)
+        check_cli_options(vars(args))
         if is_study(args):
             return run_study(grid_from_args(args), shlex.join(["python", "train_rl.py", *argv]), args.launcher,
                              args.workers, args.ray_address, args.retry_failed, args.report, args.reps, args.verbose)
