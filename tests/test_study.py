@@ -19,6 +19,7 @@ import yaml
 from test_cli import REPO, TINY
 
 import experiments.study
+import experiments.training
 import train_rl
 from experiments.config import ConfigError
 from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, Run, write_status
@@ -94,14 +95,14 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
     """A run that diverges and one that raises are recorded in status.json; the others finish,
     the report counts them, the exit status is 3, and a rerun leaves them alone unless asked."""
     monkeypatch.setattr(experiments.study, "launch", in_process)
-    train = experiments.study.train
+    build_model = experiments.training.build_model
 
-    def fail_for_gtrxl(config, **kwargs):  # a failure inside the run: bad settings are refused before the study
+    def fail_for_gtrxl(config, *args):  # a failure inside the run: bad settings are refused before the study
         if config.backbone == "gtrxl":
             raise ConfigError("cannot build ppo with backbone gtrxl")
-        return train(config, **kwargs)
+        return build_model(config, *args)
 
-    monkeypatch.setattr(experiments.study, "train", fail_for_gtrxl)
+    monkeypatch.setattr(experiments.training, "build_model", fail_for_gtrxl)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "gtrxl", "lstm",
             "--seed", "0", *PARAMS]
     assert train_rl.main(argv) == 3
@@ -111,7 +112,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
     assert "| TMaze-v0__ppo-gtrxl__0 | failed |" in runs_table(study)
     assert "failed TMaze-v0__ppo-gtrxl__0: ConfigError" in capsys.readouterr().err
 
-    monkeypatch.setattr(experiments.study, "train", train)
+    monkeypatch.setattr(experiments.training, "build_model", build_model)
     config = train_rl.grid_from_args(train_rl.make_parser().parse_args(
         [*TINY, "--log-dir", str(tmp_path / "nan"), "-n", "4096", *PARAMS, "ppo.learning_rate=1e30",
          "ppo.max_grad_norm=1e30"])).configs()[0]
