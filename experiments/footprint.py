@@ -20,12 +20,12 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
+from experiments.config import RunConfig, algo_defaults
 from experiments.rules import ConfigError
 
 FLOAT = 4
@@ -56,11 +56,10 @@ def _obs_floats(space: spaces.Space) -> int:
     return math.prod(get_obs_shape(space))  # type: ignore[arg-type]
 
 
-def estimate(config: Any, observation_space: spaces.Space, action_space: spaces.Space, policy: torch.nn.Module,
+def estimate(config: RunConfig, observation_space: spaces.Space, action_space: spaces.Space, policy: torch.nn.Module,
              env_family: str) -> Footprint:
-    """The footprint of ``config`` (a RunConfig) for a policy built on the meta device (no storage)."""
-    options = config.algo_options()
-    n_steps = options.get("n_steps", _default(config.algo, "n_steps"))
+    """The footprint of ``config`` for a policy built on the meta device (no storage)."""
+    n_steps = _n_steps(config)
     steps = n_steps * config.n_envs
     buffer = steps * FLOAT * (_obs_floats(observation_space) + get_action_dim(action_space) + SCALARS_PER_STEP)
     windows = 0
@@ -77,10 +76,8 @@ def estimate(config: Any, observation_space: spaces.Space, action_space: spaces.
                      accelerator=frozenset({"memory windows", "model"}))
 
 
-def _default(algo: str, option: str) -> Any:
-    from experiments.config import algo_defaults
-
-    return algo_defaults(algo)[option]
+def _n_steps(config: RunConfig) -> int:
+    return config.algo_options().get("n_steps", algo_defaults(config.algo)["n_steps"])
 
 
 def available_host_memory() -> int:
@@ -100,29 +97,31 @@ def uses_accelerator(device: str) -> bool:
 
 def human(size: float) -> str:
     """``1536`` → ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    power = 0
+    while size >= 1024 and power < len(units) - 1:
+        size, power = size / 1024, power + 1
+    return f"{size:.0f} B" if power == 0 else f"{size:.1f} {units[power]}"
 
 
-def check_fits(config: Any, footprint: Footprint, host: int | None = None, accelerator: int | None = None) -> None:
+def check_fits(config: RunConfig, footprint: Footprint, host: int | None = None,
+               accelerator: int | None = None) -> None:
     """Refuse a run whose footprint exceeds the available host memory (or, for its model and windows,
     the free memory of its CUDA device): :class:`ConfigError` naming the settings and the sizes."""
     on_gpu = uses_accelerator(config.device)
     places = [("RAM", footprint.on(False) if on_gpu else footprint.parts,
                available_host_memory() if host is None else host)]
     if on_gpu:
-        free = torch.cuda.mem_get_info(torch.device(config.device if config.device != "auto" else "cuda"))[0]
-        places.append(("GPU memory", footprint.on(True), free if accelerator is None else accelerator))
+        if accelerator is None:
+            device = torch.device(config.device if config.device != "auto" else "cuda")
+            accelerator = torch.cuda.mem_get_info(device)[0]
+        places.append(("GPU memory", footprint.on(True), accelerator))
     for place, parts, available in places:
         need = sum(parts.values())
         if need > available:
             detail = ", ".join(f"{name} {human(size)}" for name, size in sorted(parts.items(), key=lambda p: -p[1]))
-            algo = config.algo
             raise ConfigError(
-                f"{algo}.n_steps={config.algo_options().get('n_steps', _default(algo, 'n_steps'))}, "
+                f"{config.algo}.n_steps={_n_steps(config)}, "
                 f"n_envs={config.n_envs}, n_eval_envs={config.n_eval_envs}, {config.backbone} options "
                 f"{config.backbone_options() or '(defaults)'}: the run would need about {human(need)} of {place} "
                 f"({detail}) but {human(available)} is available; lower n_steps, n_envs or the backbone's sizes")

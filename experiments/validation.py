@@ -27,7 +27,7 @@ from agents import ALGOS
 from agents.buffer import MINIBATCH_ORDERS
 from envs import env_family, make_vec_env
 from envs.registry import check_kwargs, kwarg_defaults
-from experiments.config import ACTIVATIONS, RunConfig, coerce, plain
+from experiments.config import ACTIVATIONS, RunConfig, coerce, plain, section_defaults
 from experiments.footprint import check_fits, estimate
 from experiments.rules import (
     AnyOf,
@@ -157,8 +157,6 @@ class Settings:
     ``algo.batch_size`` (the chosen learner's option, its default if unset), ``backbone.d_model``."""
 
     def __init__(self, config: RunConfig) -> None:
-        from experiments.config import section_defaults
-
         self.config = config
         self.sections = {"algo": (config.algo, {**section_defaults(config.algo), **config.algo_options()}),
                          "backbone": (config.backbone,

@@ -331,6 +331,11 @@ def test_memory_estimate_refuses_what_does_not_fit(tmp_path):
     check_fits(config, large, host=need)
     with pytest.raises(ConfigError, match=r"ppo.n_steps=16, n_envs=40, .* would need about .* of RAM .* but 1.0 KiB"):
         check_fits(config, large, host=1024)
+    config.device = "cuda"  # the model and the windows go to the GPU, the buffer and the envs stay in RAM
+    on_gpu = large.parts["model"] + large.parts["memory windows"]
+    check_fits(config, large, host=need - on_gpu, accelerator=on_gpu)
+    with pytest.raises(ConfigError, match=r"of GPU memory \(model .*, memory windows .*\) but 1.0 KiB"):
+        check_fits(config, large, host=need, accelerator=1024)
 
 
 def test_good_settings_pass_and_name_nothing(inputs, capsys):
