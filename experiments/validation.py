@@ -25,6 +25,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from agents import ALGOS
 from agents.buffer import MINIBATCH_ORDERS
+from agents.exploration import check_action_space
 from envs import env_family, make_vec_env
 from envs.registry import check_kwargs, kwarg_defaults
 from experiments.config import ACTIVATIONS, RunConfig, coerce, plain, section_defaults
@@ -41,10 +42,12 @@ from experiments.rules import (
     Rule,
     one_line,
 )
+from experiments.training import policy_kwargs
 from policies.attention import ATTENTIONS, attention_options
 from policies.compressive_memory import COMPRESSIONS
 from policies.gates import GATES
 from policies.linear_attention import FEATURE_MAPS
+from policies.policy import MemoryActorCriticPolicy
 from policies.positional import ABSOLUTE_ENCODINGS
 from policies.registry import BACKBONES
 
@@ -150,6 +153,9 @@ POLICY_OPTIONS: dict[str, Rule] = {
     "normalize_images": Flag(),
 }
 """The ``policy.*`` options."""
+
+FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
+"""learner options that, when set above 0, need a finite action space (:mod:`agents.exploration`)"""
 
 
 class Settings:
@@ -284,11 +290,18 @@ def _check_env(config: RunConfig) -> Any:
         raise ConfigError(f"env_kwargs {given} of {config.env}: {one_line(error)}") from None
 
 
+def _check_action_space(config: RunConfig, action_space: Any) -> None:
+    for option in FINITE_ACTIONS_ONLY:
+        value = config.algo_options().get(option)
+        if value:  # None or 0: off, or chosen by the learner for the action space
+            try:
+                check_action_space(action_space, option)
+            except ValueError as error:
+                raise ConfigError(f"{config.algo}.{option}={plain(value)!r}: {error} (env={config.env})") from None
+
+
 def _build_policy_on_meta(config: RunConfig, env: Any) -> torch.nn.Module:
     """The policy of ``config`` on the meta device: every constructor check runs, no storage is allocated."""
-    from experiments.training import policy_kwargs
-    from policies.policy import MemoryActorCriticPolicy
-
     algo = config.algo_options()
     extra = {k: algo[k] for k in ("popart", "popart_beta") if k in algo}
     spaces = OnPolicyAlgorithm._wrap_env(env, verbose=0, monitor_wrapper=False)  # as the learner sees them
@@ -311,6 +324,7 @@ def validate(config: RunConfig) -> None:
     _check_relations(config)
     env = _check_env(config)
     try:
+        _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))
     finally:

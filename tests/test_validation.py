@@ -54,6 +54,7 @@ FILES = {
     "study_key.yaml": b"backbone: [lstm]\n",
     "study_gamma.yaml": b"settings: {ppo: {gamma: 2}}\n",
     "study_empty.yaml": b"",
+    "study_floor.yaml": b"settings: {env: popgym-NoisyPositionOnlyPendulumEasy-v0, ppo: {exploration_floor: 0.1}}\n",
     "a_file": b"not a directory\n",
 }
 """files the cases refer to as {name}"""
@@ -204,6 +205,7 @@ CASES: list[tuple[list[str], str]] = [
     (["study", "{study_key.yaml}"], "unknown key(s) 'backbone' in study file '{study_key.yaml}'; valid keys: name"),
     (["study", "{study_gamma.yaml}"], "ppo.gamma=2.0: expected a number in [0, 1]"),
     (["study", "{study_empty.yaml}"], "config file '{study_empty.yaml}' is empty"),
+    (["study", "{study_floor.yaml}"], "ppo.exploration_floor=0.1: exploration_floor needs a finite action space"),
     (["study", "{tmp}/missing.yaml"], "config file '{tmp}/missing.yaml' does not exist"),
 ]
 """(arguments after the small valid run, a part of the message that names the key, the value and the range)"""
