@@ -82,19 +82,19 @@ def list_env_ids(family: str | None = None) -> list[str]:
 
 
 def _unknown_id_message(env_id: str) -> str:
+    """One line: the unknown id, the closest known ones, and the ids of every family."""
     popgym_tasks = sorted({i.removeprefix("popgym-").removesuffix("-v0").removesuffix("Easy").removesuffix(
         "Medium").removesuffix("Hard") for i in list_env_ids("popgym")})
     memory_ids = [i for i in list_env_ids("minigrid") if i.startswith("MiniGrid-Memory")]
     close = difflib.get_close_matches(env_id, list_env_ids(), n=3)
-    return "\n".join([
-        f"Unknown env id {env_id!r}." + (f" Did you mean {', '.join(close)}?" if close else ""),
-        "Available env ids, by family:",
-        f"  engram (numpy-batched VecEnv): {', '.join(ENV_IDS)}",
-        f"  minigrid (gymnasium + DummyVecEnv): any MiniGrid-* id ({len(list_env_ids('minigrid'))}), "
+    return "; ".join([
+        f"Unknown env id {env_id!r}." + (f" Did you mean {', '.join(close)}?" if close else "")
+        + f" Available env ids, by family: engram (numpy-batched VecEnv): {', '.join(ENV_IDS)}",
+        f"minigrid (gymnasium + DummyVecEnv): any MiniGrid-* id ({len(list_env_ids('minigrid'))}), "
         f"memory tasks: {', '.join(memory_ids)}",
-        f"  popgym (gymnasium + DummyVecEnv): popgym-<Task><Easy|Medium|Hard>-v0, Task in {', '.join(popgym_tasks)}",
-        f"  memory_gym (optional extra): {', '.join(MEMORY_GYM_IDS)}",
-        "envs.list_env_ids() lists them all.",
+        f"popgym (gymnasium + DummyVecEnv): popgym-<Task><Easy|Medium|Hard>-v0, Task in {', '.join(popgym_tasks)}",
+        f"memory_gym (optional extra): {', '.join(MEMORY_GYM_IDS)}",
+        "envs.list_env_ids() lists them all",
     ])
 
 
@@ -111,16 +111,18 @@ def env_family(env_id: str) -> str:
     raise ValueError(_unknown_id_message(env_id))
 
 
-def _named_parameters(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> list[str]:
+def _named_parameters(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keyword-passable parameters of ``fn`` and their defaults (``None`` for those without one)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds and p.name not in skip]
+    return {p.name: None if p.default is inspect.Parameter.empty else p.default
+            for p in inspect.signature(fn).parameters.values() if p.kind in kinds and p.name not in skip}
 
 
-def env_kwargs(env_id: str) -> list[str]:
-    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``."""
+def kwarg_defaults(env_id: str) -> dict[str, Any]:
+    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``, with their defaults."""
     family = env_family(env_id)
     if family == "engram":
-        return [*_named_parameters(ENV_IDS[env_id], skip=("n_copies",)), "render_mode"]
+        return {**_named_parameters(ENV_IDS[env_id], skip=("n_copies",)), "render_mode": None}
     if family == "minigrid":
         return _named_parameters(make_minigrid, skip=("env_id",))
     if family == "memory_gym":
@@ -129,10 +131,16 @@ def env_kwargs(env_id: str) -> list[str]:
     else:
         factory = make_popgym
     entry_point = load_env_creator(gym.spec(env_id).entry_point)
-    return [*_named_parameters(factory, skip=("env_id",)), *_named_parameters(entry_point, skip=("render_mode",))]
+    return {**_named_parameters(factory, skip=("env_id",)), **_named_parameters(entry_point, skip=("render_mode",))}
 
 
-def _check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
+def env_kwargs(env_id: str) -> list[str]:
+    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``."""
+    return list(kwarg_defaults(env_id))
+
+
+def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
+    """``TypeError`` naming every keyword argument ``env_id`` does not take, with the closest valid one."""
     valid = env_kwargs(env_id)
     unknown = [name for name in kwargs if name not in valid]
     if unknown:
@@ -151,7 +159,7 @@ def make_env(env_id: str, **env_kwargs: Any) -> gym.Env:
     Raises ``ValueError`` for an unknown id and ``TypeError`` for an unknown keyword argument.
     """
     family = env_family(env_id)
-    _check_kwargs(env_id, env_kwargs)
+    check_kwargs(env_id, env_kwargs)
     if family == "engram":
         # Built directly rather than by gym.make, which would take max_episode_steps for its own TimeLimit.
         env = ENV_IDS[env_id].as_env(**env_kwargs)
@@ -171,7 +179,7 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, **env_kw
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
     family = env_family(env_id)
-    _check_kwargs(env_id, env_kwargs)
+    check_kwargs(env_id, env_kwargs)
     from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 
     from envs.vec_env import BatchedVecEnv, SeededDummyVecEnv

@@ -30,6 +30,7 @@ from stable_baselines3.common.utils import LinearSchedule
 from torch import nn
 
 from agents import ALGOS, PRECISIONS
+from experiments.rules import ConfigError, Device, Directory, Entries, OneOf, Range, Rule, SavedModel, Text, one_line
 from policies.registry import BACKBONES
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
@@ -38,60 +39,68 @@ POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True,
                   "log_std_init": 0.0, "normalize_images": True}
 
 
-class ConfigError(ValueError):
-    """A bad configuration key or value; the message names it and the valid choices."""
+def _rule(rule: Rule, **kwargs: Any) -> Any:
+    """A field whose valid values ``rule`` declares (read by :func:`experiments.validation.validate`)."""
+    return field(metadata={"rule": rule}, **kwargs)
+
+
+SEED_LIMIT = 2**32 - 1 - 10_000
+"""the largest seed: numpy seeds are below 2**32, and evaluation envs are seeded
+``seed + experiments.training.EVAL_SEED_OFFSET`` (10,000)"""
+COUNT = Range(1, integer=True)
 
 
 @dataclass
 class RunConfig:
-    """Everything one training run needs. Field docs double as ``--help`` text."""
+    """Everything one training run needs. Field docs double as ``--help`` text; each field's
+    ``rule`` metadata declares its valid values (:mod:`experiments.rules`)."""
 
-    algo: str = "ppo"
+    algo: str = _rule(OneOf(lambda: ALGOS), default="ppo")
     """learner: a key of ``agents.ALGOS``"""
-    backbone: str = "gtrxl"
+    backbone: str = _rule(OneOf(lambda: BACKBONES), default="gtrxl")
     """memory backbone: a key of ``policies.BACKBONES``"""
-    env: str = "TMaze-v0"
+    env: str = _rule(Text(), default="TMaze-v0")
     """environment id (engram, gymnasium MiniGrid-*, popgym-*)"""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict)
     """keyword arguments of the environment"""
-    n_envs: int = 16
+    n_envs: int = _rule(COUNT, default=16)
     """parallel environment copies"""
-    seed: int = 0
+    seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0)
     """random seed of the run"""
-    total_timesteps: int = 100_000
+    total_timesteps: int = _rule(COUNT, default=100_000)
     """environment steps to train for"""
-    device: str = "auto"
+    device: str = _rule(Device(), default="auto")
     """torch device: auto, cpu, cuda, cuda:1, ..."""
-    threads: int = 0
+    threads: int = _rule(Range(0, integer=True, note="0: every core"), default=0)
     """torch CPU threads; 0: every core this process may use (a study gives each run 1)"""
-    precision: str = "fp32"
+    precision: str = _rule(OneOf(lambda: PRECISIONS), default="fp32")
     """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see README, "Training speed")"""
-    log_dir: str = "runs"
+    log_dir: str = _rule(Directory(), default="runs")
     """parent directory of run directories"""
-    eval_freq: int = 10_000
+    eval_freq: int = _rule(Range(0, integer=True, note="0: only at the end"), default=10_000)
     """evaluate every this many environment steps (0: only at the end)"""
-    n_eval_episodes: int = 20
+    n_eval_episodes: int = _rule(COUNT, default=20)
     """episodes per evaluation"""
-    n_eval_envs: int = 4
+    n_eval_envs: int = _rule(COUNT, default=4)
     """parallel environment copies used for evaluation"""
-    checkpoint_freq: int = 10_000
+    checkpoint_freq: int = _rule(Range(0, integer=True, note="0: none"), default=10_000)
     """save a checkpoint every this many environment steps (0: none)"""
-    success_threshold: float = 0.9
+    success_threshold: float = _rule(Range(0.0, 1.0), default=0.9)
     """success rate that counts as solving the task (for summaries)"""
-    stop_when_solved: int = 0
+    stop_when_solved: int = _rule(Range(0, integer=True, note="0: never stop early"), default=0)
     """stop training after this many evaluations in a row at success_threshold or above (0: train the
     whole budget; SB3's StopTrainingOnRewardThreshold, on the success rate)"""
-    solved_lr_factor: float = 1.0
+    solved_lr_factor: float = _rule(Range(0.0, 1.0, low_open=True, note="1: keep the learning rate"), default=1.0)
     """once solved_lr_streak evaluations in a row reach success_threshold, multiply the learning rate by this
     factor for the rest of the run (1: never): a solved policy is then refined in small steps instead of being
     moved off its solution"""
-    solved_lr_streak: int = 1
+    solved_lr_streak: int = _rule(COUNT, default=1)
     """evaluations in a row at success_threshold before solved_lr_factor applies (2: a solved evaluation must be
     confirmed by the next, so a lucky one does not slow a policy that is not there yet)"""
-    init_from: str = ""
+    init_from: str = _rule(SavedModel(), default="")
     """start from the policy weights of a saved model (a run directory or its model.zip), e.g. one trained
     on an easier version of the task (rl-zoo3's --trained-agent); the architecture must match"""
-    policy: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict)
     """policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """options per algorithm or backbone name (YAML keys named after them)"""
@@ -217,28 +226,13 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
             if head == "policy":
                 if rest not in POLICY_OPTIONS:
                     raise ConfigError(f"unknown policy option {rest!r}; valid options: {', '.join(POLICY_OPTIONS)}")
-                if rest == "activation_fn" and value not in ACTIVATIONS:
-                    raise ConfigError(f"policy.activation_fn={value!r}; valid: {', '.join(ACTIVATIONS)}")
+                if POLICY_OPTIONS[rest] is not None:
+                    value = coerce(key, value, POLICY_OPTIONS[rest])
             _set_nested(getattr(config, head), rest, value)
             return
         if rest:
             raise ConfigError(f"{key!r}: {head} has no sub-keys")
-        value = coerce(key, value, default)
-        if head == "algo" and value not in ALGOS:
-            raise ConfigError(f"unknown algo {value!r}; valid algos: {', '.join(ALGOS)}")
-        if head == "backbone" and value not in BACKBONES:
-            raise ConfigError(f"unknown backbone {value!r}; valid backbones: {', '.join(BACKBONES)}")
-        if head == "stop_when_solved" and value < 0:
-            raise ConfigError(f"stop_when_solved={value!r}: expected 0 (never stop early) or a positive number of "
-                              "evaluations")
-        if head == "solved_lr_factor" and not 0.0 < value <= 1.0:
-            raise ConfigError(f"solved_lr_factor={value!r}: expected a factor in (0, 1] (1: keep the learning rate "
-                              "after solving)")
-        if head == "solved_lr_streak" and value < 1:
-            raise ConfigError(f"solved_lr_streak={value!r}: expected a positive number of evaluations in a row")
-        if head == "precision" and value not in PRECISIONS:
-            raise ConfigError(f"unknown precision {value!r}; valid precisions: {', '.join(PRECISIONS)}")
-        setattr(config, head, value)
+        setattr(config, head, coerce(key, value, default))
         return
     if head in ALGOS or head in BACKBONES:
         valid = section_defaults(head)
@@ -262,16 +256,42 @@ def _set_nested(target: dict[str, Any], dotted: str, value: Any) -> None:
     target[last] = value
 
 
+_KINDS = {list: "a list", str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+"""how a message names what a YAML file holds instead of a mapping"""
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML settings file holds; :class:`ConfigError` (one line, naming the file) if it is
+    missing, unreadable, binary or not UTF-8, empty, not valid YAML, or not a mapping."""
     path = Path(path)
+    name = repr(str(path))
+    if not path.exists():
+        raise ConfigError(f"config file {name} does not exist")
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigError(f"config file {name} is not a file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"config file {name} cannot be read: {error.strerror}") from error
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {name} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset "
+                          f"{error.start}); expected a YAML mapping of settings") from error
+    if "\0" in text:
+        raise ConfigError(f"config file {name} is binary (it holds NUL bytes); expected a YAML mapping of settings")
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {error}") from error
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or one_line(str(error))
+        raise ConfigError(f"config file {name} is not valid YAML{where}: {problem}") from error
+    if data is None:
+        raise ConfigError(f"config file {name} is empty; expected a YAML mapping of settings, e.g. 'env: TMaze-v0'")
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
+        raise ConfigError(f"config file {name} holds {_KINDS.get(type(data), 'a ' + type(data).__name__)}; "
+                          "expected a YAML mapping of settings, e.g. 'env: TMaze-v0'")
     return data
 
 

@@ -36,11 +36,15 @@ def _module_tree(module: str) -> ast.Module:
 
 
 def _value(node: ast.expr | None) -> Any:
-    """A literal, or ``field(default_factory=dict|list)`` as its empty value."""
+    """A literal, or the default of a field-making call (``field(...)``, ``_rule(...)``): its literal
+    ``default=``, or ``default_factory=dict|list`` as its empty value."""
     if node is None:
         return None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "field":
-        factory = next((k.value for k in node.keywords if k.arg == "default_factory"), None)
+    if isinstance(node, ast.Call):
+        keywords = {k.arg: k.value for k in node.keywords}
+        if "default" in keywords:
+            return ast.literal_eval(keywords["default"])
+        factory = keywords.get("default_factory")
         if isinstance(factory, ast.Name) and factory.id in FACTORIES:
             return FACTORIES[factory.id]()
     return ast.literal_eval(node)

@@ -50,9 +50,10 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
-from experiments.config import ConfigError, RunConfig, build_config, load_yaml, save_config
+from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, load_yaml, save_config
 from experiments.launchers import launch
 from experiments.report import DEFAULT_REPS, build_report
+from experiments.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
 from experiments.run_dir import (
     DIVERGED,
     FAILED,
@@ -70,8 +71,18 @@ from experiments.run_dir import (
     write_status,
 )
 from experiments.training import check_same_config, train
+from experiments.validation import validate_all
+from policies.registry import BACKBONES
 
-STUDY_KEYS = ("name", "config", "settings", "tasks", "backbones", "seeds")
+STUDY_KEYS: dict[str, Rule] = {
+    "name": Text(forbidden="/\\", note="the study directory under log_dir"),
+    "config": Text(note="a run configuration file, relative to the study file"),
+    "settings": Entries(optional=False),
+    "tasks": Items(Entries(optional=False)),
+    "backbones": Items(OneOf(lambda: BACKBONES)),
+    "seeds": AnyOf((Range(1, integer=True, note="a count"), Items(Range(0, SEED_LIMIT, integer=True)))),
+}
+"""The keys of a study file and their valid values."""
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
 
 
@@ -114,17 +125,15 @@ class Grid:
         if unknown:
             raise ConfigError(f"unknown key(s) {', '.join(map(repr, unknown))} in study file {str(path)!r}; "
                               f"valid keys: {', '.join(STUDY_KEYS)}")
+        for key, value in data.items():
+            try:
+                STUDY_KEYS[key].check(key, value)
+            except ConfigError as error:
+                raise ConfigError(f"study file {str(path)!r}: {error}") from None
         seeds = data.get("seeds", [])
-        if isinstance(seeds, int) and not isinstance(seeds, bool):
-            seeds = list(range(seeds))
         fields = {"settings": data.get("settings", {}), "tasks": data.get("tasks") or [{}],
-                  "backbones": data.get("backbones", []), "seeds": seeds}
-        shapes = {"settings": (dict, "a mapping"), "tasks": (list, "a list of mappings"),
-                  "backbones": (list, "a list"), "seeds": (list, "a list or a count")}
-        for key, (kind, text) in shapes.items():
-            value = fields[key]
-            if not isinstance(value, kind) or (key == "tasks" and not all(isinstance(t, dict) for t in value)):
-                raise ConfigError(f"study file {str(path)!r}: {key!r} must be {text}, got {value!r}")
+                  "backbones": data.get("backbones", []),
+                  "seeds": list(range(seeds)) if isinstance(seeds, int) else seeds}
         fields["tasks"] = [{**task, "config": _beside(path, task["config"])} if "config" in task else task
                            for task in fields["tasks"]]
         config = data.get("config")
@@ -163,6 +172,7 @@ class Grid:
         repeated = [name for name, count in names.items() if count > 1]
         if repeated:
             raise ConfigError(f"the study lists run {repeated[0]!r} more than once (repeated seeds or tasks?)")
+        validate_all(configs)
         return directory, configs
 
     def record(self) -> dict[str, Any]:

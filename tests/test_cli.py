@@ -35,16 +35,17 @@ TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eva
     (["--env-kwargs", "lenght=5"], "lenght"),
     (["-p", "ppo.learning_rat=1e-3"], "unknown option 'learning_rat' for ppo; valid options: learning_rate"),
     (["-p", "ppo.n_steps=many"], "ppo.n_steps='many': expected an integer"),
-    (["-p", "gtrxl.gate=lstm"], "unknown gate 'lstm'; valid gates"),
+    (["-p", "gtrxl.gate=lstm"], "gtrxl.gate='lstm': expected one of residual, input"),
     (["-p", "gtrxl.memory_len=8"], "unknown option 'memory_len' for gtrxl; valid options: d_model"),
     (["-p", "colour=blue"], "unknown configuration key 'colour'; valid keys: algo"),
     (["-p", "seed"], "not of the form dotted.key=value"),
-    (["-p", "ppo.batch_size=30"], "batch_size=30 is not a multiple of segment_length"),
-    (["-p", "policy.activation_fn=swish"], "policy.activation_fn='swish'; valid: tanh"),
+    (["-p", "ppo.batch_size=30"], "ppo.batch_size=30: expected a multiple of the training segment, "
+                                  "ppo.segment_length=4"),
+    (["-p", "policy.activation_fn=swish"], "policy.activation_fn='swish': expected one of tanh"),
     (["--config", "configs/missing.yaml"], "config file 'configs/missing.yaml' does not exist"),
-    (["-n", "0", "--n-envs", "0"], "n_envs must be >= 1"),
-    (["--threads", "-2"], "threads=-2: expected a positive number of threads, or 0 for every core"),
-    (["--stop-when-solved", "-1"], "stop_when_solved=-1: expected 0 (never stop early) or a positive number"),
+    (["-n", "0", "--n-envs", "0"], "n_envs=0: expected an integer >= 1"),
+    (["--threads", "-2"], "threads=-2: expected an integer >= 0 (0: every core)"),
+    (["--stop-when-solved", "-1"], "stop_when_solved=-1: expected an integer >= 0 (0: never stop early)"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:

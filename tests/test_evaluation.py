@@ -77,14 +77,15 @@ def test_the_evaluation_modes_benchmark_scores_every_checkpoint_with_both_polici
 
 def test_stop_when_solved_ends_the_run_after_a_streak_of_solved_evaluations(tmp_path: Path):
     """With a threshold of 0 every evaluation counts as solved: two in a row stop a 256-step run
-    at 128 steps, whose summary says so and which a study counts as finished, not interrupted."""
+    at 128 steps, whose summary says so and which a study counts as finished, not interrupted; a streak
+    of five is never reached in its four evaluations."""
     run = _train(tmp_path / "stopped", "--stop-when-solved", "2", "-p", "success_threshold=0.0")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 128 and summary["stopped_solved"] is True
     assert [int(r["timesteps"]) for r in csv.DictReader((run / "evaluations.csv").open())] == [64, 128]
     assert (run / "checkpoints" / "model_128_steps.zip").exists() and (run / "model.zip").exists()
     assert Run(run).state(256) == FINISHED
-    unsolved = _train(tmp_path / "unsolved", "--stop-when-solved", "2", "-p", "success_threshold=1.01")
+    unsolved = _train(tmp_path / "unsolved", "--stop-when-solved", "5", "-p", "success_threshold=0.0")  # 4 evaluations
     summary = json.loads((unsolved / "summary.json").read_text())
     assert summary["env_steps"] == 256 and summary["stopped_solved"] is False
 
@@ -100,7 +101,8 @@ def test_solved_lr_factor_scales_the_learning_rate_from_the_first_solved_evaluat
     schedule's. Bad factors exit 2 and name the value."""
     lr = ["-p", "ppo.learning_rate=1e-3"]
     solved = _train(tmp_path / "solved", "--solved-lr-factor", "0.1", *lr, "success_threshold=0.0")
-    unsolved = _train(tmp_path / "unsolved", "--solved-lr-factor", "0.1", *lr, "success_threshold=1.01")
+    unsolved = _train(tmp_path / "unsolved", "--solved-lr-factor", "0.1", "--solved-lr-streak", "5", *lr,
+                      "success_threshold=0.0")  # 4 evaluations: the streak is never reached
     assert _final_lr(unsolved) == 1e-3
     assert abs(_final_lr(solved) - 1e-4) < 1e-12
     assert train_rl.main([*TINY, "-n", "384", "--log-dir", str(tmp_path / "solved"), "--threads", "1", "--resume",

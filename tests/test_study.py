@@ -19,6 +19,7 @@ import yaml
 from test_cli import REPO, TINY
 
 import experiments.study
+import experiments.training
 import train_rl
 from experiments.cli import train as train_cli
 from experiments.config import ConfigError
@@ -49,7 +50,8 @@ def alive(pid: int) -> bool:
 def test_study_file_grid(tmp_path):
     file = tmp_path / "memory.yaml"
     file.write_text(yaml.safe_dump({
-        "settings": {"total_timesteps": 1000, "n_envs": 4, "env_kwargs": {"length": 5}, "lstm": {"hidden_size": 8}},
+        "settings": {"total_timesteps": 1000, "n_envs": 4, "env_kwargs": {"length": 5}, "lstm": {"hidden_size": 8},
+                     "ppo": {"batch_size": 128}},
         "tasks": [{"env": "TMaze-v0", "env_kwargs": {"length": 7}}, {"env": "MemoryChain-v0", "n_envs": 2}],
         "backbones": ["lstm", "gru"], "seeds": 2}))
     grid = Grid.from_file(file, flags={"log_dir": str(tmp_path / "runs"), "total_timesteps": 500})
@@ -94,8 +96,16 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
     """A run that diverges and one that raises are recorded in status.json; the others finish,
     the report counts them, the exit status is 3, and a rerun leaves them alone unless asked."""
     monkeypatch.setattr(experiments.study, "launch", in_process)
+    build_model = experiments.training.build_model
+
+    def fail_for_gtrxl(config, *args):  # a failure inside the run: bad settings are refused before the study
+        if config.backbone == "gtrxl":
+            raise ConfigError("cannot build ppo with backbone gtrxl")
+        return build_model(config, *args)
+
+    monkeypatch.setattr(experiments.training, "build_model", fail_for_gtrxl)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "gtrxl", "lstm",
-            "--seed", "0", *PARAMS, "gtrxl.d_model=15"]
+            "--seed", "0", *PARAMS]
     assert train_rl.main(argv) == 3
     study = tmp_path / "TMaze-v0__ppo"
     gtrxl, lstm = Run(study / "TMaze-v0__ppo-gtrxl__0"), Run(study / "TMaze-v0__ppo-lstm__0")
@@ -103,6 +113,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
     assert "| TMaze-v0__ppo-gtrxl__0 | failed |" in runs_table(study)
     assert "failed TMaze-v0__ppo-gtrxl__0: ConfigError" in capsys.readouterr().err
 
+    monkeypatch.setattr(experiments.training, "build_model", build_model)
     config = train_cli.grid_from_args(train_cli.make_parser().parse_args(
         [*TINY, "--log-dir", str(tmp_path / "nan"), "-n", "4096", *PARAMS, "ppo.learning_rate=1e30",
          "ppo.max_grad_norm=1e30"])).configs()[0]

@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.cli.parser import OneLineParser
+
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py evaluate``."""
-    parser = argparse.ArgumentParser(prog="train_rl.py evaluate", description=__doc__,
+    parser = OneLineParser(prog="train_rl.py evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
                         help="a run directory (its final model.zip) or a saved .zip (best_model.zip, a checkpoint)")

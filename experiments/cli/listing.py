@@ -6,11 +6,12 @@ import argparse
 import sys
 
 from experiments.catalog import CATALOGS
+from experiments.cli.parser import OneLineParser
 
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py list``."""
-    parser = argparse.ArgumentParser(prog="train_rl.py list", description=(
+    parser = OneLineParser(prog="train_rl.py list", description=(
         "List what exists, one line each with its summary, from the registries and configs/."))
     parser.add_argument("what", nargs="*", choices=list(CATALOGS), metavar="WHAT",
                         help=f"one or more of: {', '.join(CATALOGS)} (default: all)")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from experiments.cli.parser import OneLineParser
 from experiments.static_source import literal_constant
 
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py report``."""
-    parser = argparse.ArgumentParser(prog="train_rl.py report", description=(
+    parser = OneLineParser(prog="train_rl.py report", description=(
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
     parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
     parser.add_argument("--out", help="where to write the report (default: the study directory)")
@@ -25,11 +26,14 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``train_rl.py report DIRECTORY``; exit status 2 when there is no study there."""
     options = make_parser().parse_args(argv)
+    from experiments.config import ConfigError
     from experiments.report import build_report
+    from experiments.validation import check_cli_options
 
     try:
+        check_cli_options(vars(options))
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"report: {path}")

@@ -23,6 +23,7 @@ import shlex
 import sys
 from typing import Any
 
+from experiments.cli.parser import OneLineParser
 from experiments.launchers import LAUNCHERS
 from experiments.static_source import dataclass_fields, literal_constant
 
@@ -67,7 +68,7 @@ LISTED = {"algo": "learners", "backbone": "backbones", "env": "envs"}
 
 def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     """The training parser; with ``study_file``, that of ``train_rl.py study FILE``."""
-    parser = argparse.ArgumentParser(prog="train_rl.py study" if study_file else "train_rl.py [train]",
+    parser = OneLineParser(prog="train_rl.py study" if study_file else "train_rl.py [train]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     if study_file:
         parser.add_argument("file", help="study file (YAML: name, config, settings, tasks, backbones, seeds)")
@@ -118,12 +119,16 @@ def is_study(args: argparse.Namespace) -> bool:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~experiments.config.RunConfig` of a single run: defaults < --config < flags < -p overrides."""
+    """The :class:`~experiments.config.RunConfig` of a single run: defaults < --config < flags < -p overrides;
+    validated (docs/validation.md)."""
     from experiments.config import build_config
+    from experiments.validation import validate
 
     flags = flags_from_args(args)
     flags.update({name: getattr(args, name)[0] for name in ("backbone", "seed") if getattr(args, name)})
-    return build_config(args.config, flags, args.param)
+    config = build_config(args.config, flags, args.param)
+    validate(config)
+    return config
 
 
 def grid_from_args(args: argparse.Namespace) -> Any:
@@ -162,8 +167,10 @@ def _run(argv: list[str], study_file: bool) -> int:
     from agents import NonFiniteError
     from experiments.config import ConfigError
     from experiments.launchers import LauncherError
+    from experiments.validation import check_cli_options
 
     try:
+        check_cli_options(vars(args))
         if is_study(args):
             from experiments.study import run_study
 
