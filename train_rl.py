@@ -29,7 +29,7 @@ from typing import Any
 
 from agents import ALGOS, PRECISIONS, NonFiniteError
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config, parse_override
-from experiments.launchers import LAUNCHERS, LauncherError
+from experiments.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS, LauncherError
 from experiments.lm_workbench import main as lm_main
 from experiments.report import DEFAULT_REPS, build_report
 from experiments.run_dir import run_dir
@@ -72,6 +72,13 @@ def _field_help() -> dict[str, str]:
     return docs
 
 
+def _retries(text: str) -> int:
+    """``--max-retries``: a count, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number, 0 or more")
+    return int(text)
+
+
 def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     """The training parser; with ``study_file``, that of ``train_rl.py study FILE``."""
     parser = argparse.ArgumentParser(prog="train_rl.py study" if study_file else None, description=__doc__,
@@ -101,6 +108,9 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
                        help="local: a process pool on this machine; ray: Ray tasks (pip install '.[ray]')")
     study.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local Ray)")
     study.add_argument("--retry-failed", action="store_true", help="rerun runs that diverged or failed")
+    study.add_argument("--max-retries", type=_retries, default=DEFAULT_MAX_RETRIES,
+                       help="times a run whose worker or node is lost is retried from its last checkpoint, "
+                            "0 or more (default: %(default)s)")
     study.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     study.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap resamples of the report")
     return parser
@@ -180,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         args = make_parser(study_file).parse_args(argv[1:] if study_file else argv)
         if is_study(args):
             return run_study(grid_from_args(args), shlex.join(["python", "train_rl.py", *argv]), args.launcher,
-                             args.workers, args.ray_address, args.retry_failed, args.report, args.reps, args.verbose)
+                             args.workers, args.ray_address, args.retry_failed, args.report, args.reps, args.verbose,
+                             max_retries=args.max_retries)
         train_one(config_from_args(args), args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
