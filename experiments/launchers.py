@@ -204,6 +204,11 @@ def local_launch(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, p
             worker.stop(terminate=not finished)
 
 
+def _first_sentences(text: str, count: int = 2) -> str:
+    """The first ``count`` sentences of a message (Ray's go on with advice on debugging)."""
+    return ". ".join(text.strip().splitlines()[0].split(". ")[:count]).rstrip(".")
+
+
 def ray_launch(fn: Callable[[Any], Any], items: Sequence[Any], address: str | None, poll: float,
                retries: Retries) -> Iterator[Result]:
     """Run ``fn`` over ``items`` as Ray tasks of one CPU each (on ``address``, else a local Ray);
@@ -225,7 +230,7 @@ def ray_launch(fn: Callable[[Any], Any], items: Sequence[Any], address: str | No
                 except ray.exceptions.RayTaskError as error:  # fn raised: a bug, not a lost worker
                     raise LauncherError(f"item {index} raised in its Ray worker: {error}") from error
                 except ray.exceptions.RayError as error:  # its worker or node was lost
-                    lost = retries.lost(index, f"{type(error).__name__}: {str(error).splitlines()[0]}")
+                    lost = retries.lost(index, f"{type(error).__name__}: {_first_sentences(str(error))}")
                     if lost.retried:
                         refs[remote.remote(retries.items[index])] = index
                     yield index, lost

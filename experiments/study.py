@@ -341,7 +341,7 @@ class Progress:
 
 def give_up(task: RunTask, lost: Lost) -> dict[str, Any]:
     """Record a run lost once more than the retries allow as ``failed`` (its checkpoints are kept)."""
-    error = f"its worker was lost {lost.losses} times, last: {lost.reason}"
+    error = f"its worker was lost {lost.losses} time{'s' if lost.losses > 1 else ''}, last: {lost.reason}"
     write_status(run_dir(task.config), FAILED, session=task.session, retries=task.retries + lost.losses - 1,
                  error=error)
     return {"run": task.config.run_name(), "state": FAILED, "error": error}

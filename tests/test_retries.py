@@ -19,6 +19,7 @@ import pytest
 from test_cli import REPO, TINY
 from test_study import alive
 
+import experiments.study
 import train_rl
 from experiments.launchers import Lost, launch
 from experiments.run_dir import FAILED, FINISHED, RUNNING, Run, write_status
@@ -35,25 +36,22 @@ def die_on_odd(item: int) -> int:
 
 
 def test_a_lost_local_worker_is_retried_while_the_others_finish():
-    """Item 1 kills its worker: it is renewed (+1, so even) and runs again; item 3 always dies
-    (renewed +2, still odd) and is given up after max_retries; items 0 and 2 finish."""
-    events = list(launch(die_on_odd, [0, 1, 2, 3], "local", workers=2, poll=0.5, max_retries=2,
-                         renew=lambda item: item + 1 if item == 1 else item + 2))
-    results = {i: r for i, r in (e for e in events if e is not None) if not isinstance(r, Lost)}
-    losses = [(i, r) for i, r in (e for e in events if e is not None) if isinstance(r, Lost)]
-    assert results == {0: 0, 1: 4, 2: 4}
-    assert [(i, lost.losses, lost.retried) for i, lost in losses if i == 1] == [(1, 1, True)]
-    assert [(lost.losses, lost.retried) for i, lost in losses if i == 3] == [(1, True), (2, True), (3, False)]
-    assert all("killed by SIGKILL" in lost.reason for _, lost in losses)
+    """Item 1 kills its worker: it is renewed (+1, so even) and runs again in a new worker; item 3
+    always dies (renewed +2, still odd) and is given up after max_retries; item 0 finishes."""
+    events = [e for e in launch(die_on_odd, [0, 1, 3], "local", workers=1, poll=1, max_retries=1,
+                                renew=lambda item: item + 1 if item == 1 else item + 2) if e is not None]
+    assert [(i, r) for i, r in events if not isinstance(r, Lost)] == [(0, 0), (1, 4)]
+    losses = [(i, lost.losses, lost.retried) for i, lost in events if isinstance(lost, Lost)]
+    assert losses == [(1, 1, True), (2, 1, True), (2, 2, False)]
+    assert all("killed by SIGKILL" in lost.reason for _, lost in events if isinstance(lost, Lost))
 
 
 def test_ray_is_imported_only_by_the_ray_launcher():
-    """``--help`` and a local launch never import Ray (a fresh interpreter: the Ray test imports it here)."""
+    """``--help`` (every module of the CLI, the launchers and studies included) never imports Ray
+    (in a fresh interpreter: the Ray test imports it in this one)."""
     code = ("import contextlib, io, sys, train_rl\n"
-            "from experiments.launchers import launch\n"
             "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
             "    train_rl.main(['study', 'x.yaml', '--help'])\n"
-            "assert [e for e in launch(abs, [-3], 'local', workers=1, poll=1) if e] == [(0, 3)]\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -125,7 +123,7 @@ def _check_study(study: Path, total: int, found: dict, err: str) -> None:
 def test_a_local_worker_killed_mid_study_is_retried_from_its_checkpoint(tmp_path, capsys):
     """SIGKILL the worker of one of two runs after its second checkpoint: that run resumes from the
     checkpoint it had in a new worker; the other run is not disturbed."""
-    total = 768
+    total = 512
     study = tmp_path / "TMaze-v0__ppo"
     runs = [study / f"TMaze-v0__ppo-gtrxl__{seed}" for seed in (0, 1)]
     found: dict = {}
@@ -140,29 +138,31 @@ def test_a_local_worker_killed_mid_study_is_retried_from_its_checkpoint(tmp_path
     _check_study(study, total, found, err)
 
 
-def test_a_lost_run_is_given_up_after_max_retries(tmp_path, monkeypatch, capsys):
-    """--max-retries 0: the lost run is recorded as failed (exit 3), with the reason; the other finishes."""
-    killed: list[int] = []
-    study = tmp_path / "TMaze-v0__ppo"
-    found: dict = {}
+def test_a_run_lost_too_often_is_recorded_as_failed(tmp_path, monkeypatch, capsys):
+    """A run lost once more than --max-retries allows is recorded as failed (exit 3) with the reason
+    and its retries, while the other run finishes; --retry-failed reruns it."""
 
-    def kill(pid: int) -> None:
-        killed.append(pid)
-        os.kill(pid, signal.SIGKILL)
+    def lose_the_first(fn, items, *args, max_retries, **kwargs):
+        yield 0, Lost("worker process 7 died (killed by SIGKILL)", max_retries + 1, retried=False)
+        yield from ((i, fn(item)) for i, item in enumerate(items) if i)
 
-    watcher = _kill_when_checkpointed([study / "TMaze-v0__ppo-gtrxl__0"], lambda pid: True, kill, found)
-    argv = [*TINY, "--log-dir", str(tmp_path), "-n", "512", "--seed", "0", "1", "--workers", "2", "--reps", "100",
-            "--max-retries", "0"]
+    monkeypatch.setattr(experiments.study, "launch", lose_the_first)
+    argv = [*TINY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--seed", "0", "1", "--reps", "100",
+            "--max-retries", "2"]
     assert train_rl.main(argv) == 3
-    watcher.join(1)
+    study = tmp_path / "TMaze-v0__ppo"
     lost, other = Run(study / "TMaze-v0__ppo-gtrxl__0"), Run(study / "TMaze-v0__ppo-gtrxl__1")
-    assert lost.state() == FAILED and other.state() == FINISHED and lost.checkpoint()[1] == found["checkpoint"]
-    assert f"its worker was lost 1 times, last: worker process {killed[0]} died (killed by SIGKILL)" in lost.error()
-    assert "given up after 0 retries (--max-retries)" in capsys.readouterr().err
+    assert lost.state() == FAILED and other.state() == FINISHED and lost.status["retries"] == 2
+    assert lost.error() == "its worker was lost 3 times, last: worker process 7 died (killed by SIGKILL)"
+    assert ("lost TMaze-v0__ppo-gtrxl__0: worker process 7 died (killed by SIGKILL); given up after 2 retries "
+            "(--max-retries)") in capsys.readouterr().err
+    report = (study / "report.md").read_text()
+    assert "2 runs: 1 finished, 1 failed. 2 retries of 1 run after a lost worker or node" in report
+    assert "| TMaze-v0__ppo-gtrxl__0 | failed | 0 | 2 |" in report
     configs = train_rl.grid_from_args(train_rl.make_parser().parse_args(argv)).study_configs()[1]
-    tasks = plan(configs, "s", retry_failed=True)[0]
-    assert [(t.config.seed, t.resume, t.retries) for t in tasks] == [(0, True, 0)]
-    assert RunTask(configs[0], False, "s").after_loss() == RunTask(configs[0], True, "s", retries=1)
+    assert [(t.config.seed, t.resume, t.retries) for t in plan(configs, "s", retry_failed=True)[0]] == [(0, False, 2)]
+    # a retry resumes from the run's checkpoint when it has one now (the finished run has), and counts itself
+    assert RunTask(configs[1], False, "s").after_loss() == RunTask(configs[1], True, "s", retries=1)
 
 
 @pytest.fixture
@@ -199,7 +199,7 @@ def test_a_ray_node_lost_mid_study_costs_one_run_one_checkpoint_interval(tmp_pat
         except FileNotFoundError:
             return False
 
-    total = 1024
+    total = 512
     study = tmp_path / "TMaze-v0__ppo"
     runs = [study / f"TMaze-v0__ppo-gtrxl__{seed}" for seed in range(4)]
     found: dict = {}
