@@ -126,15 +126,17 @@ class _Worker:
 
     def __init__(self, context: Any, fn: Callable[[Any], Any]) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, os.getpid(), fn), daemon=True)
+        self.process = context.Process(target=_serve, args=(child, os.getpid(), fn))  # not daemonic: a run may fork
         self.process.start()
         child.close()
         self.index: int | None = None
         """the item it runs (``None``: idle)"""
 
     def run(self, index: int, item: Any) -> None:
+        """Send the worker an item; a worker that died while idle shows as lost in :meth:`reply`."""
         self.index = index
-        self.connection.send(item)
+        with contextlib.suppress(OSError):
+            self.connection.send(item)
 
     def reply(self) -> tuple[bool, Any] | str | None:
         """The worker's reply to its item, a string saying how it died before replying, or ``None``
@@ -152,6 +154,7 @@ class _Worker:
         return f"worker process {self.process.pid} died ({how})"
 
     def stop(self, terminate: bool) -> None:
+        """Ask the worker to exit (or terminate it) and wait for it."""
         if terminate:
             self.process.terminate()
         else:
