@@ -11,7 +11,8 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	# The CPU wheel of torch first: a plain `pip install torch` pulls a multi-GB CUDA build.
 	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e ".[dev]"
+	# The ray extra too: the tests start a two-node Ray cluster (tests/test_retries.py).
+	$(BIN)/pip install -e ".[dev,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -313,6 +313,11 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
     return [*lines, ""]
 
 
+def retries(run: Run) -> int:
+    """Times the run was retried after its worker or node was lost (``status.json``, written by a study)."""
+    return int((run.status or {}).get("retries", 0))
+
+
 def _runs_section(study: Study) -> list[str]:
     rows = []
     for run in study.runs:
@@ -321,10 +326,20 @@ def _runs_section(study: Study) -> list[str]:
         success = next(task.success for task in study.tasks if task.label == task_label(run.config))
         score = run.score(success)
         rows.append([run.directory.relative_to(study.directory).as_posix(), STATE_NAMES.get(state, state),
-                     run.timesteps(), "–" if score is None else f"{score:.3f}",
+                     run.timesteps(), retries(run), "–" if score is None else f"{score:.3f}",
                      summary.get("wall_seconds", "–"), summary.get("steps_per_second", "–"),
                      run.error().splitlines()[0][:100] if run.error() else ""])
-    return ["## Runs", "", *_table(["run", "state", "steps", "score", "wall s", "steps/s", "message"], rows), ""]
+    header = ["run", "state", "steps", "retries", "score", "wall s", "steps/s", "message"]
+    return ["## Runs", "", *_table(header, rows), ""]
+
+
+def _retries_sentence(runs: list[Run]) -> str:
+    """`` N retries of M runs after a lost worker or node.`` (empty when none was retried)."""
+    counts = [retries(run) for run in runs if retries(run)]
+    if not counts:
+        return ""
+    return (f" {sum(counts)} {'retry' if sum(counts) == 1 else 'retries'} of {len(counts)} "
+            f"{'run' if len(counts) == 1 else 'runs'} after a lost worker or node (see the Runs table).")
 
 
 def render(study: Study, directory: Path, seed: int = 0) -> str:
@@ -333,7 +348,8 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
     counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
     name = study.record.get("name", study.directory.name)
     lines = [f"# Seed study: {name}", "",
-             f"{len(study.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + ".", ""]
+             f"{len(study.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + "."
+             + _retries_sentence(study.runs), ""]
     commands = study.record.get("commands", [])
     if commands:
         lines += ["Produced by:", "", "```",

@@ -12,6 +12,12 @@ afresh. A run that raises does not stop the study: its ``status.json`` records `
 non-finite loss, gradient or parameter) or ``failed`` with the message, and the report counts it.
 Killing the study at any moment loses nothing already written (every file is written atomically).
 
+A run whose worker dies under it (a killed process, a lost Ray node) is retried while the other
+runs go on: it resumes from its last checkpoint (or starts afresh if it had none), on any worker
+still alive, up to ``max_retries`` times per study command; ``status.json`` counts its
+``retries`` over its whole life, and the report shows them. A run lost more often is recorded as
+``failed`` (``--retry-failed`` reruns it).
+
 A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is optional::
 
     name: memory              # the study directory under log_dir (default: the file's name)
@@ -37,13 +43,14 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -51,7 +58,7 @@ import yaml
 
 from agents import NonFiniteError
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, load_yaml, save_config
-from experiments.launchers import launch
+from experiments.launchers import DEFAULT_MAX_RETRIES, Lost, launch
 from experiments.report import DEFAULT_REPS, build_report
 from experiments.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
 from experiments.run_dir import (
@@ -84,6 +91,8 @@ STUDY_KEYS: dict[str, Rule] = {
 }
 """The keys of a study file and their valid values."""
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
+LOST_WORKER_WAIT_SECONDS = 60.0
+"""how long a retry waits for the lost worker it replaces to be gone (see :func:`wait_for_lost_worker`)"""
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -190,15 +199,50 @@ class RunTask:
     its first checkpoint left)"""
     session: str
     verbose: int = 0
+    retries: int = 0
+    """times this run was retried after its worker was lost, over its whole life (``status.json``)"""
+
+    def after_loss(self) -> RunTask:
+        """The task that retries this run after its worker was lost: it resumes from the run's last
+        checkpoint if there is one now (else starts afresh), and counts one more retry."""
+        return replace(self, resume=Run(run_dir(self.config)).checkpoint() is not None, retries=self.retries + 1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` (of this host) exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat")
+        return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except PermissionError:
+        return True
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def wait_for_lost_worker(directory: Path, session: str, timeout: float = LOST_WORKER_WAIT_SECONDS) -> None:
+    """Before a retry trains: when ``status.json`` says another process of this study session,
+    on this host, is training the run (the lost worker: a Ray worker notices its raylet's death
+    only a moment after the node is declared dead), wait up to ``timeout`` seconds for it to be
+    gone, so two processes never write one run directory (and a lock it held is released)."""
+    status = Run(directory).status or {}
+    pid = status.get("pid")
+    if (status.get("state") != RUNNING or status.get("session") != session or pid in (None, os.getpid())
+            or status.get("host") != socket.gethostname()):
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def execute(task: RunTask) -> dict[str, Any]:
     """Train one run (in a worker) and record its outcome in ``status.json``; never raises for a
     run that fails, so the study goes on."""
     directory = run_dir(task.config)
+    wait_for_lost_worker(directory, task.session)
     if not task.resume and directory.exists():
         shutil.rmtree(directory)
-    write_status(directory, RUNNING, session=task.session)
+    write_status(directory, RUNNING, session=task.session, retries=task.retries)
     outcome: dict[str, Any] = {"run": task.config.run_name(), "state": FINISHED}
     try:
         summary = train(task.config, resume=task.resume, verbose=task.verbose)
@@ -209,7 +253,7 @@ def execute(task: RunTask) -> dict[str, Any]:
     else:
         outcome.update(steps_per_second=summary["steps_per_second"], final_mean_return=summary["final_mean_return"],
                        final_success_rate=summary["final_success_rate"])
-    write_status(directory, outcome["state"], session=task.session,
+    write_status(directory, outcome["state"], session=task.session, retries=task.retries,
                  **{k: v for k, v in outcome.items() if k in ("error", "traceback")})
     return outcome
 
@@ -237,7 +281,8 @@ def plan(configs: list[RunConfig], session: str, retry_failed: bool = False,
         states[state] += 1
         if state == FINISHED or (state in UNSUCCESSFUL and not retry_failed):
             continue
-        tasks.append(RunTask(config, run.checkpoint() is not None, session, verbose))
+        retries = int((run.status or {}).get("retries", 0))
+        tasks.append(RunTask(config, run.checkpoint() is not None, session, verbose, retries))
     return tasks, states
 
 
@@ -293,6 +338,24 @@ class Progress:
             detail = result["error"].splitlines()[0] if result.get("error") else ""
         print(f"  {result['state']} {task.config.run_name()}: {detail}", file=self.stream, flush=True)
 
+    def lost(self, task: RunTask, lost: Lost, max_retries: int) -> None:
+        """One line when a run's worker is lost: what happened, and where the run goes on from."""
+        if lost.retried:
+            checkpoint = Run(run_dir(task.config)).checkpoint()
+            where = f"its checkpoint at {checkpoint[1]:,} steps" if checkpoint else "the start (no checkpoint yet)"
+            then = f"retry {lost.losses} of {max_retries}, from {where}"
+        else:
+            then = f"given up after {max_retries} retries (--max-retries)"
+        print(f"  lost {task.config.run_name()}: {lost.reason}; {then}", file=self.stream, flush=True)
+
+
+def give_up(task: RunTask, lost: Lost) -> dict[str, Any]:
+    """Record a run lost once more than the retries allow as ``failed`` (its checkpoints are kept)."""
+    error = f"its worker was lost {lost.losses} time{'s' if lost.losses > 1 else ''}, last: {lost.reason}"
+    write_status(run_dir(task.config), FAILED, session=task.session, retries=task.retries + lost.losses - 1,
+                 error=error)
+    return {"run": task.config.run_name(), "state": FAILED, "error": error}
+
 
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
@@ -341,9 +404,11 @@ def _write_record(directory: Path, name: str, grid: Grid, configs: list[RunConfi
 
 def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | None = None,
               address: str | None = None, retry_failed: bool = False, report: bool = True,
-              reps: int = DEFAULT_REPS, verbose: int = 0, stream: TextIO | None = None) -> int:
-    """Run (or resume) the study and write its report. Returns the exit status: 0 when every run
-    finished, 3 when some diverged or failed, 130 when interrupted (rerun to resume)."""
+              reps: int = DEFAULT_REPS, verbose: int = 0, stream: TextIO | None = None,
+              max_retries: int = DEFAULT_MAX_RETRIES) -> int:
+    """Run (or resume) the study and write its report; a run whose worker is lost is retried up to
+    ``max_retries`` times. Returns the exit status: 0 when every run finished, 3 when some
+    diverged or failed (or were lost too often), 130 when interrupted (rerun to resume)."""
     stream = stream or sys.stderr
     directory, configs = grid.study_configs()
     with _study_lock(directory):
@@ -363,11 +428,17 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
             progress = Progress(tasks, stream)
             try:
                 with _terminate_as_interrupt(), contextlib.closing(
-                        launch(execute, tasks, launcher, workers, address, poll=2.0)) as outcomes:
+                        launch(execute, tasks, launcher, workers, address, poll=2.0, max_retries=max_retries,
+                               renew=RunTask.after_loss)) as outcomes:
                     for outcome in outcomes:
                         if outcome is not None:
-                            results[outcome[0]] = outcome[1]
-                            progress.finished(tasks[outcome[0]], outcome[1])
+                            index, result = outcome
+                            if isinstance(result, Lost):
+                                progress.lost(tasks[index], result, max_retries)
+                                result = None if result.retried else give_up(tasks[index], result)
+                            if result is not None:
+                                results[index] = result
+                                progress.finished(tasks[index], result)
                         progress.update(results)
             except KeyboardInterrupt:
                 print(f"study interrupted; rerun the same command to resume it ({str(directory)!r})",

@@ -223,6 +223,7 @@ RELATIONS: tuple[Relation, ...] = (
 
 CLI_OPTIONS: dict[str, Rule] = {
     "workers": COUNT,
+    "max_retries": Range(0, integer=True),
     "reps": COUNT,
     "verbose": Range(0, 2, integer=True),
 }

@@ -91,6 +91,7 @@ CASES: list[tuple[list[str], str]] = [
     (["--env-kwargs", "length"], "override 'length' is not of the form dotted.key=value"),
     (["--workers", "-1"], "--workers=-1: expected an integer >= 1"),
     (["--workers", "0"], "--workers=0: expected an integer >= 1"),
+    (["--max-retries", "-1"], "--max-retries=-1: expected an integer >= 0"),
     (["--reps", "-3"], "--reps=-3: expected an integer >= 1"),
     (["--verbose", "7"], "--verbose=7: expected an integer in [0, 2]"),
     (["--reps", "0"], "--reps=0: expected an integer >= 1"),

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from experiments.cli.parser import OneLineParser
-from experiments.launchers import LAUNCHERS
+from experiments.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
 from experiments.static_source import dataclass_fields, literal_constant
 
 
@@ -97,6 +97,9 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
                        help="local: a process pool on this machine; ray: Ray tasks (pip install '.[ray]')")
     study.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local Ray)")
     study.add_argument("--retry-failed", action="store_true", help="rerun runs that diverged or failed")
+    study.add_argument("--max-retries", type=int, default=DEFAULT_MAX_RETRIES,
+                       help="times a run whose worker or node is lost is retried from its last checkpoint, "
+                            "0 or more (default: %(default)s)")
     study.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     reps = literal_constant("experiments.report", "DEFAULT_REPS")
     study.add_argument("--reps", type=int, default=reps, help=f"bootstrap resamples of the report (default: {reps})")
@@ -176,7 +179,8 @@ def _run(argv: list[str], study_file: bool) -> int:
 
             command = shlex.join(["python", "train_rl.py", *(["study"] if study_file else []), *argv])
             return run_study(grid_from_args(args), command, args.launcher, args.workers, args.ray_address,
-                             args.retry_failed, args.report, args.reps, args.verbose)
+                             args.retry_failed, args.report, args.reps, args.verbose,
+                             max_retries=args.max_retries)
         train_one(config_from_args(args), args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
