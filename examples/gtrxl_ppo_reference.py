@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 @dataclass
 class Args:
-    """Every setting, with engram's MemoryPPO and GTrXL defaults where they apply (model sizes: configs/demo.yaml)."""
+    """Every setting: MemoryPPO's defaults, with configs/demo.yaml's entropy bonus and GTrXL sizes (M = 16 here)."""
 
     seed: int = 0
     corridor: int = 10  # T-Maze corridor length: the cue is recalled this many steps after it is shown
