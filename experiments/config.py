@@ -65,7 +65,7 @@ class RunConfig:
     threads: int = 0
     """torch CPU threads; 0: every core this process may use (a study gives each run 1)"""
     precision: str = "fp32"
-    """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see README, "Training speed")"""
+    """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"""
     log_dir: str = "runs"
     """parent directory of run directories"""
     eval_freq: int = 10_000
