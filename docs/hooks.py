@@ -220,7 +220,10 @@ def run_settings() -> str:
     """Every field of ``RunConfig``: default, the flag that sets it, and its docstring."""
     from experiments.config import RunConfig
 
-    flags = {action.dest: action.option_strings[0] for _, action in parser_actions() if action.option_strings}
+    flags: dict[str, str] = {}
+    for _, action in parser_actions():  # the main parser comes first: its flag names a setting
+        if action.option_strings:
+            flags.setdefault(action.dest, action.option_strings[0])
     docs = attribute_docs(RunConfig)
     rows = []
     for field in dataclasses.fields(RunConfig):
@@ -256,7 +259,8 @@ def parsers() -> Iterator[Any]:
 
     seen: set[str] = set()
     for name, function in sorted(vars(train_rl).items()):
-        if name.startswith("make_") and name.endswith("parser") and callable(function):
+        if name.startswith("make_") and name.endswith("parser") and callable(function) and not any(
+                p.default is inspect.Parameter.empty for p in inspect.signature(function).parameters.values()):
             for parser in walk(function()):
                 if prog_name(parser) not in seen:
                     seen.add(prog_name(parser))
