@@ -128,13 +128,15 @@ def backbone_options() -> str:
 
 def entry_class(entry: Any) -> type:
     """The class behind a registry entry (the entry itself, or its ``cls``)."""
-    return entry if inspect.isclass(entry) else entry.cls
+    return entry if inspect.isclass(entry) else getattr(entry, "cls", type(entry))
 
 
 def entry_options(entry: Any) -> dict[str, Any]:
-    """An entry's own settings: its ``options()``, or else its class's keyword-only arguments."""
-    if hasattr(entry, "options") and not inspect.isclass(entry):
-        return dict(entry.options())
+    """An entry's own settings (a registry that knows them is asked first, :func:`catalogue`): its ``options``,
+    or else its class's keyword-only arguments."""
+    options = None if inspect.isclass(entry) else getattr(entry, "options", None)
+    if options is not None:
+        return dict(options() if callable(options) else options)
     return keyword_options(entry_class(entry), skip=("max_distance", "dropout"))
 
 
@@ -150,7 +152,7 @@ def catalogue(registry: dict[str, Any], setting: str) -> str:
         complexity = getattr(entry, "complexity", None) or getattr(cls, "complexity", None)
         if complexity:
             lines += ["", f"Time its paper claims for n tokens: {complexity}."]
-        options = entry_options(entry)
+        options = registry.options(name) if callable(getattr(registry, "options", None)) else entry_options(entry)
         if options:
             lines += ["", table(["option", "default"], [[f"`{option}`", code(default)]
                                                         for option, default in options.items()])]
@@ -177,7 +179,7 @@ def position_registry() -> dict[str, Any]:
     """
     import policies
 
-    return dict(getattr(policies, "POSITIONS", {}))
+    return getattr(policies, "POSITIONS", {})
 
 
 # --- learners ---------------------------------------------------------------------------------------------------
