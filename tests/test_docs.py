@@ -89,6 +89,18 @@ def test_every_env_family_task_and_config_is_documented(docs):
     assert not missing, f"missing from the docs: {missing}"
 
 
+def test_every_results_file_is_shown_on_a_page():
+    """``benchmarks/results/`` holds what the docs show: each table is linked from a page (the site publishes it
+    under ``results/``), and each JSON sits beside its table. Run records inside result folders are read by the
+    commands the pages give (``train_rl.py report``)."""
+    results = REPO / "benchmarks" / "results"
+    raw = "\n".join(page.read_text() for page in PAGES)
+    tables = [p for p in results.rglob("*.md") if "__" not in str(p.relative_to(results))]
+    unshown = [str(p.relative_to(results)) for p in tables if f"results/{p.relative_to(results)}" not in raw]
+    unshown += [p.name for p in results.glob("*.json") if not p.with_suffix(".md").exists()]
+    assert not unshown, f"results no docs page shows: {unshown}"
+
+
 def test_an_unknown_generated_block_is_refused():
     with pytest.raises(KeyError, match="unknown generated block 'nothing'"):
         HOOKS.expand("<!-- generated: nothing -->")
