@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow lint bench clean
+.PHONY: install demo test test-slow lint bench docs docs-serve clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,5 +35,19 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The docs site: the docs extra (MkDocs, Material, mkdocstrings) on top of the install; --strict fails on a
+# broken link, a missing page or a generated table that cannot be built.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/python -m mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	$(BIN)/python -m mkdocs serve
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache *.egg-info

@@ -29,7 +29,7 @@ from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.window import strip_cache
 
 DEFAULT_UNIFORM_KL = 0.01
-"""``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (README, "Learners")"""
+"""``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
 
 
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
@@ -81,7 +81,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param normalize_advantage: standardise advantages per minibatch.
     :param minibatch_order: ``shuffled`` (SB3's, the default) or ``by-env``: minibatches of whole
         envs, whose windows share their records, so each record is projected once for many
-        samples (:func:`policies.window.shared_windows`); its effect on learning is in README.
+        samples (:func:`policies.window.shared_windows`); its effect on learning is in docs/benchmarks/speed.md.
     :param uniform_kl_coef: ``c_U`` of the log-barrier ``c_U·KL(U ‖ π)`` added to the loss
         (:func:`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
         whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision

@@ -18,7 +18,7 @@ from policies.policy import MemoryActorCriticPolicy, PolicyStep
 SelfMemoryPPO = TypeVar("SelfMemoryPPO", bound="MemoryPPO")
 
 LEARNING_RATE = LinearSchedule(1e-3, 0.0, 1.0)
-"""the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; README, "Tuned defaults")"""
+"""the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; docs/notes/tuned-defaults.md)"""
 
 
 class MemoryPPO(MemoryOnPolicyAlgorithm):
@@ -28,7 +28,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
     ``n_epochs``, ``gamma``, ``gae_lambda``, ``clip_range`` and ``clip_range_vf`` (schedules
     allowed), ``normalize_advantage``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
     ``target_kl``), with its defaults except four chosen by a seed study on memory tasks
-    (README, "Learners"): ``learning_rate`` 1e-3 decaying linearly to 0, ``n_steps`` 64, ``batch_size``
+    (docs/notes/tuned-defaults.md): ``learning_rate`` 1e-3 decaying linearly to 0, ``n_steps`` 64, ``batch_size``
     256 and ``n_epochs`` 4 (RecurrentPPO: constant 3e-4, 128, 128, 10); plus the memory options of
     :class:`MemoryOnPolicyAlgorithm` (``segment_length``, ``aux_coefs``). The backbone is chosen in ``policy_kwargs``:
     ``MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gtrxl",

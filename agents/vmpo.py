@@ -57,7 +57,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
     Defaults follow the paper (Song et al. 2020): η₀ = 1; α₀ = 5 (discrete) or α_μ₀ = α_Σ₀ = 1
     (Gaussian); ε_η = 0.01 (state inputs); ε_α = 0.01; ε_αμ = 0.0075, ε_αΣ = 1e-5. The paper uses
     no entropy bonus and no importance weighting; Adam at 1e-4 for millions of steps. For the
-    small budgets here a seed study on T-Maze (README, "Tuned defaults") chose a policy learning
+    small budgets here a seed study on T-Maze (docs/notes/tuned-defaults.md) chose a policy learning
     rate of 1e-3, rollouts of 32 steps, minibatches of 128 and the ``KL(U ‖ π)`` barrier
     (``uniform_kl_coef`` 0.01 on finite action spaces); the duals' rate is 1e-2.
     """

@@ -137,7 +137,8 @@ def cleanrl_command(python: str, script: str, flags: dict[str, str]) -> list[str
 
 
 def engram_command(args: argparse.Namespace, log_dir: str) -> list[str]:
-    """The engram command line: the README's training command, with no evaluation or checkpoint during it."""
+    """The engram command line: the training command of docs/benchmarks/speed.md, with no evaluation or checkpoint
+    during it."""
     return [sys.executable, "train_rl.py", "--config", args.config, "--total-timesteps", str(args.steps),
             "--threads", str(args.threads), "--precision", args.precision, "--seed", str(args.seed),
             "--log-dir", log_dir, "--eval-freq", "0", "--checkpoint-freq", "0", "--n-eval-episodes", "1"]

@@ -74,7 +74,7 @@ class RunConfig:
     threads: int = _rule(Range(0, integer=True, note="0: every core"), default=0)
     """torch CPU threads; 0: every core this process may use (a study gives each run 1)"""
     precision: str = _rule(OneOf(lambda: PRECISIONS), default="fp32")
-    """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see README, "Training speed")"""
+    """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"""
     log_dir: str = _rule(Directory(), default="runs")
     """parent directory of run directories"""
     eval_freq: int = _rule(Range(0, integer=True, note="0: only at the end"), default=10_000)

@@ -5,8 +5,8 @@ Every evaluation scores two policies. The *deterministic* one takes the most pro
 policy PPO and V-MPO train and collect rollouts with. In a partially observable task the two
 can differ a lot: where the memory leaves a state ambiguous, the most probable action can
 repeat for ever (turning on the spot, walking into a wall) while sampling walks out. A
-collapse in the deterministic score alone is then not a collapse of what was learned (README,
-"Evaluation", and the memory study under "Benchmarks"). The stochastic evaluation draws from
+collapse in the deterministic score alone is then not a collapse of what was learned (docs/concepts.md,
+"Evaluation: two policies", and docs/notes/evaluation-modes.md). The stochastic evaluation draws from
 a forked random state, so adding it does not change the training that follows.
 
 Files are written to a temporary name and renamed into place (``os.replace`` is atomic on

@@ -43,6 +43,7 @@ import yaml
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
+from experiments.cli.parser import OneLineParser
 from experiments.config import ConfigError, load_yaml, parse_override
 from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
 from experiments.run_dir import latest_checkpoint, write_atomic
@@ -410,9 +411,9 @@ def evaluate_run(directory: Path, memory_length: int | None = None, n_segments: 
     return config, model, bits
 
 
-def main(argv: list[str]) -> int:
-    """``train_rl.py lm train|eval|sample``; exit status 2 on bad input, with the valid choices named."""
-    parser = argparse.ArgumentParser(prog="train_rl.py lm", description="Train, evaluate and sample the LM variants.")
+def make_parser() -> argparse.ArgumentParser:
+    """The parser of ``train_rl.py lm`` and its commands."""
+    parser = OneLineParser(prog="train_rl.py lm", description="Train, evaluate and sample the LM variants.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a language model")
     train.add_argument("--config", "-c", help="YAML file of LM settings (see configs/lm/python.yaml)")
@@ -444,6 +445,12 @@ def main(argv: list[str]) -> int:
     sample.add_argument("--prompt", default="def ", help="text to continue")
     sample.add_argument("-n", type=int, default=200, help="tokens to generate")
     sample.add_argument("--temperature", type=float, default=0.8)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """``train_rl.py lm train|eval|sample``; exit status 2 on bad input, with the valid choices named."""
+    parser = make_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "train":

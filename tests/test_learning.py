@@ -74,7 +74,7 @@ def test_the_defaults_solve_a_short_tmaze(algo, threads, tmp_path):
 def test_gtrxl_solves_the_long_memory_tasks(config_file, tmp_path):
     """The issue's targets: GTrXL solves the passive T-Maze of length 100 and MiniGrid-MemoryS9
     (view 3, 96 steps, navigation actions) on at least 4 of seeds 0-4 within 1M env steps, with every
-    core. Measured (README, the memory study; AMD EPYC): T-Maze-100 4/5 with one thread and with two, before
+    core. Measured (docs/benchmarks/memory-study.md; AMD EPYC): T-Maze-100 4/5 with one thread and with two, before
     and after its learning-rate drop after solving (benchmarks/results/tmaze100_two_threads_solved_lr.md);
     MiniGrid-MemoryS9 with GAE λ = 0.99 (the config since 2026-11-24) 4/5 with one thread and 5/5 with two
     (benchmarks/results/minigrid_gae_lambda.md); with the learning-rate drop after solving (the config since

@@ -301,7 +301,7 @@ def test_an_unknown_precision_names_the_valid_ones():
 
 
 def test_the_default_learning_rate_decays_linearly_to_zero_over_the_run():
-    """PPO's default step size (README, "Tuned defaults": the decay is what stopped solved T-Mazes from being
+    """PPO's default step size (docs/notes/tuned-defaults.md: the decay is what stopped solved T-Mazes from being
     unlearned): each update uses 1e-3 times the fraction of the run left after its rollout (SB3's progress, so
 the last update's rate is 0). Mutation caught: a constant
     default (or a schedule read at the wrong progress) gives the same rate to every update."""

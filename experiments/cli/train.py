@@ -5,7 +5,7 @@ Settings come from, in increasing precedence: defaults, ``--config FILE.yaml``, 
 Exit status: 0 done, 2 bad input (the message names it and the valid choices), 3 training
 stopped on a non-finite loss, gradient or parameter (the last good checkpoint is kept).
 
-Seed studies (README.md, "Seed studies"): several backbones or seeds, ``--study NAME`` or a study
+Seed studies (docs/studies.md): several backbones or seeds, ``--study NAME`` or a study
 file run every combination as an independent run under ``{log_dir}/{study}/``, in parallel, and
 write a report; rerunning the same command resumes the study. Exit status 3 there means some runs
 diverged or failed (the report counts them), 130 that the study was interrupted::
