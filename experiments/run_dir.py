@@ -104,6 +104,20 @@ class RunBusyError(RuntimeError):
     """Another process holds the run directory's lock."""
 
 
+def _busy(handle: Any, directory: Path) -> RunBusyError | None:
+    """``None`` once this process holds the lock on ``handle``, else the error naming the holder."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().split()
+        who = (f"process {holder[0]} on {holder[1]}" if len(holder) == 2
+               else "another process (starting: its PID is not written yet)")
+        return RunBusyError(f"run directory {str(directory)!r} is being written by {who}; wait for it to end, "
+                            "or stop it and rerun with --resume")
+    return None
+
+
 @contextlib.contextmanager
 def run_lock(directory: Path) -> Iterator[None]:
     """Hold the exclusive lock of a run directory (``flock`` on :data:`LOCK_FILE`, which records
@@ -111,20 +125,26 @@ def run_lock(directory: Path) -> Iterator[None]:
     ends, even killed. Raises :class:`RunBusyError`, naming the holder, when another process has it."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / LOCK_FILE).open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as error:
-            handle.seek(0)
-            holder = handle.read().split()
-            who = (f"process {holder[0]} on {holder[1]}" if len(holder) == 2
-                   else "another process (starting: its PID is not written yet)")
-            raise RunBusyError(f"run directory {str(directory)!r} is being written by {who}; wait for it to end, "
-                               "or stop it and rerun with --resume") from error
+        busy = _busy(handle, directory)
+        if busy is not None:
+            raise busy
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()} {socket.gethostname()}\n")
         handle.flush()
         yield
+
+
+def check_not_busy(directory: Path) -> None:
+    """Raise :class:`RunBusyError` when another process holds the run's lock; changes no file."""
+    try:
+        handle = (directory / LOCK_FILE).open()
+    except FileNotFoundError:
+        return
+    with handle:
+        busy = _busy(handle, directory)
+    if busy is not None:
+        raise busy
 
 
 def holds_run(directory: Path) -> bool:

@@ -28,6 +28,7 @@ from experiments.rewind import rewind
 from experiments.run_dir import (
     Run,
     RunBusyError,
+    check_not_busy,
     checkpoints,
     holds_run,
     latest_checkpoint,
@@ -103,7 +104,14 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     (:mod:`experiments.rewind`). Messages about what resuming does go to stderr.
     """
     torch.set_num_threads(torch_threads(config.threads))
-    directory = run_dir(config)
+    try:
+        return _train_in(run_dir(config), config, resume, progress_bar, verbose)
+    except RunBusyError as error:
+        raise ConfigError(str(error)) from error
+
+
+def _train_in(directory: Path, config: RunConfig, resume: bool, progress_bar: bool, verbose: int) -> dict[str, Any]:
+    check_not_busy(directory)  # first: a run being written is refused as such, whatever else holds
     if resume and (directory / "config.yaml").exists():
         check_same_config(config, directory / "config.yaml")
     if not resume:
@@ -116,8 +124,6 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     try:
         with run_lock(directory):
             return _train_locked(config, directory, resume, progress_bar, verbose)
-    except RunBusyError as error:
-        raise ConfigError(str(error)) from error
     except ConfigError:
         if not existed:  # refused before training: leave no directory behind
             shutil.rmtree(directory, ignore_errors=True)

@@ -120,11 +120,19 @@ def test_when_no_checkpoint_loads_the_run_is_left_as_it_is(tmp_path: Path, capsy
     assert after.pop(LOCK_FILE) != before.pop(LOCK_FILE) and after == before  # only the lock's holder changed
 
 
-def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path: Path, capsys):
+@pytest.mark.parametrize("written", [[], ["config.yaml"]])
+def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path: Path, capsys, written: list[str]):
+    """Whether the holder has written files yet or not, the message names it (mutation caught: the check of
+    a directory holding a run ignoring the lock, which said "already holds an unfinished run")."""
     with run_lock(tmp_path / RUN):
+        for name in written:
+            (tmp_path / RUN / name).write_text("")
+        before = _hashes(tmp_path / RUN)
         assert _main(tmp_path, 64) == 2
-    assert f"is being written by process {os.getpid()} on " in capsys.readouterr().err
-    assert sorted(p.name for p in (tmp_path / RUN).iterdir()) == ["run.lock"]
+        assert _main(tmp_path, 64, "--resume") == 2
+        assert _hashes(tmp_path / RUN) == before
+    err = capsys.readouterr().err
+    assert err.count(f"is being written by process {os.getpid()} on ") == 2
 
 
 @pytest.mark.parametrize("checkpoint_freq,note", [
