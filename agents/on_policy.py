@@ -52,17 +52,23 @@ class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity; the message says where it first appeared."""
 
 
-def non_finite_tensors(tensors: dict[str, Tensor]) -> str:
+def non_finite_tensors(tensors: dict[str, Tensor], shown: int = 5) -> str:
     """Which of ``tensors`` make a norm over them non-finite, for a guard's message: those holding a NaN or
-    an infinity, else those finite but so large that their norm overflows (``max |x|`` given); never empty."""
+    an infinity, else those finite but so large that their norm overflows (``max |x|`` given); never empty.
+    The first ``shown`` are named, then how many more."""
     bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
     if bad:
-        return "NaN or infinite values in " + ", ".join(bad)
+        return "NaN or infinite values in " + _first(bad, shown)
     huge = [f"{name} (max |x| = {tensor.abs().max().item():.3g})" for name, tensor in tensors.items()
             if not torch.isfinite(torch.linalg.vector_norm(tensor))]
     if huge:
-        return "finite values whose norm overflows in " + ", ".join(huge)
+        return "finite values whose norm overflows in " + _first(huge, shown)
     return f"every one of the {len(tensors)} tensors is finite on its own, their total norm overflows"
+
+
+def _first(names: list[str], shown: int) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 class Recomputed(NamedTuple):
