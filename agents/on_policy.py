@@ -52,6 +52,25 @@ class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity; the message says where it first appeared."""
 
 
+def non_finite_tensors(tensors: dict[str, Tensor], shown: int = 5) -> str:
+    """Which of ``tensors`` make a norm over them non-finite, for a guard's message: those holding a NaN or
+    an infinity, else those finite but so large that their norm overflows (``max |x|`` given); never empty.
+    The first ``shown`` are named, then how many more."""
+    bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
+    if bad:
+        return "NaN or infinite values in " + _first(bad, shown)
+    huge = [f"{name} (max |x| = {tensor.abs().max().item():.3g})" for name, tensor in tensors.items()
+            if not torch.isfinite(torch.linalg.vector_norm(tensor))]
+    if huge:
+        return "finite values whose norm overflows in " + _first(huge, shown)
+    return f"every one of the {len(tensors)} tensors is finite on its own, their total norm overflows"
+
+
+def _first(names: list[str], shown: int) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 class Recomputed(NamedTuple):
     """A minibatch recomputed with the current parameters."""
 
@@ -279,24 +298,22 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _optimize(self, loss: Tensor, terms: dict[str, Tensor]) -> float:
         """One guarded gradient step; returns the gradient norm before clipping."""
         if not torch.isfinite(loss):
-            bad = [name for name, value in terms.items() if not torch.isfinite(torch.as_tensor(value)).all()]
+            named = {name: torch.as_tensor(value).detach() for name, value in terms.items()}
             raise NonFiniteError(f"non-finite loss ({loss.item()}) at update {self._n_updates}, "
-                                 f"timestep {self.num_timesteps}; non-finite terms: {', '.join(bad) or 'none'}")
+                                 f"timestep {self.num_timesteps}: {non_finite_tensors(named)}")
         self.policy.optimizer.zero_grad()
         loss.backward()
         parameters = list(self.policy.parameters())
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
         if not torch.isfinite(grad_norm):
-            bad = [n for n, p in self.policy.named_parameters()
-                   if p.grad is not None and not torch.isfinite(p.grad).all()]
-            raise NonFiniteError(f"non-finite gradient at update {self._n_updates}, timestep {self.num_timesteps}, "
-                                 f"in: {', '.join(bad)}")
+            named = {n: p.grad for n, p in self.policy.named_parameters() if p.grad is not None}
+            raise NonFiniteError(f"non-finite gradient norm at update {self._n_updates}, timestep "
+                                 f"{self.num_timesteps}: {non_finite_tensors(named)}")
         torch.nn.utils.clip_grads_with_norm_(parameters, self.max_grad_norm, grad_norm)
         self.policy.optimizer.step()
         if not torch.isfinite(torch.stack(torch._foreach_norm(parameters))).all():
-            bad = [n for n, p in self.policy.named_parameters() if not torch.isfinite(p).all()]
-            raise NonFiniteError(f"non-finite parameters after update {self._n_updates}, "
-                                 f"timestep {self.num_timesteps}: {', '.join(bad)}")
+            raise NonFiniteError(f"non-finite parameter norm after update {self._n_updates}, timestep "
+                                 f"{self.num_timesteps}: {non_finite_tensors(dict(self.policy.named_parameters()))}")
         return grad_norm.item()
 
     def _record_logs(self, logs: dict[str, list[float]]) -> None:

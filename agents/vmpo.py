@@ -164,7 +164,8 @@ class VMPO(MemoryOnPolicyAlgorithm):
                 self.dual_optimizer.step()
                 self.duals.project()
                 if not all(torch.isfinite(p) for p in self.duals.parameters()):
-                    raise NonFiniteError(f"non-finite Lagrange multipliers at update {self._n_updates}: "
+                    raise NonFiniteError(f"non-finite Lagrange multipliers at update {self._n_updates}, timestep "
+                                         f"{self.num_timesteps}: "
                                          f"{ {n: p.item() for n, p in self.duals.named_parameters()} }")
                 logs["policy_loss"].append(pi.loss.item())
                 logs["temperature_loss"].append(eta_loss.item())

@@ -85,6 +85,8 @@ class RunConfig:
     """parallel environment copies used for evaluation"""
     checkpoint_freq: int = _rule(Range(0, integer=True, note="0: none"), default=10_000)
     """save a checkpoint every this many environment steps (0: none)"""
+    keep_checkpoints: int = _rule(Range(0, integer=True, note="0: keep all"), default=3)
+    """checkpoints kept in checkpoints/: the newest this many plus the one with the best evaluation (0: keep all)"""
     success_threshold: float = _rule(Range(0.0, 1.0), default=0.9)
     """success rate that counts as solving the task (for summaries)"""
     stop_when_solved: int = _rule(Range(0, integer=True, note="0: never stop early"), default=0)
@@ -318,8 +320,9 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
 
 def save_config(config: RunConfig, path: Path) -> None:
     """Write the resolved configuration (schedules as ``lin_<start>_<end>``)."""
-    data = config.to_dict()
-    path.write_text(yaml.safe_dump(plain(data), sort_keys=False))
+    from experiments.run_dir import write_atomic
+
+    write_atomic(path, yaml.safe_dump(plain(config.to_dict()), sort_keys=False))
 
 
 def plain(value: Any) -> Any:

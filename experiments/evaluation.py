@@ -9,16 +9,18 @@ collapse in the deterministic score alone is then not a collapse of what was lea
 "Evaluation: two policies", and docs/notes/evaluation-modes.md). The stochastic evaluation draws from
 a forked random state, so adding it does not change the training that follows.
 
-Files are written to a temporary name and renamed into place (``os.replace`` is atomic on
-POSIX), so a run killed at any moment leaves the previous checkpoint, CSV row or summary
-intact.
+Files are written to a temporary name, flushed to disk and renamed into place (``os.replace`` is
+atomic on POSIX; :func:`experiments.run_dir.replace_synced`), so a run killed at any moment, or a
+machine that loses power, leaves the previous checkpoint, CSV or summary intact. ``evaluations.csv``
+is rewritten whole at each evaluation rather than appended to: it holds a few hundred rows at most,
+so the rewrite costs far less than the evaluation, and no reader ever sees half a row.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +34,20 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv
 
-from experiments.run_dir import CHECKPOINT_PREFIX, write_atomic
+from experiments.run_dir import (
+    CHECKPOINT_PREFIX,
+    best_checkpoint,
+    checkpoint_walls,
+    checkpoints,
+    read_json,
+    record_progress,
+    replace_synced,
+    temporary_name,
+    write_atomic,
+)
 
+BEST_MODEL, BEST_RECORD = "best_model.zip", "best_model.json"
+"""the model of the best evaluation, and that evaluation's step and mean return"""
 EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds",
                 "stochastic_mean_return", "stochastic_success_rate"]
 
@@ -88,10 +102,27 @@ def evaluate_both(model: BaseAlgorithm, env: VecEnv, n_episodes: int) -> tuple[E
 
 
 def save_model_atomic(model: BaseAlgorithm, path: Path) -> None:
-    """``model.save`` to a temporary file, then rename over ``path`` (a ``.zip``)."""
-    tmp = path.with_name(f".{path.stem}.tmp.zip")
+    """``model.save`` to a temporary file, flushed to disk and renamed over ``path`` (a ``.zip``)."""
+    tmp = temporary_name(path)
     model.save(tmp)
-    os.replace(tmp, path)
+    replace_synced(tmp, path)
+
+
+def prune_checkpoints(directory: Path, keep: int, rows: list[dict[str, str]]) -> list[int]:
+    """Delete every checkpoint in ``directory`` but the newest ``keep`` and the best one (see
+    :func:`experiments.run_dir.best_checkpoint`; SB3's ``CheckpointCallback`` keeps all); ``keep`` 0
+    keeps them all. Returns the steps of the checkpoints left."""
+    found = checkpoints(directory)
+    if keep <= 0:
+        return [steps for _, steps in found]
+    kept = found[-keep:]
+    best = best_checkpoint(found, rows)
+    if best is not None and best not in kept:
+        kept.insert(0, best)
+    for path, steps in found:
+        if (path, steps) not in kept:
+            path.unlink()
+    return [steps for _, steps in kept]
 
 
 class EvalLog:
@@ -109,25 +140,19 @@ class EvalLog:
 
     def truncate_after(self, timesteps: int) -> None:
         """Drop rows newer than a checkpoint being resumed from (that training is redone)."""
-        if not self.path.exists():
-            return
-        columns = self.columns()
-        rows = [r for r in self.rows() if int(float(r["timesteps"])) <= timesteps]
-        with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        if self.path.exists():
+            self._write([r for r in self.rows() if int(float(r["timesteps"])) <= timesteps])
 
     def append(self, row: dict[str, Any]) -> None:
-        new = not self.path.exists()
-        columns = self.columns()
-        with self.path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, columns, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
-            f.flush()
-            os.fsync(f.fileno())
+        """Add a row: the file is rewritten atomically with it (see the module doc)."""
+        self._write([*self.rows(), row])
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, self.columns(), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(self.path, text.getvalue())
 
     def rows(self) -> list[dict[str, str]]:
         if not self.path.exists():
@@ -149,7 +174,8 @@ class ScaledSchedule:
 
 class RunCallback(BaseCallback):
     """Periodic evaluation (``evaluations.csv``, ``eval/*`` in tensorboard, ``best_model.zip``),
-    periodic checkpoints (``checkpoints/model_<steps>_steps.zip``) and ``progress.json``.
+    periodic checkpoints (``checkpoints/model_<steps>_steps.zip``, the newest ``keep_checkpoints`` and the
+    best kept) and ``progress.json``.
 
     Frequencies count environment steps (not calls per env, unlike SB3's callbacks). The
     evaluation row of a step is written before its checkpoint; resuming from a checkpoint drops
@@ -164,7 +190,8 @@ class RunCallback(BaseCallback):
 
     def __init__(self, run_dir: Path, eval_env: VecEnv | None, eval_freq: int, n_eval_episodes: int,
                  checkpoint_freq: int, wall_offset: float = 0.0, stop_when_solved: int = 0,
-                 success_threshold: float = 0.9, solved_lr_factor: float = 1.0, solved_lr_streak: int = 1) -> None:
+                 success_threshold: float = 0.9, solved_lr_factor: float = 1.0, solved_lr_streak: int = 1,
+                 keep_checkpoints: int = 0) -> None:
         super().__init__()
         self.run_dir = run_dir
         self.eval_env = eval_env
@@ -173,6 +200,7 @@ class RunCallback(BaseCallback):
         self.solved_lr_factor, self.solved_lr_streak = solved_lr_factor, solved_lr_streak
         self.eval_log = EvalLog(run_dir / "evaluations.csv")
         self.checkpoints = run_dir / "checkpoints"
+        self.keep_checkpoints = keep_checkpoints
         self.wall_offset = wall_offset
         self.started = time.time()
         self.best_return = -np.inf
@@ -184,10 +212,20 @@ class RunCallback(BaseCallback):
         self._next_eval = _next_multiple(now, self.eval_freq)
         self._next_checkpoint = _next_multiple(now, self.checkpoint_freq)
         rows = self.eval_log.rows()
-        self.best_return = max((float(r["mean_return"]) for r in rows), default=-np.inf)
+        self.best_return = self._best_saved_return(rows)
         self.solved_streak = 0
         for row in rows:
             self._count(float(row["success_rate"]) if row.get("success_rate") not in (None, "") else None)
+
+    def _best_saved_return(self, rows: list[dict[str, str]]) -> float:
+        """The mean return of the evaluation ``best_model.zip`` holds (-inf when there is none: a resume
+        dropped it with the evaluations after its checkpoint, and the next evaluation saves a new one)."""
+        best = read_json(self.run_dir / BEST_RECORD)
+        if best is not None:
+            return float(best["mean_return"])
+        if (self.run_dir / BEST_MODEL).exists():  # a run from before best_model.json
+            return max((float(r["mean_return"]) for r in rows), default=-np.inf)
+        return -np.inf
 
     def _count(self, success_rate: float | None) -> None:
         """Extend or break the streak of evaluations at the success threshold; a streak of ``solved_lr_streak``
@@ -216,10 +254,13 @@ class RunCallback(BaseCallback):
         return not self.stopped_solved
 
     def save_checkpoint(self) -> None:
+        """Save a checkpoint, prune the older ones (``keep_checkpoints``) and record ``progress.json``."""
         self.checkpoints.mkdir(parents=True, exist_ok=True)
+        wall = self.wall_seconds()
         save_model_atomic(self.model, self.checkpoints / f"{CHECKPOINT_PREFIX}{self.num_timesteps}_steps.zip")
-        write_atomic(self.run_dir / "progress.json",
-                     json.dumps({"timesteps": self.num_timesteps, "wall_seconds": self.wall_seconds()}))
+        kept = prune_checkpoints(self.checkpoints, self.keep_checkpoints, self.eval_log.rows())
+        walls = {**checkpoint_walls(self.run_dir), self.num_timesteps: wall}
+        record_progress(self.run_dir, self.num_timesteps, wall, {k: v for k, v in walls.items() if k in kept})
 
     def evaluate(self) -> EvalResult:
         assert self.eval_env is not None
@@ -234,7 +275,11 @@ class RunCallback(BaseCallback):
         self.logger.dump(self.num_timesteps)
         if row["mean_return"] > self.best_return:
             self.best_return = row["mean_return"]
-            save_model_atomic(self.model, self.run_dir / "best_model.zip")
+            # the record first: a kill between the two leaves it newer than the model, so a resume from an
+            # earlier step drops both rather than keep a model from the steps it discards
+            write_atomic(self.run_dir / BEST_RECORD, json.dumps({"timesteps": self.num_timesteps,
+                                                                 "mean_return": row["mean_return"]}))
+            save_model_atomic(self.model, self.run_dir / BEST_MODEL)
         self.eval_log.append(row)
         return result
 

@@ -18,6 +18,7 @@ stopped (left out of the scores when it has none) and never counts as solved. Se
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -154,7 +155,7 @@ class Study:
         that counts as solving a task) defaults to the runs' ``success_threshold``."""
         directory = Path(directory)
         record = read_study_record(directory)
-        runs = _ordered_runs(directory, record.get("runs", []))
+        runs = _readable(_ordered_runs(directory, record.get("runs", [])))
         label = _backbone_labeller(runs)
         grouped: dict[str, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
         for run in runs:
@@ -177,6 +178,15 @@ def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
     found = {run.directory.relative_to(directory).as_posix(): run for run in find_runs(directory)}
     order = [name for name in listed if name in found] + [name for name in found if name not in listed]
     return [found[name] for name in order]
+
+
+def _readable(runs: list[Run]) -> list[Run]:
+    """The runs a report can read; every other one is named on stderr and skipped."""
+    problems = {run.directory: run.problem() for run in runs}
+    for directory, problem in problems.items():
+        if problem is not None:
+            print(f"report: skipping run {str(directory)!r}: {problem}", file=sys.stderr)
+    return [run for run in runs if problems[run.directory] is None]
 
 
 def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:

@@ -4,7 +4,8 @@ learning curve as studies and reports read them.
 A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/`` (:func:`run_dir`); a study puts the
 runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
 environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`). Every file is
-written atomically (:func:`write_atomic`).
+written atomically and durably (:func:`write_atomic`, :func:`replace_synced`), and one process at a
+time writes a run directory (:func:`run_lock`); docs/run-directories.md says what that guarantees.
 
 Reading needs only the files a run writes (:mod:`experiments.training`) plus ``status.json``, which a
 study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
@@ -19,14 +20,16 @@ moment (a study still running, or killed) gives the same answer:
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
 import math
 import os
 import re
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
 STUDY_FILE = "study.yaml"
 CHECKPOINT_PREFIX = "model_"
 STATUS_FILE = "status.json"
+PROGRESS_FILE = "progress.json"
+LOCK_FILE = "run.lock"
+"""held (``flock``) by the one process writing the run; holds its PID and host"""
 FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
 RUNNING = "running"
 """what a worker writes in ``status.json`` while it trains a run"""
@@ -69,11 +75,81 @@ def task_folder(config: dict[str, Any]) -> str:
     return slug(task_label(config))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name, then rename it over ``path`` (atomic on POSIX)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+def temporary_name(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed into place (hidden, same directory and suffix)."""
+    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+
+
+def replace_synced(tmp: Path, path: Path) -> None:
+    """Flush ``tmp`` to disk, rename it over ``path`` (atomic on POSIX) and flush the directory, so
+    that after a crash or power loss ``path`` holds either its old content or all of the new."""
+    with tmp.open("rb+") as f:
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary name, then :func:`replace_synced` it over ``path``."""
+    tmp = temporary_name(path)
+    tmp.write_text(text)
+    replace_synced(tmp, path)
+
+
+class RunBusyError(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+def _busy(handle: Any, directory: Path) -> RunBusyError | None:
+    """``None`` once this process holds the lock on ``handle``, else the error naming the holder."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().split()
+        who = (f"process {holder[0]} on {holder[1]}" if len(holder) == 2
+               else "another process (starting: its PID is not written yet)")
+        return RunBusyError(f"run directory {str(directory)!r} is being written by {who}; wait for it to end, "
+                            "or stop it and rerun with --resume")
+    return None
+
+
+@contextlib.contextmanager
+def run_lock(directory: Path) -> Iterator[None]:
+    """Hold the exclusive lock of a run directory (``flock`` on :data:`LOCK_FILE`, which records
+    this process's PID and host) while the block runs; the kernel releases it when the process
+    ends, even killed. Raises :class:`RunBusyError`, naming the holder, when another process has it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / LOCK_FILE).open("a+") as handle:
+        busy = _busy(handle, directory)
+        if busy is not None:
+            raise busy
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+        handle.flush()
+        yield
+
+
+def check_not_busy(directory: Path) -> None:
+    """Raise :class:`RunBusyError` when another process holds the run's lock; changes no file."""
+    try:
+        handle = (directory / LOCK_FILE).open()
+    except FileNotFoundError:
+        return
+    with handle:
+        busy = _busy(handle, directory)
+    if busy is not None:
+        raise busy
+
+
+def holds_run(directory: Path) -> bool:
+    """Whether ``directory`` holds (part of) a run: anything but its lock and a study's status file."""
+    return directory.is_dir() and any(p.name not in (LOCK_FILE, STATUS_FILE) for p in directory.iterdir())
 
 
 def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
@@ -94,6 +170,19 @@ def latest_checkpoint(directory: Path, prefix: str = CHECKPOINT_PREFIX,
     return found[-1] if found else None
 
 
+def best_checkpoint(found: list[tuple[Path, int]], rows: list[dict[str, str]]) -> tuple[Path, int] | None:
+    """The checkpoint of ``found`` with the best evaluation (highest mean return, the earliest of equals,
+    as for ``best_model.zip``): a checkpoint is scored by the last evaluation at or before its step
+    (the same step when ``checkpoint_freq`` is a multiple of ``eval_freq``). ``None`` without evaluations."""
+    scored = sorted((int(float(r["timesteps"])), float(r["mean_return"])) for r in rows)
+    best, best_score = None, -math.inf
+    for path, steps in found:
+        before = [score for step, score in scored if step <= steps]
+        if before and before[-1] > best_score:
+            best, best_score = (path, steps), before[-1]
+    return best
+
+
 def read_study_record(directory: Path) -> dict[str, Any]:
     """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
     path = Path(directory) / STUDY_FILE
@@ -107,11 +196,29 @@ def write_status(directory: Path, state: str, **fields: Any) -> None:
     write_atomic(directory / STATUS_FILE, json.dumps(record, indent=2))
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` when there is none (or it is not JSON)."""
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def record_progress(directory: Path, timesteps: int, wall_seconds: float, checkpoint_walls: dict[int, float]) -> None:
+    """Write ``progress.json``: the steps of the newest checkpoint, the training wall-clock seconds then, and
+    those of every kept checkpoint (what a resume from an older one, when the newest does not load, starts at)."""
+    record = {"timesteps": timesteps, "wall_seconds": wall_seconds,
+              "checkpoints": {str(k): v for k, v in sorted(checkpoint_walls.items())}}
+    write_atomic(directory / PROGRESS_FILE, json.dumps(record))
+
+
+def checkpoint_walls(directory: Path) -> dict[int, float]:
+    """The training wall-clock seconds at each kept checkpoint, from ``progress.json`` (steps → seconds)."""
+    progress = read_json(directory / PROGRESS_FILE) or {}
+    walls = {int(k): float(v) for k, v in (progress.get("checkpoints") or {}).items()}
+    if progress.get("timesteps") is not None:  # a run from before the per-checkpoint record
+        walls.setdefault(int(progress["timesteps"]), float(progress["wall_seconds"]))
+    return walls
 
 
 @dataclass(frozen=True)
@@ -131,11 +238,11 @@ class Run:
 
     @cached_property
     def summary(self) -> dict[str, Any] | None:
-        return _read_json(self.directory / "summary.json")
+        return read_json(self.directory / "summary.json")
 
     @cached_property
     def status(self) -> dict[str, Any] | None:
-        return _read_json(self.directory / STATUS_FILE)
+        return read_json(self.directory / STATUS_FILE)
 
     def state(self, total_timesteps: int | None = None) -> str:
         """``finished``, ``diverged``, ``failed``, ``interrupted`` or ``new`` (see the module doc).
@@ -161,7 +268,7 @@ class Run:
         """Environment steps done so far (from the summary, else the last checkpoint's progress)."""
         if self.summary is not None:
             return int(self.summary["env_steps"])
-        progress = _read_json(self.directory / "progress.json")
+        progress = read_json(self.directory / PROGRESS_FILE)
         return 0 if progress is None else int(progress["timesteps"])
 
     @cached_property
@@ -216,6 +323,26 @@ class Run:
     def error(self) -> str:
         """The message of a run that diverged or failed (empty otherwise)."""
         return "" if self.status is None else str(self.status.get("error", ""))
+
+    def problem(self) -> str | None:
+        """Why a report cannot read this run (files it does not expect: a configuration that is not a
+        mapping, evaluation steps that repeat or go back, a summary without its scores), else ``None``."""
+        try:
+            if not isinstance(self.config, dict):
+                return "config.yaml is not a mapping"
+            success = self.has_success()
+            for stochastic in (False, True):
+                steps, _ = self.curve(success, stochastic)
+                back = np.flatnonzero(np.diff(steps) <= 0)
+                if back.size:
+                    return (f"evaluations.csv repeats or rewinds its steps ({steps[back[0]]} then "
+                            f"{steps[back[0] + 1]})")
+            self.score(success)
+            self.timesteps()
+            self.lowest_after_solving(success, 0.0)
+        except Exception as error:  # any file the report cannot read: name it rather than stop the report
+            return f"{type(error).__name__}: {error}"
+        return None
 
 
 def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float) -> float | None:

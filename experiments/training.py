@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,22 @@ from typing import Any
 import torch
 from stable_baselines3.common.save_util import load_from_zip_file
 
-from agents import ALGOS
+from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
 from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
 from experiments.evaluation import RunCallback, evaluate_both, save_model_atomic
-from experiments.run_dir import latest_checkpoint, run_dir, write_atomic
+from experiments.rewind import rewind
+from experiments.run_dir import (
+    Run,
+    RunBusyError,
+    check_not_busy,
+    checkpoints,
+    holds_run,
+    latest_checkpoint,
+    run_dir,
+    run_lock,
+    write_atomic,
+)
 from policies import BACKBONES
 
 EVAL_SEED_OFFSET = 10_000
@@ -83,40 +96,73 @@ def torch_threads(threads: int) -> int:
 
 
 def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0) -> dict[str, Any]:
-    """Train (or resume) the run and return its summary."""
+    """Train (or resume) the run and return its summary, holding the run directory's lock throughout.
+
+    A new run refuses a directory that already holds a run (:func:`refuse_existing_run`). ``resume``
+    on a finished run returns its summary and touches nothing; otherwise the run continues from its
+    newest checkpoint that loads (step 0 when there is none), its logs rewound to that step first
+    (:mod:`experiments.rewind`). Messages about what resuming does go to stderr.
+    """
     torch.set_num_threads(torch_threads(config.threads))
-    directory = run_dir(config)
-    resumed = latest_checkpoint(directory / "checkpoints") if resume else None
+    try:
+        return _train_in(run_dir(config), config, resume, progress_bar, verbose)
+    except RunBusyError as error:
+        raise ConfigError(str(error)) from error
+
+
+def _train_in(directory: Path, config: RunConfig, resume: bool, progress_bar: bool, verbose: int) -> dict[str, Any]:
+    check_not_busy(directory)  # first: a run being written is refused as such, whatever else holds
     if resume and (directory / "config.yaml").exists():
         check_same_config(config, directory / "config.yaml")
-    if not resume and (directory / "summary.json").exists():
-        raise ConfigError(f"run directory {str(directory)!r} already holds a finished run; "
-                          "use --resume to extend it, or another --seed / --log-dir")
-    directory.mkdir(parents=True, exist_ok=True)
-    save_config(config, directory / "config.yaml")
+    if not resume:
+        refuse_existing_run(directory)
+    elif (finished := finished_summary(directory, config.total_timesteps)) is not None:
+        notify(f"{str(directory)!r} already finished ({finished['env_steps']} steps of {config.total_timesteps}): "
+               "nothing to resume, nothing changed")
+        return finished
+    existed = directory.exists()
+    try:
+        with run_lock(directory):
+            return _train_locked(config, directory, resume, progress_bar, verbose)
+    except ConfigError:
+        if not existed:  # refused before training: leave no directory behind
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _train_locked(config: RunConfig, directory: Path, resume: bool, progress_bar: bool,
+                  verbose: int) -> dict[str, Any]:
+    if not resume:
+        refuse_existing_run(directory)  # again: another process may have started it meanwhile
+        save_config(config, directory / "config.yaml")  # first, so that a run failing from here on is listed
     env, eval_env = make_envs(config)
+    loaded = load_newest_checkpoint(config, directory, env) if resume else None
     wall_offset = 0.0
-    if resumed is not None:
-        path, steps = resumed
-        model = ALGOS[config.algo].load(path, env=env, device=config.device)
+    if resume:
+        if loaded is None:
+            notify(f"--resume: nothing to resume in {str(directory)!r} (no checkpoint); starting from step 0"
+                   + (", its logs cleared" if holds_run(directory) else ""))
+        wall_offset = rewind(directory, 0 if loaded is None else loaded[1])
+        save_config(config, directory / "config.yaml")  # once the checkpoints are known to load
+    if loaded is not None:
+        model = loaded[0]
         model.tensorboard_log = str(directory)
-        progress = directory / "progress.json"
-        wall_offset = json.loads(progress.read_text())["wall_seconds"] if progress.exists() else 0.0
     else:
         model = build_model(config, env, str(directory))
         if config.init_from:
             load_policy_weights(model, config.init_from)
     callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
                            wall_offset, config.stop_when_solved, config.success_threshold, config.solved_lr_factor,
-                           config.solved_lr_streak)
-    if resumed is not None:
-        callback.eval_log.truncate_after(steps)
+                           config.solved_lr_streak, config.keep_checkpoints)
     model.verbose = verbose
     started, steps_before = time.time(), model.num_timesteps
     remaining = config.total_timesteps - model.num_timesteps
     if remaining > 0:
-        model.learn(remaining, callback=callback, progress_bar=progress_bar, tb_log_name=type(model).__name__,
-                    reset_num_timesteps=resumed is None)
+        try:
+            model.learn(remaining, callback=callback, progress_bar=progress_bar, tb_log_name=type(model).__name__,
+                        reset_num_timesteps=loaded is None)
+        except NonFiniteError as error:
+            raise NonFiniteError(f"{error}; {checkpoint_note(directory)}") from error
     else:
         callback.init_callback(model)
     elapsed = time.time() - started
@@ -135,7 +181,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
         "n_eval_episodes": config.n_eval_episodes,
         "wall_seconds": round(wall_offset + elapsed, 2),
         "steps_per_second": round((model.num_timesteps - steps_before) / max(elapsed, 1e-9), 1),
-        "resumed_from": None if resumed is None else resumed[1],
+        "resumed_from": None if loaded is None else loaded[1],
         "stopped_solved": callback.stopped_solved,
         "parameters": int(sum(p.numel() for p in model.policy.parameters())),
         "buffer_bytes_per_step": model.rollout_buffer.bytes_per_step() if remaining > 0 else None,
@@ -147,10 +193,73 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     return summary
 
 
+def notify(message: str) -> None:
+    """Tell the user what a run does with its directory (stderr, so that it reaches a study's terminal too)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def refuse_existing_run(directory: Path) -> None:
+    """Raise ``ConfigError`` when ``directory`` already holds a run: a run directory is never reused
+    (its name is the run's, which studies rely on), so the user resumes it or names another."""
+    if not holds_run(directory):
+        return
+    run = Run(directory)
+    checkpoint = run.checkpoint()
+    what = (f"a finished run ({run.summary['env_steps']} steps)" if run.summary is not None
+            else f"an unfinished run (last checkpoint at step {checkpoint[1]})" if checkpoint is not None
+            else "an unfinished run (stopped before its first checkpoint)")
+    raise ConfigError(f"run directory {str(directory)!r} already holds {what}; add --resume to continue it, or "
+                      "choose another --seed or --log-dir (a run directory is never overwritten)")
+
+
+def finished_summary(directory: Path, total_timesteps: int) -> dict[str, Any] | None:
+    """The summary of the run in ``directory`` when it has finished ``total_timesteps`` (or stopped solved)."""
+    summary = Run(directory).summary
+    if summary is not None and (summary["env_steps"] >= total_timesteps or summary.get("stopped_solved")):
+        return summary
+    return None
+
+
+def load_newest_checkpoint(config: RunConfig, directory: Path, env: Any) -> tuple[Any, int] | None:
+    """The newest checkpoint of the run that loads, as ``(model, steps)``; ``None`` when there is none.
+
+    A checkpoint that fails to load (a truncated or corrupted file) is reported by name and, once an
+    older one loads, renamed ``*.unloadable`` (kept for inspection; never overwritten by the resumed
+    run). When checkpoints exist but none loads, ``ConfigError``: nothing is changed.
+    """
+    failures = []
+    for path, steps in reversed(checkpoints(directory / "checkpoints")):
+        try:
+            model = ALGOS[config.algo].load(path, env=env, device=config.device)
+        except Exception as error:  # zipfile, pickle, torch and key errors alike: the file is unusable
+            failures.append(path)
+            notify(f"checkpoint {str(path)!r} does not load ({type(error).__name__}: {error})")
+            continue
+        for failed in failures:
+            os.replace(failed, failed.with_name(f"{failed.name}.unloadable"))
+        if failures:
+            notify(f"resuming from {str(path)!r} ({steps} steps), the newest checkpoint that loads; "
+                   f"set aside: {', '.join(f'{p.name}.unloadable' for p in failures)}")
+        return model, steps
+    if failures:
+        raise ConfigError(f"--resume: none of the {len(failures)} checkpoints in {str(directory / 'checkpoints')!r} "
+                          "loads; the run directory is left as it is")
+    return None
+
+
+def checkpoint_note(directory: Path) -> str:
+    """Where a run that stopped can restart from: its newest checkpoint, or that it has none."""
+    latest = latest_checkpoint(directory / "checkpoints")
+    if latest is None:
+        return f"no checkpoint was saved before it ({str(directory / 'checkpoints')!r} holds none)"
+    return f"the last checkpoint before it is {str(latest[0])!r} (step {latest[1]})"
+
+
 def check_same_config(config: RunConfig, saved: Path) -> None:
     """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys).
 
     Compared: every setting that shapes this run. Not compared: the budget (and the early stop), device and threads,
+    the checkpoints kept,
     where the run is written (``log_dir``: a run directory may be moved or copied into a study),
     and the sections of the other learners and backbones (a task config that gains a section for
     a new backbone still resumes the runs it already holds). A run setting that the saved file lacks
@@ -159,7 +268,8 @@ def check_same_config(config: RunConfig, saved: Path) -> None:
     previous = {**plain(RunConfig().to_dict()), **plain(load_yaml(saved))}
     current = plain(config.to_dict())
     other_sections = (set(ALGOS) | set(BACKBONES)) - {config.algo, config.backbone}
-    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir"} | other_sections
+    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir", "keep_checkpoints"}
+    ignored |= other_sections
     changed = sorted(k for k in set(previous) | set(current)
                      if k not in ignored and previous.get(k) != current.get(k))
     if changed:

@@ -63,7 +63,7 @@ def test_a_run_logged_before_the_stochastic_columns_keeps_its_layout(tmp_path: P
 
 
 def test_the_evaluation_modes_benchmark_scores_every_checkpoint_with_both_policies(tmp_path: Path):
-    run = _train(tmp_path / "runs")
+    run = _train(tmp_path / "runs", "-p", "keep_checkpoints=0")
     command = [sys.executable, str(REPO / "benchmarks" / "evaluation_modes.py"), str(tmp_path / "runs"),
                "--name", "modes", "--episodes", "4", "--out", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)

@@ -195,17 +195,25 @@ class Poison(BaseCallback):
             u.register_hook(lambda grad: grad * float("nan"))
         elif self.where == "parameter":
             policy.optimizer.register_step_post_hook(lambda *_: u.data.fill_(float("inf")))
+        elif self.where == "huge parameter":  # finite, but its norm overflows float32
+            policy.optimizer.register_step_post_hook(lambda *_: u.data.fill_(1e30))
 
     def _on_step(self) -> bool:
         return True
 
 
 @pytest.mark.parametrize("where,message", [
-    ("loss", r"non-finite loss .* non-finite terms: policy_loss"),
-    ("gradient", r"non-finite gradient at update 0, timestep 64, in: backbone.layers.0.attn.position.u"),
-    ("parameter", r"non-finite parameters after update \d+, timestep 64: backbone.layers.0.attn.position.u"),
+    ("loss", r"non-finite loss .* timestep 64: NaN or infinite values in policy_loss"),
+    ("gradient", r"non-finite gradient norm at update 0, timestep 64: NaN or infinite values in "
+                 r"backbone.layers.0.attn.position.u$"),
+    ("parameter", r"non-finite parameter norm after update \d+, timestep 64: NaN or infinite values in "
+                  r"backbone.layers.0.attn.position.u$"),
+    ("huge parameter", r"non-finite parameter norm after update \d+, timestep 64: finite values whose norm "
+                       r"overflows in backbone.layers.0.attn.position.u \(max \|x\| = 1e\+30\)$"),
 ])
 def test_non_finite_training_stops_and_says_where(where, message):
+    """Every guard names the tensors and the step; never an empty list (mutation caught: naming only the
+    tensors with a NaN or infinity, which leaves a finite parameter too large for its norm unnamed)."""
     with pytest.raises(NonFiniteError, match=message):
         small_model("gtrxl").learn(2 * 16 * 4, callback=Poison(where))
 

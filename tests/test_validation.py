@@ -69,6 +69,7 @@ CASES: list[tuple[list[str], str]] = [
     (["--eval-freq", "-1"], "eval_freq=-1: expected an integer >= 0 (0: only at the end)"),
     (["--n-eval-episodes", "0"], "n_eval_episodes=0: expected an integer >= 1"),
     (["--checkpoint-freq", "-5"], "checkpoint_freq=-5: expected an integer >= 0"),
+    (["-p", "keep_checkpoints=-1"], "keep_checkpoints=-1: expected an integer >= 0 (0: keep all)"),
     (["--device", "cuda"], "device='cuda': CUDA is not available on this machine"),
     (["--device", "cuda:3"], "device='cuda:3': CUDA is not available"),
     (["--device", "foo"], "device='foo': expected auto, cpu, cuda, cuda:N or mps"),

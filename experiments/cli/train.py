@@ -2,8 +2,10 @@
 
 Settings come from, in increasing precedence: defaults, ``--config FILE.yaml``, flags, and
 ``-p dotted.key=value`` overrides (e.g. ``-p gtrxl.memory_length=32 ppo.learning_rate=1e-3``).
-Exit status: 0 done, 2 bad input (the message names it and the valid choices), 3 training
-stopped on a non-finite loss, gradient or parameter (the last good checkpoint is kept).
+Exit status: 0 done, 2 bad input (the message names it and the valid choices; also a run directory
+that another process is writing or that already holds a run), 3 training stopped on a non-finite loss,
+gradient or parameter (the message names them, the step, and the last checkpoint if there is one),
+130 interrupted (docs/run-directories.md).
 
 Seed studies (docs/studies.md): several backbones or seeds, ``--study NAME`` or a study
 file run every combination as an independent run under ``{log_dir}/{study}/``, in parallel, and
@@ -189,9 +191,11 @@ def _run(argv: list[str], study_file: bool) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except NonFiniteError as error:
-        print(f"training stopped: {error}\nthe last good checkpoint is kept in the run's checkpoints/ directory",
-              file=sys.stderr)
+        print(f"training stopped: {error}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command with --resume to continue", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -1,0 +1,139 @@
+"""The pieces of a run directory's guarantees, on files made by hand: the one-writer lock, atomic
+writes, the rewind of every log to a step (tensorboard included), checkpoint pruning, and a report
+that names and skips a run it cannot read."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
+
+from experiments.evaluation import EVAL_COLUMNS, EvalLog, prune_checkpoints
+from experiments.report import build_report
+from experiments.rewind import rewind, rewind_tensorboard
+from experiments.run_dir import (
+    LOCK_FILE,
+    RunBusyError,
+    checkpoints,
+    holds_run,
+    record_progress,
+    run_lock,
+    write_atomic,
+)
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path):
+    """flock locks belong to an open file, so a second open in this process stands for a second process
+    (mutation caught: no flock, both enter)."""
+    with run_lock(tmp_path / "run"):
+        assert (tmp_path / "run" / LOCK_FILE).read_text().split()[0] == str(os.getpid())
+        with pytest.raises(RunBusyError, match=rf"being written by process {os.getpid()} on "), \
+                run_lock(tmp_path / "run"):
+            pass
+    with run_lock(tmp_path / "run"):  # released with the first holder
+        pass
+    assert not holds_run(tmp_path / "run"), "a lock file alone is not a run"
+
+
+def test_an_interrupted_write_leaves_the_old_file(tmp_path: Path):
+    path = tmp_path / "summary.json"
+    write_atomic(path, "old")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(path, "new \ud800")  # fails halfway through writing
+    assert path.read_text() == "old"
+
+
+def _rows(*steps: int) -> list[dict[str, object]]:
+    return [{**dict.fromkeys(EVAL_COLUMNS, 0.0), "timesteps": s, "mean_return": float(s)} for s in steps]
+
+
+def _scalars(directory: Path) -> list[tuple[str, int]]:
+    """Every (tag, step) tensorboard reads back from the run's event folders."""
+    found = []
+    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith("MemoryPPO_")):
+        accumulator = EventAccumulator(str(folder))
+        accumulator.Reload()
+        found += [(tag, event.step) for tag in accumulator.Tags()["scalars"] for event in accumulator.Scalars(tag)]
+    return sorted(found)
+
+
+def test_tensorboard_is_rewound_to_the_step(tmp_path: Path):
+    """Events after the step go, in every file; a file (and folder) left with none goes; a record cut
+    short by a kill is dropped; tensorboard reads the result (mutation caught: ``step < steps``)."""
+    writer = SummaryWriter(str(tmp_path / "MemoryPPO_1"))
+    for step in (1, 2, 3, 4, 5):
+        writer.add_scalar("eval/mean_reward", step, step)
+    writer.close()
+    (old,) = (tmp_path / "MemoryPPO_1").iterdir()
+    with old.open("ab") as f:
+        f.write(b"\x10\x00\x00")  # a record cut short
+    later = SummaryWriter(str(tmp_path / "MemoryPPO_2"))
+    later.add_scalar("eval/mean_reward", 9.0, 9)
+    later.close()
+    rewind_tensorboard(tmp_path, 3)
+    assert _scalars(tmp_path) == [("eval/mean_reward", 1), ("eval/mean_reward", 2), ("eval/mean_reward", 3)]
+    assert not (tmp_path / "MemoryPPO_2").exists()
+
+
+def test_rewind_drops_every_record_after_the_step(tmp_path: Path):
+    log = EvalLog(tmp_path / "evaluations.csv")
+    for row in _rows(64, 128, 192):
+        log.append(row)
+    record_progress(tmp_path, 192, 3.0, {64: 1.0, 128: 2.0, 192: 3.0})
+    (tmp_path / "summary.json").write_text(json.dumps({"env_steps": 192}))
+    (tmp_path / "model.zip").write_text("final")
+    (tmp_path / "best_model.json").write_text(json.dumps({"timesteps": 192, "mean_return": 1.0}))
+    (tmp_path / "best_model.zip").write_text("best")
+    (tmp_path / ".summary.tmp.json").write_text("half")
+    assert rewind(tmp_path, 128) == 2.0
+    assert [int(r["timesteps"]) for r in csv.DictReader((tmp_path / "evaluations.csv").open())] == [64, 128]
+    assert json.loads((tmp_path / "progress.json").read_text()) == {
+        "timesteps": 128, "wall_seconds": 2.0, "checkpoints": {"64": 1.0, "128": 2.0}}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluations.csv", "progress.json"]
+    assert rewind(tmp_path, 0) == 0.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluations.csv"]
+    assert (tmp_path / "evaluations.csv").read_text().strip() == ",".join(EVAL_COLUMNS)
+
+
+def test_checkpoints_are_pruned_to_the_newest_and_the_best(tmp_path: Path):
+    """The newest ``keep`` and the one whose evaluation (at or before its step) scored best (mutation
+    caught: the best one not kept)."""
+    for steps in (10, 20, 30, 40, 50, 60):
+        (tmp_path / f"model_{steps}_steps.zip").write_text("")
+    rows = [{"timesteps": str(s), "mean_return": str(r)} for s, r in ((10, 0.1), (20, 0.9), (40, 0.5))]
+    assert prune_checkpoints(tmp_path, 0, rows) == [10, 20, 30, 40, 50, 60]
+    assert prune_checkpoints(tmp_path, 3, rows) == [20, 40, 50, 60]
+    assert [steps for _, steps in checkpoints(tmp_path)] == [20, 40, 50, 60]
+    assert prune_checkpoints(tmp_path, 1, rows) == [20, 60]
+
+
+def _fake_run(directory: Path, steps: list[int]) -> None:
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump({"env": "TMaze-v0", "algo": "ppo", "backbone": "gtrxl"}))
+    log = EvalLog(directory / "evaluations.csv")
+    for row in _rows(*steps):
+        log.append({**row, "success_rate": 0.5})
+    (directory / "summary.json").write_text(json.dumps({
+        "env_steps": steps[-1], "final_mean_return": 0.0, "final_std_return": 0.0, "final_success_rate": 0.5,
+        "final_stochastic_mean_return": 0.0, "final_stochastic_success_rate": 0.5}))
+
+
+def test_the_report_names_and_skips_a_run_it_cannot_read(tmp_path: Path, capsys):
+    """A run logged twice over (steps that go back) made the curves crash with "all input arrays must have
+    the same shape" (mutation caught: no skipping)."""
+    _fake_run(tmp_path / "TMaze-v0__ppo-gtrxl__0", [512, 1024])
+    _fake_run(tmp_path / "TMaze-v0__ppo-gtrxl__1", [512, 1024, 512, 1024, 1536])
+    (tmp_path / "TMaze-v0__ppo-gtrxl__2").mkdir()
+    (tmp_path / "TMaze-v0__ppo-gtrxl__2" / "config.yaml").write_text("- not a mapping")
+    report = build_report(tmp_path, reps=20).read_text()
+    err = capsys.readouterr().err
+    assert "skipping run" in err and "TMaze-v0__ppo-gtrxl__1': evaluations.csv repeats or rewinds its steps " \
+                                    "(1024 then 512)" in err
+    assert "TMaze-v0__ppo-gtrxl__2': config.yaml is not a mapping" in err
+    assert "| TMaze-v0__ppo-gtrxl__0 |" in report and "TMaze-v0__ppo-gtrxl__1" not in report
