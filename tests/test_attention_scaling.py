@@ -25,4 +25,4 @@ def test_quick_run_has_a_row_per_member_and_length(tmp_path):
     report = (tmp_path / "attention_scaling.md").read_text()
     assert "| `fixed` |" in report and "| O(n·√n) |" in report and "| O(n log n) |" in report
     claims = {entry["member"]: entry["complexity"] for entry in result["summary"]}
-    assert claims["linear backbone"] == "O(n)" and claims["relative"] == "O(n²)" and claims["lsh"] == "O(n log n)"
+    assert claims["linear backbone"] == "O(n)" and claims["full"] == "O(n²)" and claims["lsh"] == "O(n log n)"
