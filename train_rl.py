@@ -175,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:])
     if argv[:1] == ["lm"]:
         return lm_main(argv[1:])
+    if argv[:1] == ["tune"]:
+        from experiments.tune import main as tune_main
+
+        return tune_main(argv[1:])
     try:
         study_file = argv[:1] == ["study"]
         args = make_parser(study_file).parse_args(argv[1:] if study_file else argv)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.save_util import load_from_zip_file
 
 from agents import ALGOS
@@ -78,8 +79,10 @@ def torch_threads(threads: int) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0) -> dict[str, Any]:
-    """Train (or resume) the run and return its summary."""
+def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0,
+          extra_callback: BaseCallback | None = None) -> dict[str, Any]:
+    """Train (or resume) the run and return its summary; ``extra_callback`` runs after the run's own (evaluation and
+    checkpoints) at every step, and may stop the run early by returning False."""
     torch.set_num_threads(torch_threads(config.threads))
     directory = run_dir(config)
     resumed = latest_checkpoint(directory / "checkpoints") if resume else None
@@ -111,7 +114,8 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     started, steps_before = time.time(), model.num_timesteps
     remaining = config.total_timesteps - model.num_timesteps
     if remaining > 0:
-        model.learn(remaining, callback=callback, progress_bar=progress_bar, tb_log_name=type(model).__name__,
+        model.learn(remaining, callback=[callback, extra_callback] if extra_callback else callback,
+                    progress_bar=progress_bar, tb_log_name=type(model).__name__,
                     reset_num_timesteps=resumed is None)
     else:
         callback.init_callback(model)
