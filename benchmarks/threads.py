@@ -36,8 +36,9 @@ CONFIGS = {"demo": ["--config", "configs/demo.yaml"], "defaults": [],
 SPIN = "while True:\n    pass\n"
 
 
-def measure(config: str, threads: int, wait_policy: str, steps: int) -> float:
-    """Env steps per second of one training run (``summary.json``'s ``steps_per_second``)."""
+def measure(config: str, threads: int, wait_policy: str, steps: int, timeout: float) -> tuple[float, bool]:
+    """Env steps per second of one training run (``summary.json``'s ``steps_per_second``), and whether it was
+    stopped at ``timeout`` seconds (then the speed is an upper bound: ``steps / timeout``)."""
     env = dict(os.environ)
     env.pop("OMP_WAIT_POLICY", None)
     if wait_policy != "default":
@@ -46,24 +47,27 @@ def measure(config: str, threads: int, wait_policy: str, steps: int) -> float:
     with tempfile.TemporaryDirectory() as log_dir:
         command = [sys.executable, "train_rl.py", *CONFIGS[config], "--threads", str(threads), "-n", str(steps),
                    "--eval-freq", "0", "--checkpoint-freq", "0", "--n-eval-episodes", "4", "--log-dir", log_dir]
-        subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+        try:
+            subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return steps / timeout, True
         summary = next(Path(log_dir).glob("*/summary.json"))
-        return float(json.loads(summary.read_text())["steps_per_second"])
+        return float(json.loads(summary.read_text())["steps_per_second"]), False
 
 
-def run_round(conditions: list[tuple[str, int, str, str]], steps: int) -> list[dict[str, Any]]:
+def run_round(conditions: list[tuple[str, int, str, str]], steps: int, timeout: float) -> list[dict[str, Any]]:
     """Every condition once, in a random order; ``busy`` ones with a spinning process alongside."""
     rows = []
     for config, threads, policy, load in random.sample(conditions, len(conditions)):
         spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if load == "busy" else None
         try:
-            speed = measure(config, threads, policy, steps)
+            speed, timed_out = measure(config, threads, policy, steps, timeout)
         finally:
             if spinner is not None:
                 spinner.kill()
                 spinner.wait()
         row = {"config": config, "threads": threads, "wait_policy": policy, "load": load, "steps_per_second": speed,
-               "load_average": round(os.getloadavg()[0], 2)}
+               "timed_out": timed_out, "load_average": round(os.getloadavg()[0], 2)}
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
     return rows
@@ -75,10 +79,12 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = sorted({(r["config"], r["load"], r["threads"], r["wait_policy"]) for r in rows})
     table = []
     for config, load, threads, policy in keys:
-        speeds = [r["steps_per_second"] for r in rows if (r["config"], r["load"], r["threads"], r["wait_policy"])
-                  == (config, load, threads, policy)]
+        mine = [r for r in rows if (r["config"], r["load"], r["threads"], r["wait_policy"])
+                == (config, load, threads, policy)]
         table.append({"config": config, "load": load, "threads": threads, "wait_policy": policy,
-                      "steps_per_second": speeds, "median": statistics.median(speeds)})
+                      "steps_per_second": [r["steps_per_second"] for r in mine],
+                      "timed_out": [r["timed_out"] for r in mine],
+                      "median": statistics.median(r["steps_per_second"] for r in mine)})
     for row in table:
         best = max(r["median"] for r in table if (r["config"], r["load"]) == (row["config"], row["load"]))
         row["slowdown_vs_best"] = round(best / row["median"], 2)
@@ -90,11 +96,13 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [machine_line(result), "",
               f"{result['steps']} env steps per run, a fresh process each, {result['rounds']} interleaved rounds. "
               "`busy`: one extra process spins on a core during the run. Slowdown: the fastest setting's median "
-              "over this one's, within the same config and load.", "",
+              "over this one's, within the same config and load. `<N`: stopped after "
+              f"{result['timeout']:.0f} s, so the speed was below N.", "",
               "| config | load | threads | OMP_WAIT_POLICY | steps/s (per round) | median | slowdown vs best |",
               "|---|---|---:|---|---|---:|---:|"]
     for row in result["table"]:
-        speeds = " / ".join(f"{s:,.0f}" for s in row["steps_per_second"])
+        speeds = " / ".join(("<" if out else "") + f"{s:,.0f}"
+                            for s, out in zip(row["steps_per_second"], row["timed_out"], strict=True))
         lines.append(f"| {row['config']} | {row['load']} | {row['threads']} | {row['wait_policy']} | {speeds} | "
                      f"{row['median']:,.0f} | {row['slowdown_vs_best']:.2f}× |")
     return "\n".join(lines) + "\n"
@@ -109,6 +117,7 @@ def main() -> None:
     parser.add_argument("--loads", nargs="+", choices=["none", "busy"], default=["none", "busy"])
     parser.add_argument("--steps", type=int, default=16_384)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a run is stopped")
     parser.add_argument("--seed", type=int, default=0, help="seed of the round orders")
     parser.add_argument("--name", default="threads", help="results file name (benchmarks/results/<name>.{json,md})")
     args = parser.parse_args()
@@ -117,8 +126,9 @@ def main() -> None:
     conditions = [(c, t, p, load) for c, t, p, load in
                   itertools.product(args.configs, args.threads, args.wait_policies, args.loads)
                   if t > 1 or p == "default"]
-    result: dict[str, Any] = {**provenance(), "machine": machine_info(), "steps": args.steps, "rounds": args.rounds}
-    rows = [row for _ in range(args.rounds) for row in run_round(conditions, args.steps)]
+    result: dict[str, Any] = {**provenance(), "machine": machine_info(), "steps": args.steps, "rounds": args.rounds,
+                              "timeout": args.timeout}
+    rows = [row for _ in range(args.rounds) for row in run_round(conditions, args.steps, args.timeout)]
     result["rows"] = rows
     result["table"] = summarise(rows)
     write_results(args.name, result, markdown)

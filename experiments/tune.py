@@ -30,7 +30,7 @@ import multiprocessing
 import shlex
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents import NonFiniteError
 from experiments.config import ConfigError, RunConfig, apply, build_config, parse_override, plain, save_config
 from experiments.evaluation import EvalLog
-from experiments.run_dir import run_dir, slug, task_folder
+from experiments.run_dir import run_dir, slug, task_folder, task_label
 from experiments.stats import iqm
 from experiments.study import Grid
 from experiments.tune_space import SearchSpace, default_space_files, load_space
@@ -51,6 +51,7 @@ SPACE_DIR = Path(__file__).resolve().parent.parent / "configs" / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
 METRICS = ("auto", "success", "return")
 PRUNERS = ("median", "none")
+MAX_FAILURES = 3
 DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
@@ -72,6 +73,8 @@ class TuneSettings:
     seed: int = 0
     timeout: float | None = None
     command: str = ""
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
+    """trials to run first (sampled values by key), e.g. the defaults or a neighbouring task's tuned values"""
 
     @property
     def storage_url(self) -> str:
@@ -146,7 +149,11 @@ def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
     for config in trial_configs(settings, values, trial_dir):
         directory = run_dir(config)
         reporter = ReportEvaluations(trial, EvalLog(directory / "evaluations.csv"), settings.metric, offset)
-        summary = train(config, extra_callback=reporter)
+        try:
+            summary = train(config, extra_callback=reporter)
+        except (ConfigError, NonFiniteError) as error:
+            trial.set_user_attr("error", f"{directory.name}: {error}")
+            raise
         if reporter.pruned:
             raise optuna.TrialPruned(f"pruned in {directory.name} at {summary['env_steps']} steps")
         scores.append(score(summary, settings.metric))
@@ -190,11 +197,21 @@ def work(settings: TuneSettings, worker: int) -> None:
     study = open_study(settings, None)
     study.sampler = optuna.samplers.TPESampler(n_startup_trials=settings.startup_trials,
                                                seed=settings.seed + 1000 * worker + len(study.trials))
+    for values in settings.enqueue:
+        study.enqueue_trial(values, skip_if_exists=True)
     if finished(study) >= settings.trials:
         return
     stop = optuna.study.MaxTrialsCallback(settings.trials, states=DONE)
-    study.optimize(lambda trial: objective(trial, settings), callbacks=[stop, announce], timeout=settings.timeout,
-                   catch=(NonFiniteError, ConfigError))
+    study.optimize(lambda trial: objective(trial, settings), callbacks=[stop, announce, stop_on_failures],
+                   timeout=settings.timeout, catch=(NonFiniteError, ConfigError))
+
+
+def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Stop the study once :data:`MAX_FAILURES` trials in a row have failed (a setting that no sampled value
+    can fix, rather than one bad draw)."""
+    last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
+    if len(last) == MAX_FAILURES and all(t.state == optuna.trial.TrialState.FAIL for t in last):
+        study.stop()
 
 
 def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -291,6 +308,9 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("--name", help="study name (default: {env}__{algo}-{backbone}); the same name resumes")
     tune.add_argument("--space", nargs="+", help="search-space YAML file(s) (default: configs/tune/{algo}.yaml and "
                                                  "configs/tune/{backbone}.yaml)")
+    tune.add_argument("--enqueue", nargs="+", action="append", default=[], metavar="KEY=VALUE",
+                      help="a trial to run first, with these values (as sampled: ppo.learning_rate=1e-3, not "
+                           "lin_1e-3); repeat the flag for several")
     tune.add_argument("--suite", help="a study file whose tasks all enter the objective (its seeds are not used)")
     tune.add_argument("--trials", type=int, default=20, help="trials in the study, finished or pruned (default: "
                                                              "%(default)s); rerun with more to extend it")
@@ -329,6 +349,10 @@ def check_args(args: argparse.Namespace) -> None:
 def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
     check_args(args)
     base = base_configs(args)
+    labels = [task_label(config.to_dict()) for config in base]
+    repeated = [label for label in labels if labels.count(label) > 1]
+    if repeated:
+        raise ConfigError(f"the suite lists task {repeated[0]!r} twice")
     first = base[0]
     space = load_space(args.space or default_space_files(first.algo, first.backbone, SPACE_DIR))
     for config in base:
@@ -337,7 +361,22 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
     directory = Path(first.log_dir) / "tune" / name
     return TuneSettings(name=name, directory=directory, base=base, space=space, seeds=list(range(args.tune_seeds)),
                         trials=args.trials, metric=args.metric, aggregate=args.aggregate, pruner=args.pruner,
-                        startup_trials=args.startup_trials, seed=args.seed, timeout=args.timeout, command=command)
+                        startup_trials=args.startup_trials, seed=args.seed, timeout=args.timeout, command=command,
+                        enqueue=[enqueued(space, values) for values in args.enqueue])
+
+
+def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
+    """The values of an ``--enqueue`` trial; keys outside the space raise :class:`ConfigError`."""
+    values = dict(map(parse_override, texts))
+    keys = [param.key for param in space.params]
+    unknown = sorted(set(values) - set(keys))
+    if unknown:
+        raise ConfigError(f"--enqueue {unknown[0]}: not a key of the search space; valid keys: {', '.join(keys)}")
+    for param in space.params:
+        if param.type == "categorical" and param.key in values and values[param.key] not in param.choices:
+            raise ConfigError(f"--enqueue {param.key}={values[param.key]!r}: valid choices: "
+                              f"{', '.join(map(str, param.choices))}")
+    return values
 
 
 def summary_lines(settings: TuneSettings, paths: dict[str, Path]) -> list[str]:
@@ -365,4 +404,15 @@ def main(argv: list[str]) -> int:
     run_workers(settings, args.workers)
     paths = write_outputs(settings)
     print("\n".join(summary_lines(settings, paths)))
-    return 0
+    return 1 if failing(settings) else 0
+
+
+def failing(settings: TuneSettings) -> bool:
+    """Whether the study stopped on failures (then the last error is printed)."""
+    study = open_study(settings, None)
+    last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
+    if len(last) < MAX_FAILURES or any(t.state != optuna.trial.TrialState.FAIL for t in last):
+        return False
+    reason = last[-1].user_attrs.get("error", "see the log above")
+    print(f"error: {MAX_FAILURES} trials in a row failed; the last: {reason}", file=sys.stderr)
+    return True
