@@ -71,7 +71,7 @@ def test_suite_objective_covers_every_task(tmp_path):
     trial = load_study(tmp_path).trials[0]
     assert len(trial.user_attrs["scores"]) == 2
     folders = sorted(p.name for p in (tmp_path / "tune" / "t" / "trial_0000").iterdir())
-    assert folders == ["TMaze-v0_length_3", "TMaze-v0_length_4"]
+    assert folders == ["TMaze_v0_length_3", "TMaze_v0_length_4"]
 
 
 def test_a_suite_listing_a_task_twice_exits_2(tmp_path, capsys):
