@@ -27,6 +27,7 @@ import shlex
 import sys
 from typing import Any
 
+import experiments.threads  # noqa: F401  (first: OMP_WAIT_POLICY=PASSIVE before torch loads OpenMP)
 from agents import ALGOS, PRECISIONS, NonFiniteError
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config, parse_override
 from experiments.launchers import LAUNCHERS, LauncherError
