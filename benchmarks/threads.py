@@ -113,6 +113,7 @@ def markdown(result: dict[str, Any]) -> str:
               f"{result['rounds']} interleaved rounds. Load `as is`: the machine as other users left it (its load "
               "average is in the JSON, per measurement); `+1 busy`: one more process spinning on a core. Slowdown: "
               "the fastest setting's median over this one's, within the same config and load.", "",
+              *([result["note"], ""] if result.get("note") else []),
               "| config | load | threads | OMP_WAIT_POLICY | steps/s (per round) | median | slowdown vs best |",
               "|---|---|---:|---|---|---:|---:|"]
     for row in result["table"]:
