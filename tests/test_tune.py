@@ -40,9 +40,10 @@ def load_study(tmp_path: Path) -> optuna.Study:
 
 
 def test_rerun_resumes_the_study_and_best_yaml_is_a_config_with_the_best_values(tmp_path):
-    assert tune(tmp_path, "--trials", "2", "--tune-seeds", "2") == 0
+    # all three trials are random start-up draws: a resumed sampler with the first one's seed would repeat trial 0
+    assert tune(tmp_path, "--trials", "2", "--tune-seeds", "2", "--startup-trials", "10") == 0
     assert len(load_study(tmp_path).trials) == 2
-    assert tune(tmp_path, "--trials", "3", "--tune-seeds", "2") == 0
+    assert tune(tmp_path, "--trials", "3", "--tune-seeds", "2", "--startup-trials", "10") == 0
     study = load_study(tmp_path)
     trials = study.trials
     assert [t.number for t in trials] == [0, 1, 2]
