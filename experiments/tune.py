@@ -222,17 +222,21 @@ def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
           + f" {trial.params}", flush=True)
 
 
-def run_workers(settings: TuneSettings, workers: int) -> None:
-    """``workers`` processes on the same storage (one in this process when 1)."""
+def run_workers(settings: TuneSettings, workers: int) -> int:
+    """``workers`` processes on the same storage (one in this process when 1); the number that failed.
+
+    The study (and its tables) is created here first, so that the workers do not race to create it."""
+    open_study(settings, None)
     if workers == 1:
         work(settings, 0)
-        return
+        return 0
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=work, args=(settings, i)) for i in range(workers)]
     for process in processes:
         process.start()
     for process in processes:
         process.join()
+    return sum(process.exitcode != 0 for process in processes)
 
 
 def write_outputs(settings: TuneSettings) -> dict[str, Path]:
@@ -277,13 +281,14 @@ def write_plots(study: optuna.Study, directory: Path, complete: int) -> dict[str
         makers["importance"] = plots.plot_param_importances
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Target and region quantiles")  # PED-ANOVA on equal objectives
         for name, make in makers.items():
             axes = make(study)
             figure = axes.figure
             figure.set_size_inches(7, 4)
             figure.tight_layout()
             paths[name] = directory / f"{name}.png"
-            figure.savefig(paths[name], dpi=80)
+            figure.savefig(paths[name], dpi=80, bbox_inches="tight")
             plt.close(figure)
     return paths
 
@@ -401,10 +406,13 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     settings.directory.mkdir(parents=True, exist_ok=True)
-    run_workers(settings, args.workers)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    failed_workers = run_workers(settings, args.workers)
     paths = write_outputs(settings)
     print("\n".join(summary_lines(settings, paths)))
-    return 1 if failing(settings) else 0
+    if failed_workers:
+        print(f"error: {failed_workers} of {args.workers} workers failed (their errors are above)", file=sys.stderr)
+    return 1 if failing(settings) or failed_workers else 0
 
 
 def failing(settings: TuneSettings) -> bool:

@@ -135,3 +135,12 @@ def test_score_is_the_success_rate_where_reported_else_the_return():
     assert score({"final_success_rate": None, "final_mean_return": 3.0}, "auto") == 3.0
     assert score({"success_rate": "", "mean_return": "2.5"}, "auto") == 2.5
     assert score({"final_success_rate": 0.5, "final_mean_return": 3.0}, "return") == 3.0
+
+
+@pytest.mark.slow
+def test_workers_share_the_study_and_run_trials_at_the_same_time(tmp_path):
+    assert tune(tmp_path, "--trials", "4", "--tune-seeds", "1", "--workers", "2") == 0
+    trials = load_study(tmp_path).trials
+    assert len(trials) >= 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    first, second = trials[0], trials[1]  # both workers start a trial as soon as they are up
+    assert second.datetime_start < first.datetime_complete
