@@ -47,8 +47,11 @@ def curve_text(run: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = heading(f"Tuning study `{result['study']}` and its baseline", result)
-    lines += [machine_line(result), "", *result.get("notes", []), "", "## Trials", "",
+    lines = heading(f"Tuning study `{result['study']}` and its baseline", {"command": result["script"]})
+    lines += [machine_line(result), ""]
+    for paragraph in result.get("notes", []):
+        lines += [paragraph, ""]
+    lines += ["## Trials", "",
               "| trial | state | objective | per-seed final score | values |", "|---:|---|---:|---|---|"]
     for trial in result["trials"]:
         value = "—" if trial["value"] is None else f"{trial['value']:.3f}"
@@ -73,6 +76,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     result = {**provenance(), "machine": machine_info(), "study": args.study.name, "commands": args.command,
+              "script": f"python benchmarks/tune_result.py {args.study} --baseline {' '.join(map(str, args.baseline))} "
+                        f"--name {args.name} --command ... --note ...",
               "notes": [*(f"Command: `{c}`" for c in args.command), *args.note],
               "trials": trials(args.study), "baseline": [run for d in args.baseline for run in runs(d)]}
     write_results(args.name, result, markdown, args.out)
