@@ -170,9 +170,9 @@ def make_pruner(settings: TuneSettings) -> optuna.pruners.BasePruner:
     return optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=warmup)
 
 
-def open_study(settings: TuneSettings, sampler_seed: int | None) -> optuna.Study:
-    """The study in ``study.db``, created on first use. Trials whose process stopped beating are failed after
-    two minutes and enqueued again (Optuna's heartbeat)."""
+def open_study(settings: TuneSettings, sampler_seed: int | None = None) -> optuna.Study:
+    """The study in ``study.db`` (created on first use), sampled by TPE seeded with ``sampler_seed``. Trials whose
+    process stopped beating are failed after two minutes and enqueued again (Optuna's heartbeat)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
@@ -194,9 +194,8 @@ def work(settings: TuneSettings, worker: int) -> None:
     The sampler's seed moves with the trials already in the study and the worker, so a resumed or parallel
     worker does not draw the same random start-up trials again."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(settings, None)
-    study.sampler = optuna.samplers.TPESampler(n_startup_trials=settings.startup_trials,
-                                               seed=settings.seed + 1000 * worker + len(study.trials))
+    study = open_study(settings)
+    study = open_study(settings, settings.seed + 1000 * worker + len(study.trials))
     for values in settings.enqueue:
         study.enqueue_trial(values, skip_if_exists=True)
     if finished(study) >= settings.trials:
@@ -226,7 +225,7 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
     """``workers`` processes on the same storage (one in this process when 1); the number that failed.
 
     The study (and its tables) is created here first, so that the workers do not race to create it."""
-    open_study(settings, None)
+    open_study(settings)
     if workers == 1:
         work(settings, 0)
         return 0
@@ -241,7 +240,7 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
 
 def write_outputs(settings: TuneSettings) -> dict[str, Path]:
     """``trials.csv``, ``best.yaml``, ``importance.png`` and ``history.png`` of the study (those it can make)."""
-    study = open_study(settings, None)
+    study = open_study(settings)
     paths = {"trials": settings.directory / "trials.csv"}
     study.trials_dataframe().to_csv(paths["trials"], index=False)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -385,7 +384,7 @@ def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
 
 
 def summary_lines(settings: TuneSettings, paths: dict[str, Path]) -> list[str]:
-    study = open_study(settings, None)
+    study = open_study(settings)
     states = [t.state.name.lower() for t in study.trials]
     counts = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states)))
     lines = [f"study {settings.name!r}: {len(states)} trials ({counts}) in {settings.directory / 'study.db'}"]
@@ -417,7 +416,7 @@ def main(argv: list[str]) -> int:
 
 def failing(settings: TuneSettings) -> bool:
     """Whether the study stopped on failures (then the last error is printed)."""
-    study = open_study(settings, None)
+    study = open_study(settings)
     last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
     if len(last) < MAX_FAILURES or any(t.state != optuna.trial.TrialState.FAIL for t in last):
         return False
