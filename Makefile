@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# torch threads of `make demo` (THREADS=2 ...); empty: the run's default, one thread (docs/notes/threads.md)
+THREADS ?=
 
 .PHONY: install demo test test-slow lint bench docs docs-serve clean
 
@@ -19,7 +21,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	rm -rf runs/demo
-	$(BIN)/python train_rl.py --config configs/demo.yaml --log-dir runs/demo --progress
+	$(BIN)/python train_rl.py --config configs/demo.yaml --log-dir runs/demo --progress $(if $(THREADS),--threads $(THREADS))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

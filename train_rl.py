@@ -22,6 +22,8 @@ import os
 import sys
 from typing import NamedTuple
 
+import experiments.threads  # noqa: F401  (first: OMP_WAIT_POLICY=PASSIVE before torch loads OpenMP)
+
 
 class Command(NamedTuple):
     """Where a command's ``main(argv) -> int`` lives, and what it does."""

@@ -71,8 +71,9 @@ class RunConfig:
     """environment steps to train for"""
     device: str = _rule(Device(), default="auto")
     """torch device: auto, cpu, cuda, cuda:1, ..."""
-    threads: int = _rule(Range(0, integer=True, note="0: every core"), default=0)
-    """torch CPU threads; 0: every core this process may use (a study gives each run 1)"""
+    threads: int = _rule(Range(0, integer=True, note="0: every core"), default=1)
+    """torch CPU threads; 0: every core this process may use. One by default: a second thread gains at most
+    1.45x on an idle machine and loses several times that once another process holds a core (docs/notes/threads.md)"""
     precision: str = _rule(OneOf(lambda: PRECISIONS), default="fp32")
     """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"""
     log_dir: str = _rule(Directory(), default="runs")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.save_util import load_from_zip_file
 
 from agents import ALGOS, NonFiniteError
@@ -95,22 +96,25 @@ def torch_threads(threads: int) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0) -> dict[str, Any]:
+def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0,
+          extra_callback: BaseCallback | None = None) -> dict[str, Any]:
     """Train (or resume) the run and return its summary, holding the run directory's lock throughout.
 
     A new run refuses a directory that already holds a run (:func:`refuse_existing_run`). ``resume``
     on a finished run returns its summary and touches nothing; otherwise the run continues from its
     newest checkpoint that loads (step 0 when there is none), its logs rewound to that step first
-    (:mod:`experiments.rewind`). Messages about what resuming does go to stderr.
+    (:mod:`experiments.rewind`). Messages about what resuming does go to stderr. ``extra_callback`` runs
+    after the run's own (evaluation and checkpoints) at every step, and may stop the run early by returning False.
     """
     torch.set_num_threads(torch_threads(config.threads))
     try:
-        return _train_in(run_dir(config), config, resume, progress_bar, verbose)
+        return _train_in(run_dir(config), config, resume, progress_bar, verbose, extra_callback)
     except RunBusyError as error:
         raise ConfigError(str(error)) from error
 
 
-def _train_in(directory: Path, config: RunConfig, resume: bool, progress_bar: bool, verbose: int) -> dict[str, Any]:
+def _train_in(directory: Path, config: RunConfig, resume: bool, progress_bar: bool, verbose: int,
+              extra_callback: BaseCallback | None) -> dict[str, Any]:
     check_not_busy(directory)  # first: a run being written is refused as such, whatever else holds
     if resume and (directory / "config.yaml").exists():
         check_same_config(config, directory / "config.yaml")
@@ -123,15 +127,15 @@ def _train_in(directory: Path, config: RunConfig, resume: bool, progress_bar: bo
     existed = directory.exists()
     try:
         with run_lock(directory):
-            return _train_locked(config, directory, resume, progress_bar, verbose)
+            return _train_locked(config, directory, resume, progress_bar, verbose, extra_callback)
     except ConfigError:
         if not existed:  # refused before training: leave no directory behind
             shutil.rmtree(directory, ignore_errors=True)
         raise
 
 
-def _train_locked(config: RunConfig, directory: Path, resume: bool, progress_bar: bool,
-                  verbose: int) -> dict[str, Any]:
+def _train_locked(config: RunConfig, directory: Path, resume: bool, progress_bar: bool, verbose: int,
+                  extra_callback: BaseCallback | None) -> dict[str, Any]:
     if not resume:
         refuse_existing_run(directory)  # again: another process may have started it meanwhile
         save_config(config, directory / "config.yaml")  # first, so that a run failing from here on is listed
@@ -159,7 +163,8 @@ def _train_locked(config: RunConfig, directory: Path, resume: bool, progress_bar
     remaining = config.total_timesteps - model.num_timesteps
     if remaining > 0:
         try:
-            model.learn(remaining, callback=callback, progress_bar=progress_bar, tb_log_name=type(model).__name__,
+            model.learn(remaining, callback=[callback, extra_callback] if extra_callback else callback,
+                        progress_bar=progress_bar, tb_log_name=type(model).__name__,
                         reset_num_timesteps=loaded is None)
         except NonFiniteError as error:
             raise NonFiniteError(f"{error}; {checkpoint_note(directory)}") from error

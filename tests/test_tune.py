@@ -1,0 +1,146 @@
+"""train_rl.py tune: trials train real runs, the study resumes from its SQLite database without repeating a
+trial, best.yaml is a usable config, the plots are written; bad spaces exit 2; the pruner stops a run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+import train_rl
+from experiments.config import build_config
+from experiments.evaluation import EvalLog
+from experiments.tune import ReportEvaluations, score
+
+TINY = ["--env", "TMaze-v0", "--backbone", "mlp", "-n", "128", "--eval-freq", "64",
+        "--n-eval-episodes", "2", "--startup-trials", "1",
+        "-p", "n_envs=4", "n_eval_envs=2", "checkpoint_freq=0", "ppo.n_steps=16", "ppo.batch_size=32",
+        "ppo.n_epochs=1", "ppo.segment_length=4", "mlp.hidden_size=8"]
+SPACE = {"ppo.learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 1e-2, "template": "lin_{}"},
+         "ppo.gae_lambda": {"type": "categorical", "choices": [0.9, 0.95, 0.99]},
+         "ppo.n_epochs": {"type": "int", "low": 1, "high": 2}}
+
+
+def write_space(path: Path, space: dict) -> str:
+    path.write_text(yaml.safe_dump(space))
+    return str(path)
+
+
+def tune(tmp_path: Path, *argv: str, task: tuple[str, ...] = ("--env-kwargs", "length=3")) -> int:
+    space = write_space(tmp_path / "space.yaml", SPACE)
+    return train_rl.main(["tune", *TINY, *task, "--log-dir", str(tmp_path), "--name", "t", "--space", space, *argv])
+
+
+def load_study(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'tune' / 't' / 'study.db'}")
+
+
+def test_rerun_resumes_the_study_and_best_yaml_is_a_config_with_the_best_values(tmp_path):
+    # all three trials are random start-up draws: a resumed sampler with the first one's seed would repeat trial 0
+    assert tune(tmp_path, "--trials", "2", "--tune-seeds", "2", "--startup-trials", "10") == 0
+    assert len(load_study(tmp_path).trials) == 2
+    assert tune(tmp_path, "--trials", "3", "--tune-seeds", "2", "--startup-trials", "10") == 0
+    study = load_study(tmp_path)
+    trials = study.trials
+    assert [t.number for t in trials] == [0, 1, 2]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 3  # no trial drawn twice
+    directory = tmp_path / "tune" / "t"
+    for trial in trials:  # every trial trained one real run per seed, and its value is their mean
+        assert len(list((directory / f"trial_{trial.number:04d}").glob("*/summary.json"))) == 2
+        assert trial.value == pytest.approx(np.mean(trial.user_attrs["scores"]))
+    config = build_config(directory / "best.yaml")
+    best = study.best_trial
+    assert config.options["ppo"]["gae_lambda"] == best.params["ppo.gae_lambda"]
+    assert config.options["ppo"]["n_epochs"] == best.params["ppo.n_epochs"]
+    assert config.options["ppo"]["learning_rate"].start == pytest.approx(best.params["ppo.learning_rate"])
+    assert config.backbone == "mlp" and config.options["mlp"]["hidden_size"] == 8  # the base config is kept
+    for name in ("importance.png", "history.png"):
+        assert (directory / name).read_bytes()[:4] == b"\x89PNG"
+    assert len((directory / "trials.csv").read_text().splitlines()) == 4
+
+
+def test_suite_objective_covers_every_task(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"tasks": [{"env_kwargs": {"length": 3}}, {"env_kwargs": {"length": 4}}]}))
+    assert tune(tmp_path, "--trials", "1", "--tune-seeds", "1", "--suite", str(suite), "--aggregate", "iqm",
+                task=()) == 0
+    trial = load_study(tmp_path).trials[0]
+    assert len(trial.user_attrs["scores"]) == 2
+    folders = sorted(p.name for p in (tmp_path / "tune" / "t" / "trial_0000").iterdir())
+    assert folders == ["TMaze_v0_length_3", "TMaze_v0_length_4"]
+
+
+def test_a_suite_listing_a_task_twice_exits_2(tmp_path, capsys):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"tasks": [{"env_kwargs": {"length": 3}}, {"env_kwargs": {"length": 3}}]}))
+    assert tune(tmp_path, "--suite", str(suite), task=()) == 2
+    assert "lists task 'TMaze-v0 (length=3)' twice" in capsys.readouterr().err
+
+
+def test_trials_that_keep_failing_stop_the_study(tmp_path, capsys):
+    # a batch size that is not a multiple of the segment length fails every trial when its model is built
+    assert tune(tmp_path, "--trials", "5", "-p", "ppo.batch_size=30") == 1
+    assert len(load_study(tmp_path).trials) == 3
+    assert "3 trials in a row failed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("space,message", [
+    ({"ppo.ent_coef": {"type": "normal", "low": 0, "high": 1}}, "type='normal'; valid types: log_uniform"),
+    ({"ppo.ent_coef": {"type": "log_uniform", "low": 0.0, "high": 0.1}}, "a log-uniform range must be positive"),
+    ({"ppo.ent_coef": {"type": "uniform", "low": 0.2, "high": 0.1}}, "expected two numbers with low < high"),
+    ({"ppo.ent_cof": {"type": "uniform", "low": 0.0, "high": 0.1}}, "unknown option 'ent_cof' for ppo"),
+    ({"ppo.n_epochs": {"type": "categorical", "choices": ["many"]}}, "ppo.n_epochs='many': expected an integer"),
+    ({"ppo.gamma": {"type": "categorical"}}, "choices=None: expected a non-empty list"),
+])
+def test_bad_space_exits_2_naming_it(space, message, tmp_path, capsys):
+    path = write_space(tmp_path / "bad.yaml", space)
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(train_rl.main(["tune", *TINY, "--log-dir", str(tmp_path), "--space", path]))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+class PruneAfter:
+    """An Optuna trial stand-in that asks to prune once ``limit`` values have been reported."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.reported = limit, []
+
+    def report(self, value: float, step: int) -> None:
+        self.reported.append((step, value))
+
+    def should_prune(self) -> bool:
+        return len(self.reported) >= self.limit
+
+
+def test_report_evaluations_reports_each_new_row_at_its_offset_step_and_stops_when_pruned(tmp_path):
+    log = EvalLog(tmp_path / "evaluations.csv")
+    trial = PruneAfter(limit=2)
+    callback = ReportEvaluations(trial, log, "auto", offset=1000)
+    assert callback._on_step()
+    log.append({"timesteps": 64, "mean_return": 0.5, "success_rate": 0.25})
+    assert callback._on_step() and callback._on_step()  # one row, reported once
+    log.append({"timesteps": 128, "mean_return": 0.7, "success_rate": 0.75})
+    assert not callback._on_step()
+    assert trial.reported == [(1064, 0.25), (1128, 0.75)] and callback.pruned
+
+
+def test_score_is_the_success_rate_where_reported_else_the_return():
+    assert score({"final_success_rate": 0.5, "final_mean_return": 3.0}, "auto") == 0.5
+    assert score({"final_success_rate": None, "final_mean_return": 3.0}, "auto") == 3.0
+    assert score({"success_rate": "", "mean_return": "2.5"}, "auto") == 2.5
+    assert score({"final_success_rate": 0.5, "final_mean_return": 3.0}, "return") == 3.0
+
+
+@pytest.mark.slow
+def test_workers_share_the_study_and_run_trials_at_the_same_time(tmp_path):
+    assert tune(tmp_path, "--trials", "4", "--tune-seeds", "1", "--workers", "2") == 0
+    trials = load_study(tmp_path).trials
+    assert len(trials) >= 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    first, second = trials[0], trials[1]  # both workers start a trial as soon as they are up
+    assert second.datetime_start < first.datetime_complete
