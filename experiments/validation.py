@@ -97,7 +97,8 @@ BACKBONE_OPTIONS: dict[str, Rule] = {
     "memory_length": COUNT,
     "gate": OneOf(lambda: GATES),
     "gate_bias": Range(optional=True),
-    "attention": OneOf(lambda: ATTENTIONS),
+    "attention": OneOf(lambda: [*ATTENTIONS, *(name for name in POSITIONS if name not in ATTENTIONS)]),
+    # a position scheme's name: the full window with that position (the flat layout's names, make_attention)
     "attention_options": Entries(),  # each option: COMPONENT_OPTIONS, for the chosen attention
     "position": AnyOf((OneOf(lambda: [None]), OneOf(lambda: POSITIONS))),  # None: the attention's own default
     "position_options": Entries(),  # each option: COMPONENT_OPTIONS, for the chosen position scheme
@@ -250,13 +251,24 @@ def _check_sections(config: RunConfig) -> None:
             table[option].check(f"{section}.{option}", value)
         if section in BACKBONES:
             defaults = BACKBONES[section].options()
-            for kind, catalogue in (("attention", ATTENTIONS), ("position", POSITIONS)):
-                name = options.get(kind, defaults.get(kind))
-                if f"{kind}_options" in defaults and name is not None:
-                    _check_component_options(f"{section}.{kind}_options", catalogue, name,
-                                             options.get(f"{kind}_options"))
+            if "attention" in defaults:
+                for key, catalogue, name, component_options in _components(section, {**defaults, **options}):
+                    _check_component_options(key, catalogue, name, component_options)
     for option, value in config.policy.items():
         POLICY_OPTIONS[option].check(f"policy.{option}", value)
+
+
+def _components(section: str, options: dict[str, Any]) -> list[tuple[str, Catalogue, str, dict[str, Any] | None]]:
+    """The attention and position a backbone's ``options`` choose, each with its options and the key naming them;
+    a position scheme named as the attention means the full window with it (as
+    :func:`policies.attention.layer.make_attention` reads it)."""
+    attention, position = options["attention"], options.get("position")
+    if attention in POSITIONS and attention not in ATTENTIONS and position is None:
+        return [(f"{section}.attention_options", POSITIONS, attention, options.get("attention_options"))]
+    chosen = [(f"{section}.attention_options", ATTENTIONS, attention, options.get("attention_options"))]
+    if position is not None:
+        chosen.append((f"{section}.position_options", POSITIONS, position, options.get("position_options")))
+    return chosen
 
 
 def _check_component_options(key: str, catalogue: Catalogue, name: str, options: dict[str, Any] | None) -> None:

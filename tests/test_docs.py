@@ -162,10 +162,9 @@ def test_the_extraction_finds_the_readme_commands():
     assert not is_cheap("python train_rl.py --config configs/demo.yaml -n 150000")
 
 
-@pytest.mark.parametrize("command", CHEAP)
-def test_documented_command_runs_as_written(command, tmp_path):
-    """In a directory that looks like the clone (the repository's entries linked in), with the virtual
-    environment's ``python`` first on PATH, as after ``source .venv/bin/activate``."""
+def run_as_a_user(script: str, tmp_path: Path) -> None:
+    """Run ``script`` with bash in a directory that looks like the clone (the repository's entries linked in),
+    with the virtual environment's ``python`` first on PATH, as after ``source .venv/bin/activate``."""
     for entry in REPO.iterdir():
         if entry.name not in (".git", "runs", "site"):
             (tmp_path / entry.name).symlink_to(entry)
@@ -173,7 +172,19 @@ def test_documented_command_runs_as_written(command, tmp_path):
         (tmp_path / ".venv").symlink_to(sys.prefix)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+    result = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
-    assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    assert result.returncode == 0, f"{script}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", CHEAP)
+def test_documented_command_runs_as_written(command, tmp_path):
+    run_as_a_user(command, tmp_path)
+
+
+def test_readme_first_steps_run_in_order(tmp_path):
+    """The README's block after the set-up (activate, help, list, a 512-step run, evaluate it), as one session."""
+    block = next(block for block in SHELL_FENCE.findall(README.read_text()) if "source .venv/bin/activate" in block)
+    assert "-n 512" in block and "evaluate" in block
+    run_as_a_user(block, tmp_path)

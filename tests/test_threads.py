@@ -24,7 +24,7 @@ def test_wait_policy_is_passive_unless_the_user_chose_one():
 
 def test_train_rl_sets_the_wait_policy_before_torch_is_imported():
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    code = "import train_rl, os; print(os.environ['OMP_WAIT_POLICY'])"
+    code = "import train_rl, os, torch; print(os.environ['OMP_WAIT_POLICY'])"  # torch: as a command imports it
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, env=env, capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "PASSIVE"
