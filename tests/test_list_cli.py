@@ -36,7 +36,6 @@ def test_every_registry_entry_is_listed_with_its_summary(what, registry, capsys)
         assert shown["gtrxl"] == "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)"
 
 
-@pytest.mark.skipif(not hasattr(policies, "POSITIONS"), reason="this checkout's policies has no POSITIONS registry")
 def test_position_schemes_are_listed(capsys):
     assert list(listed("positions", capsys)) == list(policies.POSITIONS)
 
