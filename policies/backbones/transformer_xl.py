@@ -40,7 +40,7 @@ class TransformerXL(WindowTransformer):
         torch.Size([4, 32])
     """
 
-    def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
+    def __init__(self, input_dim: int, *, d_model: int = 64, n_layers: int = 1, n_heads: int = 4,
                  d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
                  layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
                  attention: str = "full", attention_options: dict[str, Any] | None = None,
