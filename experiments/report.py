@@ -8,7 +8,14 @@
   median and IQM with 95 % stratified bootstrap CIs, every run's score, and the probability of
   improvement between each pair of backbones — ``scores_<task>.png``, ``improvement_<task>.png``;
 - per task, reliability: share of runs that solve the task, runs that diverged or failed, and
-  the dispersion (IQR) and risk (CVaR of the worst 25 %) of the final scores (Chan et al. 2020).
+  the dispersion (IQR) and risk (CVaR of the worst 25 %) of the final scores (Chan et al. 2020);
+- per task, the final and best (POPGym's MMER) deterministic evaluations of every finished run, with the
+  normalised score (:mod:`experiments.suite_scores`: ``0.5·R + 0.5`` for POPGym, the success rate where a task
+  reports one);
+- over the suite of tasks that have a normalised score (of a partial study, those every compared backbone has
+  finished a run on): the normalised MMER per task and backbone, its IQM, mean and median per backbone with
+  95 % stratified bootstrap CIs, and P(X > Y), GTrXL against each other backbone first —
+  ``scores_suite.png``, ``improvement_suite.png``.
 
 The score of a run is its final evaluation's success rate where the task reports success, else
 its final mean return; a run that diverged or failed is scored by its last evaluation before it
@@ -45,9 +52,12 @@ from experiments.run_dir import (
     task_label,
     write_atomic,
 )
+from experiments.suite_scores import RunScores, Suite, normalisation_name, run_scores, suite_matrices
 
 DEFAULT_REPS = 2000
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
+REFERENCE_BACKBONE = "gtrxl"
+"""the backbone whose P(X > Y) against each other one the suite section states first"""
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Task:
     """Everything the report says about one task (an environment with its keyword arguments)."""
 
     label: str
+    env: str
     success: bool
     """scored by success rate (else by mean return)"""
     threshold: float
@@ -100,6 +111,8 @@ class Task:
     """backbone → its runs"""
     stats: ScoreStats
     reliability: dict[str, Reliability]
+    finished: dict[str, list[RunScores]]
+    """backbone → the final and best evaluations of its finished runs, by seed"""
 
     @property
     def slug(self) -> str:
@@ -146,6 +159,10 @@ class Study:
     runs: list[Run]
     tasks: list[Task]
     overall: ScoreStats | None
+    suite: Suite | None
+    """the tasks with a normalised score (``None`` unless there are several tasks and one has it)"""
+    suite_stats: ScoreStats | None
+    """the suite's normalised MMER statistics (``None`` while no task can be compared)"""
     reps: int
 
     @classmethod
@@ -168,9 +185,14 @@ class Study:
             task_threshold = threshold if threshold is not None else float(members[0].config.get(
                 "success_threshold", 0.9))
             scores = {backbone: _score_matrix(group, success) for backbone, group in by_backbone.items()}
-            tasks.append(Task(name, success, task_threshold, dict(by_backbone), ScoreStats.compute(scores, reps, seed),
-                              {b: reliability(g, success, task_threshold) for b, g in by_backbone.items()}))
-        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), reps)
+            finished = {b: sorted((s for s in map(run_scores, g) if s is not None), key=lambda s: s.seed)
+                        for b, g in by_backbone.items()}
+            tasks.append(Task(name, str(members[0].config.get("env", "?")), success, task_threshold,
+                              dict(by_backbone), ScoreStats.compute(scores, reps, seed),
+                              {b: reliability(g, success, task_threshold) for b, g in by_backbone.items()}, finished))
+        suite = _suite(tasks)
+        suite_stats = ScoreStats.compute(suite.scores, reps, seed) if suite is not None and suite.tasks else None
+        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, reps)
 
 
 def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
@@ -211,12 +233,22 @@ def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
     return ScoreStats.compute(matrices, reps, seed) if matrices else None
 
 
+def _suite(tasks: list[Task]) -> Suite | None:
+    """The suite of the tasks with a normalised score, when there are several tasks and one has it."""
+    if len(tasks) < 2 or not any(normalisation_name(task.env, task.success) for task in tasks):
+        return None
+    return suite_matrices({
+        task.label: {b: [(s.seed, s.normalised(task.env)) for s in runs] for b, runs in task.finished.items()}
+        if normalisation_name(task.env, task.success) else None for task in tasks})
+
+
 # --------------------------------------------------------------------------------------------
 # figures
 
 
 def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path) -> None:
-    """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run."""
+    """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run;
+    ``score_name`` says which score (``final success rate``)."""
     names = list(score_stats.scores)
     colors = group_colors(names)
     figure = Figure(figsize=(12, 0.5 * len(names) + 1.8), layout="constrained")
@@ -243,7 +275,7 @@ def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path
         ax.set_xlim(low - margin, high + margin)
         ax.set_xlabel(score_name)
         ax.grid(axis="x", alpha=0.3)
-    figure.suptitle(f"{title}: final {score_name}, 95 % stratified bootstrap CIs")
+    figure.suptitle(f"{title}: {score_name}, 95 % stratified bootstrap CIs")
     save_figure(figure, path)
 
 
@@ -281,7 +313,8 @@ def _format_number(value: float) -> str:
 
 
 def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: str, directory: Path) -> list[str]:
-    """Final-score table, P(improvement) table and their figures."""
+    """Score table, P(improvement) table and their figures; ``score_name`` says which score (``final success
+    rate``)."""
     if not score_stats.scores:
         return ["No run has a score yet.", ""]
     plot_scores(title, score_stats, score_name, directory / f"scores_{key}.png")
@@ -291,9 +324,9 @@ def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: st
         runs = matrix.shape[0] if matrix.shape[1] == 1 else f"{matrix.shape[0]} × {matrix.shape[1]} tasks"
         rows.append([name, runs, estimate["mean"], _format_number(float(np.std(matrix))), estimate["median"],
                      estimate["iqm"]])
-    lines = [f"Final {score_name}: point estimate [95 % CI].", "",
+    lines = [f"{score_name[0].upper()}{score_name[1:]}: point estimate [95 % CI].", "",
              *_table(["backbone", "runs", "mean", "std", "median", "IQM"], rows), "",
-             f"![final scores](scores_{key}.png)", ""]
+             f"![{score_name}](scores_{key}.png)", ""]
     if score_stats.improvement:
         plot_improvement(title, score_stats, directory / f"improvement_{key}.png")
         names = list(score_stats.scores)
@@ -307,7 +340,8 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
     plot_curves(task.runs, task.success, task.label, directory / f"curves_{task.slug}.png", reps, seed)
     lines = [f"## {task.label}", "", f"Score: final **{task.score_name}**.", "",
              f"![learning curves](curves_{task.slug}.png)", "", "### Final scores", "",
-             *_score_section(task.label, task.slug, task.stats, task.score_name, directory), "### Reliability", ""]
+             *_score_section(task.label, task.slug, task.stats, f"final {task.score_name}", directory),
+             *_evaluations_section(task), "### Reliability", ""]
     rows = []
     for backbone, rel in task.reliability.items():
         share = f"{rel.solved}/{rel.with_result}"
@@ -321,6 +355,97 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
                      "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
                      "lowest after solving, stochastic policy"], rows)
     return [*lines, ""]
+
+
+def _mean_std(values: list[float]) -> str:
+    """``mean ± std`` (the standard deviation over seeds, ``ddof=0`` as everywhere in the report)."""
+    return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
+
+
+def _seed_values(scores: list[RunScores], value: Callable[[RunScores], float | None]) -> str:
+    """``mean ± std (seed: value, ...)`` over the finished runs; – when none has a value."""
+    values = {s.seed: v for s in scores if (v := value(s)) is not None}
+    if not values:
+        return "–"
+    seeds = ", ".join(f"{seed}: {_format_number(v)}" for seed, v in values.items())
+    return f"{_mean_std(list(values.values()))} ({seeds})"
+
+
+def _runs_in(task: Task, backbone: str) -> str:
+    """``finished/runs`` of one backbone on one task."""
+    return f"{len(task.finished.get(backbone, []))}/{len(task.runs.get(backbone, []))}"
+
+
+def _evaluations_section(task: Task) -> list[str]:
+    """Final and best (MMER) deterministic evaluations of the finished runs, normalised where the task has it."""
+    columns: dict[str, Callable[[RunScores], float | None]] = {
+        "final return": lambda s: s.final_return, "best return (MMER)": lambda s: s.best_return}
+    normalisation = normalisation_name(task.env, task.success)
+    if task.success:
+        columns |= {"final success rate": lambda s: s.final_success, "best success rate": lambda s: s.best_success}
+    elif normalisation is not None:
+        columns[f"normalised ({normalisation})"] = lambda s: s.normalised(task.env)
+    rows = [[backbone, _runs_in(task, backbone), *(_seed_values(task.finished[backbone], column)
+                                                   for column in columns.values())] for backbone in task.runs]
+    note = ("" if normalisation is None else
+            f" The task's normalised score, which the suite aggregates, is the {normalisation}.")
+    return ["### Final and best evaluations", "",
+            "Finished runs only: mean ± std over seeds (each seed's value in brackets); best is the highest of the "
+            "run's deterministic evaluations, the final one included (POPGym's MMER)." + note, "",
+            *_table(["backbone", "finished", *columns], rows), ""]
+
+
+def _suite_section(study: Study, directory: Path) -> list[str]:
+    """The normalised MMER of every task and backbone, the tasks left out, and the suite's aggregates."""
+    suite = study.suite
+    assert suite is not None
+    backbones = list(dict.fromkeys(b for task in study.tasks for b in task.runs))
+    rows = []
+    for task in study.tasks:
+        cells = [_mean_std_cell(task, b) if b in task.runs else "–" for b in backbones]
+        rows.append([task.label, *cells, "yes" if task.label in suite.tasks else f"no: {suite.left_out[task.label]}"])
+    lines = ["## Suite: normalised MMER", "",
+             "Each finished run's best deterministic evaluation (MMER), normalised to [0, 1]: 0.5·R + 0.5 for a "
+             "POPGym task (returns in [-1, 1]), as in the POPGym paper (Morad et al. 2023); the best success rate "
+             "for a task that reports one (MiniGrid Memory, T-Maze): its return, though in [0, 1], stays below 1 for a perfect "
+             "agent by a step penalty that depends on the maze, while the success rate is the share of episodes "
+             "solved. Tasks with neither are left out. Per task: mean ± std over finished seeds "
+             "(finished/runs).", "",
+             *_table(["task", *backbones, "in the aggregate"], rows), ""]
+    if suite.not_compared:
+        lines += [f"Not compared (no finished run yet): {', '.join(suite.not_compared)}.", ""]
+    lines += _unscored_lines(study)
+    if study.suite_stats is None:
+        return [*lines, "No task has a finished run of every compared backbone yet: no aggregate.", ""]
+    lines += [f"Aggregates over {len(suite.tasks)} of {len(study.tasks)} tasks, every (task, seed) score of a "
+              "backbone pooled; the bootstrap resamples seeds within each task. A backbone's matrix holds the same "
+              "number of runs on every task (its lowest seeds), as rliable's stratified bootstrap needs."
+              + "".join(f" {b}: {n} finished {'run' if n == 1 else 'runs'} left out to balance."
+                        for b, n in suite.unbalanced.items()), "",
+              *_score_section("suite", "suite", study.suite_stats, "normalised MMER", directory)]
+    reference = [(y, estimate) for (x, y), estimate in study.suite_stats.improvement.items()
+                 if x == REFERENCE_BACKBONE]
+    if reference:
+        lines += [*(f"- P({REFERENCE_BACKBONE} > {y}) = {estimate}" for y, estimate in reference), ""]
+    return lines
+
+
+def _mean_std_cell(task: Task, backbone: str) -> str:
+    """``mean ± std (finished/runs)`` of the normalised MMER of one backbone's finished runs on one task."""
+    values = [v for s in task.finished[backbone] if (v := s.normalised(task.env)) is not None]
+    return (f"{_mean_std(values)} " if values else "") + f"({_runs_in(task, backbone)})"
+
+
+def _unscored_lines(study: Study) -> list[str]:
+    """The runs that are not finished, by state (listed, never scored)."""
+    by_state: dict[str, list[str]] = {state: [] for state in (*UNSUCCESSFUL, INTERRUPTED, NEW)}
+    for run in study.runs:
+        state = run.state()
+        if state != FINISHED:
+            by_state[state].append(run.directory.relative_to(study.directory).as_posix())
+    listed = [f"{STATE_NAMES.get(state, state)} ({len(names)}): {', '.join(names)}"
+              for state, names in by_state.items() if names]
+    return ["Not scored (not finished): " + "; ".join(listed) + ".", ""] if listed else []
 
 
 def retries(run: Run) -> int:
@@ -379,7 +504,9 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
         lines += _task_section(task, directory, study.reps, seed)
     if study.overall is not None:
         lines += ["## All tasks", "", "Success rates of every task pooled (runs × tasks, stratified by task).", "",
-                  *_score_section("all tasks", "all", study.overall, "success rate", directory)]
+                  *_score_section("all tasks", "all", study.overall, "final success rate", directory)]
+    if study.suite is not None:
+        lines += _suite_section(study, directory)
     lines += _runs_section(study)
     lines += [f"_Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from the run directories by "
               f"`train_rl.py report`._", ""]

@@ -26,11 +26,13 @@ REPS = 300
 
 def fake_run(root: Path, backbone: str, seed: int, score: float | None, *, state: str = "finished",
              env: str = "TMaze-v0", env_kwargs: dict | None = None, success: bool = True,
-             curve: list[float] | None = None, every: int = 100, stochastic: list[float] | None = None) -> Path:
+             curve: list[float] | None = None, every: int = 100, stochastic: list[float] | None = None,
+             returns: list[float] | None = None) -> Path:
     """A run directory as experiments.training writes it (and a study's status.json): ``score`` is the final
     evaluation; ``curve`` the evaluations logged during training; ``stochastic`` the stochastic policy's
-    success rates beside them, the final one last (none: a run from before those columns); ``state``
-    finished, diverged, failed or interrupted (a checkpoint, no summary)."""
+    success rates beside them, the final one last (none: a run from before those columns); ``returns`` the
+    mean returns beside the success rates of ``curve``, the final one last (default: the same values);
+    ``state`` finished, diverged, failed or interrupted (a checkpoint, no summary)."""
     env_kwargs = {"length": 10} if env_kwargs is None else env_kwargs
     directory = root / f"{env}__ppo-{backbone}__{seed}"
     directory.mkdir(parents=True)
@@ -42,11 +44,13 @@ def fake_run(root: Path, backbone: str, seed: int, score: float | None, *, state
         writer = csv.DictWriter(f, EVAL_COLUMNS)
         writer.writeheader()
         for i, value in enumerate(curve, 1):
-            writer.writerow({"timesteps": i * every, "mean_return": value, "std_return": 0.0, "mean_length": 11,
+            writer.writerow({"timesteps": i * every, "mean_return": returns[i - 1] if returns else value,
+                             "std_return": 0.0, "mean_length": 11,
                              "success_rate": value if success else "", "wall_seconds": i,
                              "stochastic_success_rate": stochastic[i - 1] if stochastic else ""})
     if state == "finished":
-        summary = {"env_steps": every * max(len(curve), 1), "final_mean_return": score, "final_std_return": 0.0,
+        summary = {"env_steps": every * max(len(curve), 1), "final_mean_return": returns[-1] if returns else score,
+                   "final_std_return": 0.0,
                    "final_success_rate": score if success else None, "wall_seconds": 10.0, "steps_per_second": 100.0}
         if stochastic:
             summary["final_stochastic_success_rate"] = stochastic[-1]
