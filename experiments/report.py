@@ -387,8 +387,7 @@ def _evaluations_section(task: Task) -> list[str]:
         columns[f"normalised ({normalisation})"] = lambda s: s.normalised(task.env)
     rows = [[backbone, _runs_in(task, backbone), *(_seed_values(task.finished[backbone], column)
                                                    for column in columns.values())] for backbone in task.runs]
-    note = ("" if normalisation is None else
-            f" The task's normalised score, which the suite aggregates, is the {normalisation}.")
+    note = "" if normalisation is None else f" The suite aggregates the task's normalised score: {normalisation}."
     return ["### Final and best evaluations", "",
             "Finished runs only: mean ± std over seeds (each seed's value in brackets); best is the highest of the "
             "run's deterministic evaluations, the final one included (POPGym's MMER)." + note, "",
@@ -407,10 +406,11 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
     lines = ["## Suite: normalised MMER", "",
              "Each finished run's best deterministic evaluation (MMER), normalised to [0, 1]: 0.5·R + 0.5 for a "
              "POPGym task (returns in [-1, 1]), as in the POPGym paper (Morad et al. 2023); the best success rate "
-             "for a task that reports one (MiniGrid Memory, T-Maze): its return, though in [0, 1], stays below 1 for a perfect "
-             "agent by a step penalty that depends on the maze, while the success rate is the share of episodes "
-             "solved. Tasks with neither are left out. Per task: mean ± std over finished seeds "
-             "(finished/runs).", "",
+             "for a task that reports one (MiniGrid Memory, T-Maze): its return, though in [0, 1], stays below 1 for "
+             "a perfect agent by a step penalty that depends on the maze, while the success rate is the share of "
+             "episodes solved. Tasks with neither are left out. The MMER, a maximum over noisy evaluations, is biased "
+             "upwards (as POPGym's is): each task's table gives the final evaluation beside it. Per task: mean ± std "
+             "over finished seeds (finished/runs).", "",
              *_table(["task", *backbones, "in the aggregate"], rows), ""]
     if suite.not_compared:
         lines += [f"Not compared (no finished run yet): {', '.join(suite.not_compared)}.", ""]
