@@ -413,7 +413,8 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
              "over finished seeds (finished/runs).", "",
              *_table(["task", *backbones, "in the aggregate"], rows), ""]
     if suite.not_compared:
-        lines += [f"Not compared (no finished run yet): {', '.join(suite.not_compared)}.", ""]
+        lines += [f"Not compared (no finished run yet on a task with a normalised score): "
+                  f"{', '.join(suite.not_compared)}.", ""]
     lines += _unscored_lines(study)
     if study.suite_stats is None:
         return [*lines, "No task has a finished run of every compared backbone yet: no aggregate.", ""]
