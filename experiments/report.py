@@ -52,7 +52,7 @@ from experiments.run_dir import (
     task_label,
     write_atomic,
 )
-from experiments.suite_scores import RunScores, Suite, normalisation_name, run_scores, suite_matrices
+from experiments.suite_scores import RunScores, Suite, normalisation_name, normalised_score, run_scores, suite_matrices
 
 DEFAULT_REPS = 2000
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
@@ -378,13 +378,15 @@ def _runs_in(task: Task, backbone: str) -> str:
 
 def _evaluations_section(task: Task) -> list[str]:
     """Final and best (MMER) deterministic evaluations of the finished runs, normalised where the task has it."""
-    columns: dict[str, Callable[[RunScores], float | None]] = {
-        "final return": lambda s: s.final_return, "best return (MMER)": lambda s: s.best_return}
     normalisation = normalisation_name(task.env, task.success)
+    columns: dict[str, Callable[[RunScores], float | None]] = {"final return": lambda s: s.final_return}
+    if normalisation is not None and not task.success:  # POPGym: each return with its normalised score beside it
+        columns["final, normalised"] = lambda s: normalised_score(task.env, s.final_return, s.final_success)
+    columns["best return (MMER)"] = lambda s: s.best_return
     if task.success:
         columns |= {"final success rate": lambda s: s.final_success, "best success rate": lambda s: s.best_success}
     elif normalisation is not None:
-        columns[f"normalised ({normalisation})"] = lambda s: s.normalised(task.env)
+        columns[f"normalised MMER ({normalisation})"] = lambda s: s.normalised(task.env)
     rows = [[backbone, _runs_in(task, backbone), *(_seed_values(task.finished[backbone], column)
                                                    for column in columns.values())] for backbone in task.runs]
     note = "" if normalisation is None else f" The suite aggregates the task's normalised score: {normalisation}."

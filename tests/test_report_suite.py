@@ -94,23 +94,30 @@ def test_suite_iqm_pools_every_task_and_seed(tmp_path):
 
 def test_probability_of_improvement_is_one_when_gtrxl_dominates(tmp_path):
     path = build_report(suite_study(tmp_path), reps=REPS)
-    study = Study.analyse(tmp_path, reps=REPS)
-    improvement = study.suite_stats.improvement
+    improvement = Study.analyse(tmp_path, reps=REPS).suite_stats.improvement
     assert (improvement["gtrxl", "gru"].value, improvement["gtrxl", "gru"].low) == (1.0, 1.0)
     assert improvement["gru", "gtrxl"].value == 0.0
     text = path.read_text()
     assert "- P(gtrxl > gru) = 1.000 [1.000, 1.000]" in text
-    assert "| popgym-RepeatPreviousEasy-v0 | 0.750 ± 0.041 (3/3) | 0.950 ± 0.041 (3/3) | yes |" in text  # gru first
     assert (tmp_path / "scores_suite.png").stat().st_size > 1000
     assert (tmp_path / "improvement_suite.png").stat().st_size > 1000
+
+
+def test_the_report_gives_final_best_and_normalised_scores_per_task_and_seed(tmp_path):
+    text = build_report(suite_study(tmp_path), reps=REPS).read_text()
+    assert "| popgym-RepeatPreviousEasy-v0 | 0.750 ± 0.041 (3/3) | 0.950 ± 0.041 (3/3) | yes |" in text  # gru first
     popgym_table = text.split("## popgym-RepeatPreviousEasy-v0")[1].split("### Reliability")[0]
-    assert ("| gtrxl | 3/3 | 0.800 ± 0.082 (0: 0.800, 1: 0.700, 2: 0.900) | 0.900 ± 0.082 (0: 0.900, 1: 0.800, "
-            "2: 1.000) | 0.950 ± 0.041 (0: 0.950, 1: 0.900, 2: 1.000) |") in popgym_table
-    assert "normalised (0.5·MMER + 0.5)" in popgym_table and "success rate" not in popgym_table
+    assert ("| backbone | finished | final return | final, normalised | best return (MMER) | "
+            "normalised MMER (0.5·MMER + 0.5) |") in popgym_table
+    assert ("| gtrxl | 3/3 | 0.800 ± 0.082 (0: 0.800, 1: 0.700, 2: 0.900) | 0.900 ± 0.041 (0: 0.900, 1: 0.850, "
+            "2: 0.950) | 0.900 ± 0.082 (0: 0.900, 1: 0.800, 2: 1.000) | 0.950 ± 0.041 (0: 0.950, 1: 0.900, "
+            "2: 1.000) |") in popgym_table
     minigrid_table = text.split("## MiniGrid-MemoryS11-v0")[1].split("### Reliability")[0]
     assert "| backbone | finished | final return | best return (MMER) | final success rate | best success rate |" in (
         minigrid_table)
-    assert "| 0.883 ± 0.103 (0: 1.000, 1: 0.750, 2: 0.900) |" in minigrid_table
+    assert ("| gtrxl | 3/3 | 0.765 ± 0.073 (0: 0.855, 1: 0.675, 2: 0.765) | 0.795 ± 0.092 (0: 0.900, 1: 0.675, "
+            "2: 0.810) | 0.850 ± 0.082 (0: 0.950, 1: 0.750, 2: 0.850) | 0.883 ± 0.103 (0: 1.000, 1: 0.750, "
+            "2: 0.900) |") in minigrid_table
 
 
 def test_a_partial_study_leaves_out_the_tasks_a_backbone_has_not_finished(tmp_path):
