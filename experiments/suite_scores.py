@@ -10,7 +10,7 @@ suite on one [0, 1] scale, and the (runs × tasks) matrices of a possibly partia
 
   - POPGym tasks (``popgym-*`` ids; episode returns in [-1, 1]): ``0.5·R + 0.5``, so [-1, 1] maps to [0, 1]
     and the numbers read against the POPGym paper's. PositionOnlyCartPole's returns lie in [0, 1], so its
-    normalised score lies in [0.5, 1], as in the paper.
+    normalised score lies in [0.5, 1].
   - Tasks that report a success rate (MiniGrid Memory, T-Maze): the success rate itself, not the return.
     MiniGrid's return is already in [0, 1] but it is ``1 − 0.9·steps/max_steps`` on success, so a perfect
     agent scores below 1 by an amount that depends on the maze and the step limit; the success rate is the
