@@ -68,7 +68,7 @@ def test_gru_gate_formula():
 
 def test_sb3_ortho_init_leaves_gate_biases_alone():
     """SB3's init_weights zeroes nn.Linear biases; b_g is a parameter of its own."""
-    backbone = make_backbone("gtrxl", 4, d_model=16, n_heads=2, memory_length=4)
+    backbone = make_backbone("gtrxl", 4, d_model=16, n_layers=2, n_heads=2, memory_length=4)
     backbone.apply(partial(BasePolicy.init_weights, gain=1.0))
     biases = [p for n, p in backbone.named_parameters() if n.endswith("gate.bias")]
     assert len(biases) == 4 and all(p.detach().eq(2.0).all() for p in biases)

@@ -73,7 +73,7 @@ def test_rollout_equals_training_on_the_buffer_directly():
 
 
 def test_buffer_stores_records_not_windows():
-    model = small_model("gtrxl", n_steps=16)
+    model = small_model("gtrxl", backbone_options={"n_layers": 2}, n_steps=16)
     model.learn(16 * 4)
     history = model.rollout_buffer.histories["pi"]
     M, L, D = 6, 2, 16
@@ -140,7 +140,7 @@ def test_same_seed_same_updates():
 
 def test_gate_biases_survive_policy_construction():
     """SB3's ortho_init must not overwrite the GTrXL gate bias b_g."""
-    model = small_model("gtrxl")
+    model = small_model("gtrxl", backbone_options={"n_layers": 2})
     biases = [p for n, p in model.policy.named_parameters() if n.endswith("gate.bias")]
     assert len(biases) == 4 and all(p.detach().eq(2.0).all() for p in biases)
 
