@@ -1,6 +1,6 @@
 """Helpers shared by the test modules: backbone lists and small options derived from the registry,
 small learners on a short T-Maze, and a callback that records the gap of rollout equals training (the bytes autograd
-saves for backward: :mod:`experiments.activation_memory`).
+saves for backward: :mod:`experiments.activation_bytes`).
 
 Every test's SB3 logger writes under its own ``tmp_path``, never into the system temp directory.
 """

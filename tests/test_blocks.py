@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from experiments.activation_memory import saved_activation_bytes
+from experiments.activation_bytes import saved_activation_bytes
 from policies.backbones.blocks import PositionwiseFeedForward
 from policies.registry import make_backbone
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import policies.backbones.reversible_transformer
-from experiments.activation_memory import saved_activation_bytes
+from experiments.activation_bytes import saved_activation_bytes
 from policies import ATTENTIONS, make_backbone
 from policies.attention.layer import make_attention
 from policies.backbones.blocks import TransformerXLBlock
