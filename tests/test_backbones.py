@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from policies import ATTENTIONS, BACKBONES, make_backbone
-from policies.positions.encodings import ABSOLUTE_ENCODINGS, sinusoid_table
+from policies.attention.layer import sinusoid_table
+from policies.positions.encodings import ABSOLUTE_ENCODINGS
 from policies.window import gather_windows, shared_windows, strip_cache, window_history
 from tests.conftest import GATED, TRANSFORMERS, small_options
 

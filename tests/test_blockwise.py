@@ -12,7 +12,7 @@ import torch
 from conftest import build_attention
 
 from policies import make_backbone
-from policies.attention.kernel import attend
+from policies.attention.layer import attend
 from policies.window import attention_mask
 from tests.conftest import inputs_seen_last
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from policies.attention.kernel import HeadProjections, KeysValues
+from policies.attention.layer import HeadProjections, KeysValues
 from policies.backbones.gates import make_gate
 
 LAYOUTS = ("post-ln", "identity-map")
@@ -67,7 +67,7 @@ class TransformerXLBlock(nn.Module):
 
     ``gate`` names the merge of stream and submodule output (``residual`` or a GTrXL gate
     from :mod:`policies.backbones.gates`); the post-LN layout only takes ``residual``. ``attention`` is the
-    attention module (:func:`policies.attention.kernel.make_attention` for the windowed ones); the block
+    attention module (:func:`policies.attention.layer.make_attention` for the windowed ones); the block
     passes whatever context it needs (memory keys and values, mask, position terms, or a
     recurrent carry) through and returns what the attention returns beside its output.
     ``ff_chunks`` runs the MLP on that many pieces of the time axis (:class:`PositionwiseFeedForward`).

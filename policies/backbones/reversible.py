@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from policies.attention.kernel import KeysValues
+from policies.attention.layer import KeysValues
 from policies.backbones.blocks import TransformerXLBlock
 from policies.backbones.gates import Residual
 

@@ -7,8 +7,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from policies.attention.kernel import KeysValues, SharedRecords
-from policies.attention.layer import make_attention
+from policies.attention.layer import KeysValues, SharedRecords, make_attention
 from policies.backbone import Aux
 from policies.backbones.blocks import TransformerXLBlock
 from policies.backbones.reversible import ReversibleLayer, reversible_stack

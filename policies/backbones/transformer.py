@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from policies.attention.kernel import KeysValues, SharedRecords
+from policies.attention.layer import KeysValues, SharedRecords
 from policies.backbone import Aux, MemoryBackbone, as_bool
 from policies.backbones.blocks import TransformerXLBlock
 from policies.backbones.step_cache import StepCache
@@ -201,7 +201,7 @@ class WindowTransformer(MemoryBackbone):
     def _shared_memory_kv(self, state: State) -> list[KeysValues]:
         """Keys and values of shared records (:func:`policies.window.shared_windows`): each distinct
         record is normalised and projected once; the attention gathers them into every window that holds
-        it (:func:`policies.attention.kernel.join_memory`; the backward pass sums the gradients of its copies)."""
+        it (:func:`policies.attention.layer.join_memory`; the backward pass sums the gradients of its copies)."""
         slots = state["slots"]  # [N, M]
         projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
         return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))

@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from policies.attention.kernel import KeysValues
-from policies.attention.layer import make_attention
+from policies.attention.layer import KeysValues, make_attention
 from policies.backbone import Aux
 from policies.backbones.blocks import TransformerXLBlock
 from policies.backbones.transformer import WindowTransformer
