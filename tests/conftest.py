@@ -19,7 +19,7 @@ from experiments.lm_data import copy_task
 from experiments.lm_workbench import build_lm_config
 from policies import BACKBONES
 from policies.attention.layer import MultiHeadAttention, make_attention
-from policies.backbones.transformer import WindowTransformer
+from policies.backbones.transformer_xl import WindowTransformer
 from policies.lm.model import MemoryLanguageModel
 from policies.window import attention_mask
 

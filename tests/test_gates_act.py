@@ -10,8 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 
 from policies.attention.layer import make_attention
 from policies.backbones.act import AdaptiveComputationTime
-from policies.backbones.blocks import TransformerXLBlock
-from policies.backbones.gates import GATES, GRUGate, make_gate
+from policies.backbones.transformer_xl import GATES, GRUGate, TransformerXLBlock, make_gate
 from policies.registry import make_backbone
 from policies.window import attention_mask
 
@@ -68,7 +67,7 @@ def test_gru_gate_formula():
 
 def test_sb3_ortho_init_leaves_gate_biases_alone():
     """SB3's init_weights zeroes nn.Linear biases; b_g is a parameter of its own."""
-    backbone = make_backbone("gtrxl", 4, d_model=16, n_heads=2, memory_length=4)
+    backbone = make_backbone("gtrxl", 4, d_model=16, n_heads=2, n_layers=2, memory_length=4)
     backbone.apply(partial(BasePolicy.init_weights, gain=1.0))
     biases = [p for n, p in backbone.named_parameters() if n.endswith("gate.bias")]
     assert len(biases) == 4 and all(p.detach().eq(2.0).all() for p in biases)

@@ -461,14 +461,17 @@ class MultiHeadAttention(HeadProjections):
         """The farthest key, in steps back, that can change a query's output."""
         return self.pattern.reach
 
-    @property
-    def uses_episode_time(self) -> bool:
-        """Whether the pattern is laid out in episode time (the backbone then keeps the episode clock)."""
-        return self.pattern.uses_episode_time
-
-    def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
-        """The pattern's mask in episode time (:meth:`policies.attention.layer.Pattern.episode_pattern`)."""
-        return self.pattern.episode_pattern(clock, n_keys)
+    def episode_mask(self, mask: Tensor, clock: Tensor | None) -> Tensor:
+        """The memory ``mask`` ``[B, T, K]`` narrowed to the pattern's layout in episode time for queries at times
+        ``clock`` ``[B, T]``, when it has one (``uses_episode_time``, :meth:`Pattern.episode_pattern`); a per-head
+        pattern ``[B, H, T, K]`` gives a per-head mask."""
+        if not self.pattern.uses_episode_time:
+            return mask
+        if clock is None:
+            raise ValueError(f"attention {self.pattern.name!r} is laid out in episode time, but the state has "
+                             "no 'clock'; build states with initial_state")
+        pattern = self.pattern.episode_pattern(clock, mask.shape[-1])
+        return (mask.unsqueeze(1) if pattern.dim() == 4 else mask) & pattern
 
     @property
     def aux_loss_coefs(self) -> dict[str, float]:

@@ -10,8 +10,7 @@ from torch import Tensor
 from policies.attention.layer import KeysValues, make_attention
 from policies.backbone import Aux
 from policies.backbones.act import AdaptiveComputationTime
-from policies.backbones.blocks import TransformerXLBlock
-from policies.backbones.transformer import WindowTransformer
+from policies.backbones.transformer_xl import TransformerXLBlock, WindowTransformer
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
 
 
