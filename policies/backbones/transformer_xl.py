@@ -304,7 +304,18 @@ class StepCache:
 
 
 class WindowTransformer(MemoryBackbone):
-    """Base of the Transformer memories: input projection, memory, masks and caches.
+    """Base of the Transformer memories: input projection, memory, masks and caches. A subclass defines the depth
+    computation (:meth:`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
+    the block that reads each memory slot (:attr:`memory_blocks`); the rest is here, one named piece per job:
+
+    - :meth:`_inputs`: the first depth's input, ``E x`` plus an encoding of episode time when asked for;
+    - :meth:`_mask`: the episode window's mask narrowed to the attention's pattern in episode time (the episode
+      clock itself is :func:`policies.window.episode_clock` for a segment, :func:`policies.window.step_clock`
+      for a step);
+    - :meth:`step`: a rollout step through the key/value caches of the state (:class:`StepCache` fingerprints the
+      parameters they were computed with and caches the position terms);
+    - :meth:`forward_outputs` and :meth:`forward_sequence`: a training segment (:meth:`_segment`), from windows
+      or from shared records.
 
     The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each
     of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys_<n>`` and
@@ -415,6 +426,7 @@ class WindowTransformer(MemoryBackbone):
     record is then normalised and projected once (:meth:`_shared_memory_kv`) rather than once per window"""
 
     def segment_state(self, state: State) -> State:
+        """A stored state as :meth:`forward_outputs` takes it: shared records stay shared (:attr:`shares_records`)."""
         return state if self.shares_records else as_windows(state)
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
