@@ -141,7 +141,7 @@ class Slots(NamedTuple):
 @POSITIONS.register("none", "no position information: content attention only (order shows through the memory's "
                             "content alone)")
 class Position(nn.Module):
-    """What a position scheme may contribute to :func:`policies.attention.layer.attend`; this base
+    """What a position scheme may contribute to :func:`attend`; this base
     contributes nothing (``none``). A scheme overrides the hooks it needs:
 
     - :meth:`terms`: tensors computed from its parameters once per pass (cached during rollouts);
@@ -283,7 +283,7 @@ class RelativePosition(Position):
 
 
 Kernel = Callable[..., Tensor]
-""":func:`policies.attention.layer.attend` with the layer's position scheme, its terms, scale and dropout bound"""
+""":func:`attend` with the layer's position scheme, its terms, scale and dropout bound"""
 
 
 @ATTENTIONS.register("full", "every key of the memory window (Transformer-XL's dense window, Dai et al. 2019)")
@@ -305,7 +305,7 @@ class Pattern(nn.Module):
     """whether the pattern restricts keys by the queries' episode time (:meth:`episode_pattern`); the backbone
     then keeps the episode clock in its state and narrows the mask with it"""
     shared_qk = False
-    """whether keys are the normalised queries (:class:`~policies.attention.layer.HeadProjections`)"""
+    """whether keys are the normalised queries (:class:`HeadProjections`)"""
     aux_loss_coefs: dict[str, float] = {}
     """default coefficients of the losses among :meth:`aux_terms`"""
     name: str

@@ -218,7 +218,7 @@ class TransformerXLBlock(nn.Module):
     """One Transformer-XL layer in the ``post-ln`` or ``identity-map`` layout (see module doc).
 
     ``gate`` names the merge of stream and submodule output (``residual`` or a GTrXL gate
-    from :mod:`policies.backbones.transformer_xl`); the post-LN layout only takes ``residual``. ``attention`` is the
+    of :data:`GATES`); the post-LN layout only takes ``residual``. ``attention`` is the
     attention module (:func:`policies.attention.layer.make_attention` for the windowed ones); the block
     passes whatever context it needs (memory keys and values, mask, position terms, or a
     recurrent carry) through and returns what the attention returns beside its output.
