@@ -12,10 +12,10 @@ one torch thread. Measured:
   reported as the median over rounds of the ratio to the GTrXL default attention (``relative``) at
   the same M in the same round;
 - **saved**: the bytes autograd keeps for backward (``saved_tensors_hooks``, parameters left out;
-  :func:`experiments.activation_memory.saved_activation_bytes`);
+  :func:`experiments.activation_bytes.saved_activation_bytes`);
 - **peak**: the most bytes allocated at once during forward and backward, above the level before,
   the parameters' gradients included (``torch.profiler`` memory events;
-  :func:`experiments.activation_memory.peak_allocated_bytes`).
+  :func:`experiments.activation_bytes.peak_allocated_bytes`).
 
 The log-log slope of each quantity against M (least squares over the lengths) sits beside it: the
 segment's fixed cost (projections, feed-forward, the T × T part) keeps slopes below an attention's
@@ -44,7 +44,7 @@ import torch
 from common import RESULTS, BackboneSize, heading, machine_info, machine_line, provenance, write_results
 from step_cost import time_block
 
-from experiments.activation_memory import peak_allocated_bytes, saved_activation_bytes
+from experiments.activation_bytes import peak_allocated_bytes, saved_activation_bytes
 from policies import ATTENTIONS, BACKBONES, make_backbone
 from policies.backbone import MemoryBackbone
 from policies.backbones.linear_attention import CausalLinearAttention

@@ -1,4 +1,5 @@
-"""Evaluation and checkpoints for training runs: nothing written is ever half-written.
+"""Evaluation during training runs, and the callback that evaluates and checkpoints: nothing written is ever
+half-written.
 
 Every evaluation scores two policies. The *deterministic* one takes the most probable action
 (SB3's ``EvalCallback`` default; the run's score). The *stochastic* one samples, like the
@@ -22,7 +23,6 @@ import csv
 import io
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,17 +34,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv
 
-from experiments.run_dir import (
-    CHECKPOINT_PREFIX,
-    best_checkpoint,
-    checkpoint_walls,
-    checkpoints,
-    read_json,
-    record_progress,
-    replace_synced,
-    temporary_name,
-    write_atomic,
-)
+from experiments.checkpointing import prune_checkpoints, save_model_atomic
+from experiments.run_dir import CHECKPOINT_PREFIX, checkpoint_walls, read_json, record_progress, write_atomic
+from experiments.solved_lr import solved_schedule
 
 BEST_MODEL, BEST_RECORD = "best_model.zip", "best_model.json"
 """the model of the best evaluation, and that evaluation's step and mean return"""
@@ -101,30 +93,6 @@ def evaluate_both(model: BaseAlgorithm, env: VecEnv, n_episodes: int) -> tuple[E
     return deterministic, stochastic
 
 
-def save_model_atomic(model: BaseAlgorithm, path: Path) -> None:
-    """``model.save`` to a temporary file, flushed to disk and renamed over ``path`` (a ``.zip``)."""
-    tmp = temporary_name(path)
-    model.save(tmp)
-    replace_synced(tmp, path)
-
-
-def prune_checkpoints(directory: Path, keep: int, rows: list[dict[str, str]]) -> list[int]:
-    """Delete every checkpoint in ``directory`` but the newest ``keep`` and the best one (see
-    :func:`experiments.run_dir.best_checkpoint`; SB3's ``CheckpointCallback`` keeps all); ``keep`` 0
-    keeps them all. Returns the steps of the checkpoints left."""
-    found = checkpoints(directory)
-    if keep <= 0:
-        return [steps for _, steps in found]
-    kept = found[-keep:]
-    best = best_checkpoint(found, rows)
-    if best is not None and best not in kept:
-        kept.insert(0, best)
-    for path, steps in found:
-        if (path, steps) not in kept:
-            path.unlink()
-    return [steps for _, steps in kept]
-
-
 class EvalLog:
     """``evaluations.csv``: one row per evaluation, flushed as it is written."""
 
@@ -161,17 +129,6 @@ class EvalLog:
             return list(csv.DictReader(f))
 
 
-class ScaledSchedule:
-    """A learning-rate schedule times a constant factor: ``lr(p) = factor · base(p)`` at progress remaining ``p``
-    (SB3's schedule convention), the rate after solving (``solved_lr_factor``)."""
-
-    def __init__(self, base: Callable[[float], float], factor: float) -> None:
-        self.base, self.factor = base, factor
-
-    def __call__(self, progress_remaining: float) -> float:
-        return self.factor * self.base(progress_remaining)
-
-
 class RunCallback(BaseCallback):
     """Periodic evaluation (``evaluations.csv``, ``eval/*`` in tensorboard, ``best_model.zip``),
     periodic checkpoints (``checkpoints/model_<steps>_steps.zip``, the newest ``keep_checkpoints`` and the
@@ -184,7 +141,7 @@ class RunCallback(BaseCallback):
     (the streak carries over a resume), and the run ends as at the end of its budget (final model,
     checkpoint, final evaluation and summary, whose ``stopped_solved`` says so). With ``solved_lr_factor``
     f < 1, the learning rate is ``f`` times its schedule once ``solved_lr_streak`` evaluations in a row have
-    reached ``success_threshold`` (:class:`ScaledSchedule`; also after a resume, from the evaluations logged
+    reached ``success_threshold`` (:mod:`experiments.solved_lr`; also after a resume, from the evaluations logged
     before it).
     """
 
@@ -232,9 +189,8 @@ class RunCallback(BaseCallback):
         also scales the learning rate by ``solved_lr_factor`` (once: the schedule is wrapped a single time)."""
         solved = success_rate is not None and success_rate >= self.success_threshold
         self.solved_streak = self.solved_streak + 1 if solved else 0
-        if (self.solved_streak >= self.solved_lr_streak and self.solved_lr_factor != 1.0
-                and not isinstance(self.model.lr_schedule, ScaledSchedule)):
-            self.model.lr_schedule = ScaledSchedule(self.model.lr_schedule, self.solved_lr_factor)
+        if self.solved_streak >= self.solved_lr_streak:
+            self.model.lr_schedule = solved_schedule(self.model.lr_schedule, self.solved_lr_factor)
 
     @property
     def stopped_solved(self) -> bool:

@@ -23,8 +23,9 @@ from stable_baselines3.common.save_util import load_from_zip_file
 
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
+from experiments.checkpointing import save_model_atomic
 from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
-from experiments.evaluation import RunCallback, evaluate_both, save_model_atomic
+from experiments.evaluation import RunCallback, evaluate_both
 from experiments.rewind import rewind
 from experiments.run_dir import (
     Run,

@@ -43,8 +43,8 @@ from experiments.rules import (
 from experiments.training import policy_kwargs
 from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.attention.compressive import COMPRESSIONS
-from policies.backbones.gates import GATES
 from policies.backbones.linear_attention import FEATURE_MAPS
+from policies.backbones.transformer_xl import GATES
 from policies.catalogue import Catalogue
 from policies.policy import MemoryActorCriticPolicy
 from policies.positions.encodings import ABSOLUTE_ENCODINGS

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-import torch
 from torch import Tensor, nn
 
-from policies.window import State, empty_window, push_window, reset_window, windows
+from policies.window import State, advance_window, as_bool, as_windows, empty_window, reset_window
 
 Aux = dict[str, Tensor]
 
@@ -37,8 +36,6 @@ class MemoryBackbone(nn.Module, ABC):
     memory_length: int
     record_shape: tuple[int, ...]
     aux_loss_coefs: dict[str, float] = {}
-    shares_records: bool = False
-    """whether ``forward_sequence`` takes windows as shared records (:func:`policies.window.shared_windows`)"""
 
     def _like(self) -> Tensor:
         """A parameter whose device and dtype the state follows."""
@@ -53,17 +50,17 @@ class MemoryBackbone(nn.Module, ABC):
         the step reads its window (:meth:`_read`), and its record is pushed."""
         valid = reset_window(state["valid"], as_bool(episode_start))
         y, record, derived = self._read(x, state, valid)
-        return y, {"memory": push_window(state["memory"], record),
-                   "valid": push_window(valid, valid.new_ones(valid.shape[0])), **derived}
+        return y, {**advance_window(state["memory"], valid, record), **derived}
 
-    @abstractmethod
     def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
         """Process one step ``x`` ``[B, D]`` with the window ``state["memory"]``, of which ``valid``
         ``[B, M]`` (already reset at episode starts) says which slots belong to the episode.
 
         Returns the output ``[B, output_dim]``, the record the step leaves ``[B, *record_shape]``,
-        and derived state entries (``cache_*``, see :mod:`policies.window`; often none).
+        and derived state entries (``cache_*``, see :mod:`policies.window`; often none). A backbone implements
+        this, or overrides :meth:`step` whole (the window transformers, whose step also refreshes their caches).
         """
+        raise NotImplementedError(f"{type(self).__name__} implements neither _read nor step")
 
     @abstractmethod
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
@@ -77,11 +74,10 @@ class MemoryBackbone(nn.Module, ABC):
         return y, aux
 
     def segment_state(self, state: State) -> State:
-        """A stored state in the form ``forward_sequence`` takes: shared records stay shared when the
-        backbone projects each record once, and become windows ``[N, M, *record]`` otherwise."""
-        if self.shares_records or "memory" in state:
-            return state
-        return {"memory": windows(state), "valid": state["valid"]}
+        """A stored state in the form ``forward_sequence`` takes: windows ``[N, M, *record]``, rebuilt from shared
+        records (:func:`policies.window.shared_windows`); a backbone that projects each record once keeps them
+        shared (:attr:`policies.backbones.transformer_xl.WindowTransformer.shares_records`)."""
+        return as_windows(state)
 
     def forward(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
         return self.forward_sequence(x, state, episode_starts)
@@ -89,7 +85,3 @@ class MemoryBackbone(nn.Module, ABC):
     def extra_repr(self) -> str:
         return f"output_dim={self.output_dim}, memory_length={self.memory_length}"
 
-
-def as_bool(flags: Tensor) -> Tensor:
-    """Episode-start flags of any dtype as bool."""
-    return flags if flags.dtype == torch.bool else flags != 0

@@ -1,6 +1,9 @@
 """A catalogue of components by name: the registry shape that :data:`policies.POSITIONS` and
 :data:`policies.ATTENTIONS` share. A component registers itself with a decorator in its own module, and the
-package that holds it imports every module it contains (:func:`import_package`), so adding one is one new file."""
+package that holds it imports every module it contains (:func:`import_package`), so adding one is one new file.
+The two catalogues are defined here, below the packages that fill them, so that the attention layer, which
+registers the interfaces and Transformer-XL's relative positions, and the modules that subclass them can import
+them in any order."""
 
 from __future__ import annotations
 
@@ -79,3 +82,14 @@ def import_package(name: str, path: list[str]) -> None:
     """Import every module of package ``name`` (its ``__path__``): each registers what it defines."""
     for module in pkgutil.iter_modules(path):
         importlib.import_module(f"{name}.{module.name}")
+
+
+SHARED = ("d_model", "n_heads", "d_head", "max_distance")
+"""the settings every position scheme and attention takes from the backbone"""
+
+POSITIONS: Catalogue = Catalogue("position", shared=SHARED)
+"""name → :class:`Entry` (``.cls``, ``.summary``) of every position scheme (:mod:`policies.positions`; ``none`` and
+``relative`` are in :mod:`policies.attention.layer`)"""
+
+ATTENTIONS: Catalogue = Catalogue("attention", shared=SHARED)
+"""name → :class:`Entry` (``.cls``, ``.summary``) of every key pattern and memory kind (:mod:`policies.attention`)"""

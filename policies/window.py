@@ -60,6 +60,11 @@ def in_window(key_valid: Tensor, key_episode: Tensor, query_episode: Tensor, dis
     return key_valid & (key_episode == query_episode) & (distance >= 0) & (distance <= memory_length)
 
 
+def as_bool(flags: Tensor) -> Tensor:
+    """Episode-start flags of any dtype as bool."""
+    return flags if flags.dtype == torch.bool else flags != 0
+
+
 def reset_window(valid: Tensor, episode_start: Tensor) -> Tensor:
     """Invalidate every slot of the envs whose episode starts now. ``episode_start``: ``[B]``."""
     return valid & ~episode_start.bool().view(-1, 1)
@@ -70,6 +75,12 @@ def push_window(window: Tensor, item: Tensor) -> Tensor:
     if window.shape[1] == 0:
         return window
     return torch.cat([window[:, 1:], item.unsqueeze(1).to(window.dtype)], dim=1)
+
+
+def advance_window(memory: Tensor, valid: Tensor, record: Tensor) -> State:
+    """The window after a step: its ``record`` ``[B, *record]`` pushed onto ``memory`` ``[B, M, *record]`` as a
+    valid slot; ``valid`` ``[B, M]`` is the window the step read (already reset at episode starts)."""
+    return {"memory": push_window(memory, record), "valid": push_window(valid, valid.new_ones(valid.shape[0]))}
 
 
 def strip_cache(state: State) -> State:
@@ -93,6 +104,13 @@ def episode_clock(clock: Tensor, episode_starts: Tensor) -> Tensor:
     steps = torch.arange(episode_starts.shape[1], device=episode_starts.device)
     last_start = torch.where(episode_starts.bool(), steps, -1).cummax(dim=1).values
     return torch.where(last_start >= 0, steps - last_start, clock.view(-1, 1) + steps)
+
+
+def step_clock(clock: Tensor, valid: Tensor) -> Tensor:
+    """The episode time of a rollout step: the state's ``clock`` ``[B]``, or 0 where the window ``valid`` ``[B, M]``
+    (already reset at episode starts) is empty, at an episode's first step (a window of ``M >= 1`` keeps the step
+    before any other)."""
+    return torch.where(valid.any(dim=1), clock, 0)
 
 
 class WindowHistory(NamedTuple):
@@ -147,7 +165,7 @@ def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length
     """The same windows as :func:`gather_windows` with every distinct record once: a state
     ``{"records": [R, *record], "slots": [N, M], "valid": [N, M]}`` where window ``n``'s slot ``m``
     holds ``records[slots[n, m]]``. Windows of nearby steps share most of their records, so a
-    backbone that projects each record once (:attr:`policies.backbone.MemoryBackbone.shares_records`)
+    backbone that projects each record once (:attr:`policies.backbones.transformer_xl.WindowTransformer.shares_records`)
     does up to ``M`` times less work than one projecting every window (:func:`windows` rebuilds them).
 
     Where the windows share little (fewer than ``SHARED_RECORDS_MIN`` slots per distinct record,
@@ -166,6 +184,11 @@ def windows(state: State) -> Tensor:
     """The windows ``[N, M, *record]`` of a state, rebuilt from shared records (:func:`shared_windows`)
     when the state holds them."""
     return state["memory"] if "memory" in state else state["records"][state["slots"]]
+
+
+def as_windows(state: State) -> State:
+    """A stored state with its windows ``{"memory", "valid"}``, rebuilt from shared records when it holds them."""
+    return state if "memory" in state else {"memory": windows(state), "valid": state["valid"]}
 
 
 def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor,

@@ -1,6 +1,6 @@
 """Helpers shared by the test modules: backbone lists and small options derived from the registry,
 small learners on a short T-Maze, and a callback that records the gap of rollout equals training (the bytes autograd
-saves for backward: :mod:`experiments.activation_memory`).
+saves for backward: :mod:`experiments.activation_bytes`).
 
 Every test's SB3 logger writes under its own ``tmp_path``, never into the system temp directory.
 """
@@ -19,7 +19,7 @@ from experiments.lm_data import copy_task
 from experiments.lm_workbench import build_lm_config
 from policies import BACKBONES
 from policies.attention.layer import MultiHeadAttention, make_attention
-from policies.backbones.transformer import WindowTransformer
+from policies.backbones.transformer_xl import WindowTransformer
 from policies.lm.model import MemoryLanguageModel
 from policies.window import attention_mask
 

@@ -39,7 +39,7 @@ def test_pattern_is_the_papers_index_sets_in_episode_time(W, g, l, r, seed):  # 
     the random blocks of the key's block instead of the query's)."""
     attention = build_attention("bigbird", 8, 2, 4, max_distance=M, window=W, global_steps=g, block_length=l,
                                  random_blocks=r, seed=seed)
-    pattern = attention.episode_pattern(CLOCKS, M + T)
+    pattern = attention.pattern.episode_pattern(CLOCKS, M + T)
     for env, clock in enumerate(CLOCKS.tolist()):
         for q, i in enumerate(clock):
             for key in range(M + q + 1):  # the keys up to the query itself (slot M + q)
@@ -86,10 +86,10 @@ def test_without_global_steps_and_random_blocks_it_is_the_sliding_window(window)
     mask = attention_mask(torch.ones(2, M, dtype=torch.bool), starts, M)
     clock = torch.stack([torch.arange(40, 40 + T), torch.tensor([50, 51, 52, 0, 1, 2])])
     sliding = build_attention("local", 8, 2, 4, max_distance=M, local_window=window).pattern.mask(T, M + T, mask)
-    assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask & sliding)
+    assert torch.equal(mask & attention.pattern.episode_pattern(clock, M + T), mask & sliding)
     assert attention.reach == window
     if window == M:
-        assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask)
+        assert torch.equal(mask & attention.pattern.episode_pattern(clock, M + T), mask)
 
 
 def test_defaults_and_reach():

@@ -9,8 +9,8 @@ import copy
 import pytest
 import torch
 
-from experiments.activation_memory import saved_activation_bytes
-from policies.backbones.blocks import PositionwiseFeedForward
+from experiments.activation_bytes import saved_activation_bytes
+from policies.backbones.transformer_xl import PositionwiseFeedForward
 from policies.registry import make_backbone
 
 D, D_INNER = 8, 32

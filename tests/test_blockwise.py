@@ -12,7 +12,7 @@ import torch
 from conftest import build_attention
 
 from policies import make_backbone
-from policies.attention.kernel import attend
+from policies.attention.layer import attend
 from policies.window import attention_mask
 from tests.conftest import inputs_seen_last
 
@@ -29,7 +29,7 @@ def test_per_head_pattern_is_the_papers_block_permutation(block_length, shifts):
     T, M = 5, 9
     attention = build_attention("blockwise", 12, len(shifts), 4, max_distance=M, block_length=block_length,
                                 shifts=shifts)
-    pattern = attention.episode_pattern(torch.arange(7, 7 + T).view(1, T), M + T)[0]
+    pattern = attention.pattern.episode_pattern(torch.arange(7, 7 + T).view(1, T), M + T)[0]
     assert pattern.shape == (len(shifts), T, M + T)
     for h, s in enumerate(shifts):
         for q in range(T):
@@ -96,7 +96,7 @@ def test_a_head_without_keys_outputs_zero(kernel, monkeypatch):
     starts = torch.zeros(1, T, dtype=torch.bool)
     starts[0, 0] = True
     mask = attention_mask(torch.zeros(1, M, dtype=torch.bool), starts, M).unsqueeze(1)  # [1, 1, T, M + T]
-    mask = mask & attention.episode_pattern(torch.arange(T).view(1, T), M + T)
+    mask = mask & attention.pattern.episode_pattern(torch.arange(T).view(1, T), M + T)
     q, k, v = attention.segment_qkv(h, attention.keys_values(torch.zeros(1, M, D, dtype=torch.float64)))
     out = attend(q, k, v, mask, scale=attention.scale)
     out.sum().backward()

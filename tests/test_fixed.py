@@ -25,7 +25,7 @@ def test_pattern_is_the_papers_index_sets_in_episode_time(block_length, summary_
                                 summary_width=summary_width)
     T, M = 5, 9
     clock = torch.arange(7, 7 + T).view(1, T)
-    pattern = attention.episode_pattern(clock, M + T)[0]
+    pattern = attention.pattern.episode_pattern(clock, M + T)[0]
     for q in range(T):
         i = 7 + q
         for key in range(M + T):

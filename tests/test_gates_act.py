@@ -10,8 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 
 from policies.attention.layer import make_attention
 from policies.backbones.act import AdaptiveComputationTime
-from policies.backbones.blocks import TransformerXLBlock
-from policies.backbones.gates import GATES, GRUGate, make_gate
+from policies.backbones.transformer_xl import GATES, GRUGate, TransformerXLBlock, make_gate
 from policies.registry import make_backbone
 from policies.window import attention_mask
 

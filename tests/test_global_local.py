@@ -7,8 +7,7 @@ import math
 import torch
 from conftest import build_attention
 
-from policies.attention.layer import MultiHeadAttention
-from policies.positions.encodings import sinusoid_table
+from policies.attention.layer import MultiHeadAttention, sinusoid_table
 from tests.conftest import attention_inputs
 
 B, T, D, H, DH, M, W = 2, 5, 12, 3, 4, 7, 2

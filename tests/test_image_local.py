@@ -38,7 +38,7 @@ def assert_pattern(attention: MultiHeadAttention, block: set[int] | None = None,
     """Queries at episode times ``FIRST … FIRST + T − 1`` with ``M`` keys before them see exactly the keys
     ``j ≤ i`` of their memory block (``memory_block_1d`` or ``memory_block_2d`` called with ``sizes``)."""
     reference = memory_block_2d if "W" in sizes else memory_block_1d
-    pattern = attention.episode_pattern(torch.arange(FIRST, FIRST + T).view(1, T), M + T)[0]
+    pattern = attention.pattern.episode_pattern(torch.arange(FIRST, FIRST + T).view(1, T), M + T)[0]
     for q in range(T):
         i = FIRST + q
         block = reference(i, **sizes)
@@ -75,9 +75,9 @@ def test_query_blocks_of_one_step_are_the_sliding_window(window):
     mask = attention_mask(torch.ones(2, M, dtype=torch.bool), starts, M)
     clock = torch.stack([torch.arange(FIRST, FIRST + T), torch.tensor([20, 21, 22, 0, 1, 2])])
     sliding = build_attention("local", 8, 2, 4, max_distance=M, local_window=window).pattern.mask(T, M + T, mask)
-    assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask & sliding)
+    assert torch.equal(mask & attention.pattern.episode_pattern(clock, M + T), mask & sliding)
     if window == M:
-        assert torch.equal(mask & attention.episode_pattern(clock, M + T), mask)
+        assert torch.equal(mask & attention.pattern.episode_pattern(clock, M + T), mask)
 
 
 def test_defaults_and_reach():

@@ -1,4 +1,4 @@
-"""The attention kernel (policies/attention/kernel.py) and the layer around it: content attention scaled by
+"""The attention kernel (policies/attention/layer.py) and the layer around it: content attention scaled by
 ``1/√d_head``, no NaN at an episode's first step for any attention, unknown names refused, shared records
 gathered into the joined layout."""
 
@@ -11,8 +11,7 @@ import torch
 from conftest import build_attention
 
 from policies.attention import ATTENTIONS
-from policies.attention.kernel import SharedRecords, join_memory
-from policies.attention.layer import make_attention
+from policies.attention.layer import SharedRecords, join_memory, make_attention
 from policies.window import (
     attention_mask,
 )

@@ -1,4 +1,4 @@
-"""Transformer-XL relative positions (policies/positions/relative.py): relative attention equals its four terms
+"""Transformer-XL relative positions (policies/attention/layer.py): relative attention equals its four terms
 (docs/design.md, "Invariants"), the relative shift, and the projected sinusoid of each distance."""
 
 from __future__ import annotations
@@ -9,14 +9,8 @@ import pytest
 import torch
 from conftest import build_attention
 
-from policies.attention.layer import MultiHeadAttention
-from policies.positions.encodings import (
-    sinusoid_table,
-)
-from policies.positions.relative import rel_shift
-from policies.window import (
-    attention_mask,
-)
+from policies.attention.layer import MultiHeadAttention, rel_shift, sinusoid_table
+from policies.window import attention_mask
 
 B, M, T, D, H, DH = 2, 5, 7, 12, 3, 4
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import policies.backbones.reversible_transformer
-from experiments.activation_memory import saved_activation_bytes
+from experiments.activation_bytes import saved_activation_bytes
 from policies import ATTENTIONS, make_backbone
 from policies.attention.layer import make_attention
-from policies.backbones.blocks import TransformerXLBlock
 from policies.backbones.reversible import ReversibleLayer, reversible_stack, run_layers
+from policies.backbones.transformer_xl import TransformerXLBlock
 from policies.window import attention_mask
 
 B, T, M, D, INPUT_DIM = 3, 6, 4, 16, 5

@@ -1,5 +1,5 @@
 """The pieces of a run directory's guarantees, on files made by hand: the one-writer lock, atomic
-writes, the rewind of every log to a step (tensorboard included), checkpoint pruning, and a report
+writes, the rewind of every log to a step (tensorboard included), and a report
 that names and skips a run it cannot read."""
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from experiments.evaluation import EVAL_COLUMNS, EvalLog, prune_checkpoints
+from experiments.evaluation import EVAL_COLUMNS, EvalLog
 from experiments.report import build_report
 from experiments.rewind import rewind, rewind_tensorboard
 from experiments.run_dir import (
     LOCK_FILE,
     RunBusyError,
-    checkpoints,
     holds_run,
     record_progress,
     run_lock,
@@ -99,18 +98,6 @@ def test_rewind_drops_every_record_after_the_step(tmp_path: Path):
     assert rewind(tmp_path, 0) == 0.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluations.csv"]
     assert (tmp_path / "evaluations.csv").read_text().strip() == ",".join(EVAL_COLUMNS)
-
-
-def test_checkpoints_are_pruned_to_the_newest_and_the_best(tmp_path: Path):
-    """The newest ``keep`` and the one whose evaluation (at or before its step) scored best (mutation
-    caught: the best one not kept)."""
-    for steps in (10, 20, 30, 40, 50, 60):
-        (tmp_path / f"model_{steps}_steps.zip").write_text("")
-    rows = [{"timesteps": str(s), "mean_return": str(r)} for s, r in ((10, 0.1), (20, 0.9), (40, 0.5))]
-    assert prune_checkpoints(tmp_path, 0, rows) == [10, 20, 30, 40, 50, 60]
-    assert prune_checkpoints(tmp_path, 3, rows) == [20, 40, 50, 60]
-    assert [steps for _, steps in checkpoints(tmp_path)] == [20, 40, 50, 60]
-    assert prune_checkpoints(tmp_path, 1, rows) == [20, 60]
 
 
 def _fake_run(directory: Path, steps: list[int]) -> None:

@@ -1,17 +1,14 @@
 """Key patterns and memory kinds, registered by name in :data:`ATTENTIONS`: which keys a query sees and how
 they exist. A pattern narrows the window's mask or adds a soft bias; a memory kind decides which keys exist
-(retrieved, compressed, hashed, projected). Both are :class:`~policies.attention.pattern.Pattern` subclasses
-and read through the one kernel (:func:`policies.attention.kernel.attend`); the position scheme is the other
+(retrieved, compressed, hashed, projected). Both are :class:`~policies.attention.layer.Pattern` subclasses
+and read through the one kernel (:func:`policies.attention.layer.attend`); the position scheme is the other
 axis (:mod:`policies.positions`), and :class:`~policies.attention.layer.MultiHeadAttention` joins the two.
 
 Adding one is one module in this package with a class decorated ``@ATTENTIONS.register(name, summary)``:
 the package imports every module it holds.
 """
 
-from policies.catalogue import Catalogue, import_package
-
-ATTENTIONS: Catalogue = Catalogue("attention", shared=("d_model", "n_heads", "d_head", "max_distance"))
-"""name → :class:`~policies.catalogue.Entry` (``.cls``, ``.summary``) of every key pattern and memory kind"""
+from policies.catalogue import ATTENTIONS, import_package
 
 import_package(__name__, __path__)
 

@@ -6,8 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
-from policies.attention.pattern import Pattern
-from policies.positions.base import Position
+from policies.attention.layer import Pattern, Position
 from policies.window import key_distances
 
 RAMP = 32

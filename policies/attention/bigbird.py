@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
+from policies.attention.layer import Pattern
 from policies.attention.local import local_window_length
-from policies.attention.pattern import Pattern
 from policies.window import key_times, root_length
 
 WORD = 0xFFFFFFFF

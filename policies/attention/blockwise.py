@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
-from policies.attention.pattern import Pattern
+from policies.attention.layer import Pattern
 from policies.window import key_times
 
 
@@ -30,7 +30,7 @@ class BlockwisePattern(Pattern):
     A head whose block has no visible key, early in the episode (block ``⌊i / l⌋ − s_h`` does not exist yet)
     or when the window cuts it all, reads nothing: its output is zero, not the NaN of a softmax over no key
     (the kernel's empty-row rule,
-    :func:`policies.attention.kernel.attend`).
+    :func:`policies.attention.layer.attend`).
 
     The pattern differs per head (:meth:`episode_pattern` is ``[B, H, T, K]``); as for ``fixed``, ``i`` and
     ``j`` are **episode times**, so rollout steps and training segments see the same keys (step equals sequence). It

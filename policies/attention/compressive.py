@@ -9,9 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
-from policies.attention.kernel import Slots, attend
-from policies.attention.pattern import Kernel, Pattern
-from policies.positions.base import Position
+from policies.attention.layer import Kernel, Pattern, Position, Slots, attend
 from policies.window import key_distances
 
 DEFAULT_RATE = 4
@@ -39,7 +37,7 @@ class CompressiveMemory(Pattern):
     between content attention over each query's compressed steps and over its slots, with every input
     but ``f_c`` detached; the main loss does not reach ``W`` and the loss does not reach the model. It goes
     to the backbone's ``aux`` as ``reconstruction``. Everything is one softmax over
-    ``[compressed slots; FIFO; segment]`` in the kernel (:class:`~policies.attention.kernel.Slots`); a compressed
+    ``[compressed slots; FIFO; segment]`` in the kernel (:class:`~policies.attention.layer.Slots`); a compressed
     slot is scored as a key at the distance ``d`` of its block's middle step (with ``relative`` positions
     ``(q+u)ᵀk̄ + (q+v)ᵀW_kR R_d``), so with ``c = 1`` this is plain attention over ``n_m + n_cm`` steps.
     A position scheme must score a key from its distance alone (:meth:`refuses`). The window

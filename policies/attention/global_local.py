@@ -7,9 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
+from policies.attention.layer import Pattern, Position
 from policies.attention.local import local_window_length
-from policies.attention.pattern import Pattern
-from policies.positions.base import Position
 from policies.window import key_distances
 
 

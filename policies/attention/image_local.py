@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
-from policies.attention.pattern import Pattern
+from policies.attention.layer import Pattern
 from policies.window import key_times, root_length
 
 Block = tuple[int, int]

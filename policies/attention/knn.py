@@ -7,8 +7,8 @@ import torch
 from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
+from policies.attention.layer import Kernel
 from policies.attention.local import LocalPattern
-from policies.attention.pattern import Kernel
 
 DEFAULT_TOP_K = 8
 """``k``, the number of older keys each query retrieves (the paper used 32 with far larger stores)"""

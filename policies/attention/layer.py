@@ -1,18 +1,415 @@
-"""Multi-head attention over ``[memory; segment]``: the projections, a position scheme and a key pattern,
-joined at the one kernel (:func:`policies.attention.kernel.attend`)."""
+"""Multi-head attention over ``[memory; segment]``, in one file from the projections to the weights: a newcomer
+reads a GTrXL layer's attention here top to bottom (with :mod:`policies.backbones.transformer_xl`, the block and
+the stack, and :mod:`policies.window`, the episode window and its mask).
+
+Queries come from the segment only; keys and values from the memory (kept without gradient by the caller)
+followed by the segment, as in Transformer-XL (Dai et al. 2019, Sec. 3.2). The layer joins two axes at one
+kernel, :func:`attend`, which computes every member's scores, mask and weights:
+
+- the **position scheme** (:data:`policies.POSITIONS`, :class:`Position`) rotates queries and keys, adds a
+  content-query bias, a score term and a value term, or replaces the softmax. Transformer-XL's relative
+  positions (:class:`RelativePosition`), the family's default, are defined here beside the kernel that adds
+  their score; the other schemes are modules of :mod:`policies.positions`;
+- the **key pattern** or **memory kind** (:data:`policies.ATTENTIONS`, :class:`Pattern`) narrows the mask,
+  adds a soft bias, or decides which keys exist: the window's, or per-query slots (compressed blocks,
+  projected keys) handed in as :class:`Slots`. The full window is the :class:`Pattern` base; the others are
+  modules of :mod:`policies.attention`.
+
+For a GTrXL layer, :meth:`MultiHeadAttention.forward` computes, with ``h̃ = [SG(m); h]``::
+
+    q = h W_q,  k = h̃ W_k,  v = h̃ W_v                                  [B, H, T or M + T, d_head]
+    A_ij = s·(q_i + u)ᵀk_j + s·rel_shift((q_i + v)ᵀ W_kR R)_ij            [B, H, T, M + T]
+    z_i = Σ_j softmax_j(A_ij masked) v_j,   output = [z^1; …; z^H] W_o    [B, T, D]
+
+with ``s = 1/√d_head``, ``R`` the sinusoids of the distances and ``u``, ``v`` (there: ``u``, ``position_bias``)
+Transformer-XL's two learned biases (not the values).
+
+Tensor layout: hidden states ``[B, T, D]``, per-head tensors ``[B, H, N, d_head]``, scores ``[B, H, T, K]``.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
-from torch import Tensor
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
-from policies.attention import ATTENTIONS
-from policies.attention.kernel import HeadProjections, KeysValues, attend, join_memory, score_scale
-from policies.attention.pattern import Pattern
-from policies.positions import POSITIONS
-from policies.positions.base import Position
+from policies.catalogue import ATTENTIONS, POSITIONS
+from policies.window import key_distances
+
+
+class SharedRecords(NamedTuple):
+    """The keys (or values) of a minibatch's distinct memory records and where they sit in its windows
+    (:func:`policies.window.shared_windows`): ``table`` ``[R, H, d_head]`` holds them once per record, and
+    window ``n``'s slot ``m`` holds ``table[slots[n, m]]`` (``slots`` ``[N, M]``)."""
+
+    table: Tensor
+    slots: Tensor
+
+    def windows(self) -> Tensor:
+        """The windows' keys (or values), ``[N, H, M, d_head]``."""
+        return self.table[self.slots].transpose(1, 2)
+
+
+KeysValues = tuple[Tensor | SharedRecords, Tensor | SharedRecords]
+"""Keys and values ``[B, H, N, d_head]`` each; a memory's may be :class:`SharedRecords` (an update's minibatch)."""
+
+
+def join_memory(memory_kv: KeysValues, k_seg: Tensor, v_seg: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys and values of ``[memory; segment]``, ``[B, H, M + T, d_head]`` each, from the memory's ``[B, H, M,
+    d_head]`` or its shared records and the segment's ``[B, H, T, d_head]``. Shared records are gathered straight
+    into the joined layout: one contiguous copy, where gathering the windows and then concatenating made two,
+    the first of them strided (docs/design.md, "Where the time goes"); keys and values share the index of their rows."""
+    keys, values = memory_kv
+    if isinstance(keys, Tensor) and isinstance(values, Tensor):
+        return torch.cat([keys, k_seg], dim=2), torch.cat([values, v_seg], dim=2)
+    assert isinstance(keys, SharedRecords) and isinstance(values, SharedRecords)
+    B, H, T, d = k_seg.shape
+    R = keys.table.shape[0]
+    own = R + torch.arange(B * T, device=k_seg.device).view(B, T)  # the segment's rows
+    rows = torch.cat([keys.slots, own], dim=1)  # [B, M + T]: the row behind every key
+    index = rows.unsqueeze(1) * H + torch.arange(H, device=k_seg.device).view(1, H, 1)  # [B, H, M + T]
+
+    def gather(memory: SharedRecords, segment: Tensor) -> Tensor:
+        table = torch.cat([memory.table, segment.transpose(1, 2).reshape(B * T, H, d)])  # [R + B T, H, d]
+        return F.embedding(index, table.view(-1, d))
+
+    return gather(keys, k_seg), gather(values, v_seg)
+
+
+def score_scale(d_head: int) -> float:
+    """``1/√d_head``, the scale of dot-product scores (Vaswani et al. 2017, Eq. 1)."""
+    return 1.0 / math.sqrt(d_head)
+
+
+class HeadProjections(nn.Module):
+    """The projections every multi-head attention shares (Vaswani et al. 2017): queries ``h W_q``,
+    keys and values ``h W_k``, ``h W_v`` split into ``H`` heads of width ``d_head``, and the output
+    projection of the concatenated heads (all without bias, Xavier-uniform as in Transformer-XL).
+
+    ``shared_qk``: the keys are the normalised queries, ``k_j = q_j / ‖q_j‖`` (Reformer's shared-QK,
+    Kitaev et al. 2020, Sec. 2), and ``kv_net`` projects the values only.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, shared_qk: bool = False) -> None:
+        super().__init__()
+        self.n_heads, self.d_head, self.shared_qk = n_heads, d_head, shared_qk
+        self.q_net = nn.Linear(d_model, n_heads * d_head, bias=False)
+        self.kv_net = nn.Linear(d_model, (1 if shared_qk else 2) * n_heads * d_head, bias=False)
+        self.out_net = nn.Linear(n_heads * d_head, d_model, bias=False)
+        for layer in (self.q_net, self.kv_net, self.out_net):
+            nn.init.xavier_uniform_(layer.weight)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        """``[B, N, H*d]`` → ``[B, H, N, d]``."""
+        B, N, _ = x.shape
+        return x.view(B, N, self.n_heads, self.d_head).transpose(1, 2)
+
+    def queries(self, h: Tensor) -> Tensor:
+        """Queries of hidden states ``[B, N, D]``, ``[B, H, N, d_head]``."""
+        return self._heads(self.q_net(h))
+
+    def keys_values(self, h: Tensor) -> KeysValues:
+        """Keys and values of hidden states ``[B, N, D]``, each ``[B, H, N, d_head]``."""
+        if self.shared_qk:
+            return F.normalize(self.queries(h), dim=-1), self._heads(self.kv_net(h))
+        k, v = self.kv_net(h).chunk(2, dim=-1)
+        return self._heads(k), self._heads(v)
+
+    def merge(self, heads: Tensor) -> Tensor:
+        """Per-head outputs ``[B, H, N, d_head]`` → the projected output ``[B, N, D]``."""
+        B, _, N, _ = heads.shape
+        return self.out_net(heads.transpose(1, 2).reshape(B, N, -1))
+
+
+class Slots(NamedTuple):
+    """Keys that differ per query, scored beside the window's keys in the same softmax: the compressed
+    blocks of the Compressive Transformer, the projected keys of Linformer. ``keys`` and ``values``
+    ``[B, H, T, J, d_head]``; ``visible`` ``[B, 1 or H, T, J]``; ``distances`` ``[J]``, the distance the
+    position scheme scores each slot at (``None``: slots carry no position)."""
+
+    keys: Tensor
+    values: Tensor
+    visible: Tensor
+    distances: Tensor | None = None
+
+
+@POSITIONS.register("none", "no position information: content attention only (order shows through the memory's "
+                            "content alone)")
+class Position(nn.Module):
+    """What a position scheme may contribute to :func:`attend`; this base
+    contributes nothing (``none``). A scheme overrides the hooks it needs:
+
+    - :meth:`terms`: tensors computed from its parameters once per pass (cached during rollouts);
+    - :meth:`rotate`: queries and keys before scoring (RoPE);
+    - :meth:`content_query`: the query that multiplies the content keys (``q + u`` in Transformer-XL);
+    - :meth:`score`: an additive score term ``[B or 1, H, T, K]``, already scaled;
+    - :meth:`distance_score`: the same term for keys at given distances (a memory kind's per-query slots);
+    - :meth:`values`: an additive value term (Shaw, absolute);
+    - :meth:`weights`: a normaliser in place of the softmax (DA-Transformer).
+
+    ``fused``: whether the score is all it adds, so torch's fused softmax kernel can compute the attention.
+    ``softmax``: whether its weights are a softmax of the scores (not with :meth:`weights`).
+    ``scores_distances``: whether :meth:`distance_score` is defined (a compressed slot has a distance).
+    ``contributes``: whether it adds anything at all.
+    """
+
+    fused = True
+    softmax = True
+    scores_distances = True
+    contributes = False
+    name: str
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_head, self.max_distance = n_heads, d_head, max_distance
+        self.scale = score_scale(d_head)
+
+    def terms(self, projections: HeadProjections) -> Tensor | None:
+        """What the scheme computes from its parameters (and the attention's ``projections``) once per pass."""
+        return None
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries ``[B, H, T, d]`` and keys ``[B, H, K, d]`` as the scores see them."""
+        return q, k
+
+    def content_query(self, q: Tensor, terms: Tensor | None) -> Tensor:
+        """The query that multiplies the content keys."""
+        return q
+
+    def score(self, q: Tensor, terms: Tensor | None, n_keys: int) -> Tensor | None:
+        """The additive score term of queries ``q`` over the ``n_keys`` keys of ``[memory; segment]``."""
+        return None
+
+    def distance_score(self, q: Tensor, terms: Tensor | None, distances: Tensor | None) -> Tensor | None:
+        """The additive score term ``[B or 1, H, T, J]`` of keys at ``distances`` ``[J]`` from every query."""
+        return None
+
+    def values(self, weights: Tensor, terms: Tensor | None) -> Tensor | None:
+        """An additive output term ``[B, H, T, d]`` from the attention ``weights`` ``[B, H, T, K]``."""
+        return None
+
+    def weights(self, scores: Tensor, mask: Tensor) -> Tensor | None:
+        """Attention weights from the ``scores`` and ``mask`` in place of the softmax (``None``: the softmax)."""
+        return None
+
+
+def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
+    """Sinusoids of Vaswani et al. (2017): ``[sin(p ω_i), cos(p ω_i)]``, ``ω_i = 10000^(-2i/d)``.
+
+    Transformer-XL (Dai et al. 2019, Sec. 3.3) uses the same table, evaluated at relative
+    distances, as ``R``. ``positions``: ``[N]`` (any float or int dtype); returns ``[N, dim]``.
+    """
+    if dim % 2:
+        raise ValueError(f"sinusoidal encodings need an even dimension, got {dim}")
+    dtype = positions.dtype if positions.is_floating_point() else torch.get_default_dtype()
+    inv_freq = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=dtype)
+                         * (-math.log(10000.0) / dim))
+    angles = positions.to(dtype).unsqueeze(-1) * inv_freq
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def rel_shift(scores: Tensor) -> Tensor:
+    """The relative shift of Transformer-XL (Dai et al. 2019, App. B).
+
+    ``scores[..., i, k]`` holds query ``i``'s term for the ``k``-th entry of a distance list
+    ordered ``K-1, K-2, ..., 0``. The result holds, at ``[..., i, j]``, the term for distance
+    ``(K - T) + i - j``: key ``j`` of ``[memory; segment]`` seen from query ``i``. Entries with
+    ``j > i + K - T`` (keys in the future) are garbage and must be masked by the caller.
+    """
+    *lead, T, K = scores.shape
+    padded = torch.cat([scores.new_zeros(*lead, T, 1), scores], dim=-1)  # [..., T, K+1]
+    return padded.view(*lead, K + 1, T)[..., 1:, :].reshape(*lead, T, K)
+
+
+@POSITIONS.register("relative", "Transformer-XL relative positions with u, v and the shift (Dai et al. 2019)")
+class RelativePosition(Position):
+    """Transformer-XL relative attention scores (Dai et al. 2019, Sec. 3.3):
+
+        ``A_ij = q_iᵀk_j + q_iᵀW_kR R_{i−j} + uᵀk_j + vᵀW_kR R_{i−j}``
+
+    — terms (a) content, (b) content-dependent position, (c) global content bias, (d) global position bias —
+    computed as ``(q+u)ᵀk`` (:meth:`content_query`, the kernel's content term) plus
+    ``rel_shift((q+v)ᵀ W_kR R)`` (:meth:`score`), both scaled by ``1/√d_head``. ``R`` is the sinusoid table of
+    distances ``0..max_distance``, ``W_kR`` a bias-free projection, ``u`` and ``v`` (``position_bias``) learned
+    per layer (``[H, d_head]``, initialised N(0, 0.02) as in the original code). The terms are ``W_kR R``.
+    """
+
+    contributes = True
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int) -> None:
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
+        self.r_net = nn.Linear(d_model, n_heads * d_head, bias=False)  # W_kR
+        nn.init.xavier_uniform_(self.r_net.weight)
+        self.u = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)
+        self.position_bias = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)  # v
+
+    def terms(self, projections: HeadProjections) -> Tensor:
+        """``W_kR R`` as ``[H, max_distance + 1, d_head]`` in descending distance order ``max_distance, ..., 0``:
+        the order of the keys of a rollout step (``M`` memory slots, then the step itself). ``R`` is evaluated in
+        the parameters' dtype (no float32 table in a float64 model); distances beyond ``max_distance`` never occur
+        under the banded mask."""
+        weight = self.r_net.weight
+        descending = torch.arange(self.max_distance, -1, -1, device=weight.device, dtype=weight.dtype)
+        table = sinusoid_table(descending, weight.shape[1])
+        return self.r_net(table).view(-1, self.n_heads, self.d_head).transpose(0, 1)
+
+    def content_query(self, q: Tensor, terms: Tensor | None) -> Tensor:
+        return q + self.u.unsqueeze(1)  # (a) + (c): (q + u)ᵀk
+
+    def score(self, q: Tensor, terms: Tensor | None, n_keys: int) -> Tensor:
+        """(b) + (d): ``rel_shift((q + v)ᵀ W_kR R) / √d_head``, ``[B, H, T, K]``."""
+        if terms is None:
+            raise ValueError("relative positions need their terms (W_kR R)")
+        max_distance = terms.shape[1] - 1
+        if n_keys != max_distance + 1:
+            # raw column k holds distance K-1-k, clamped: longer distances are masked anyway
+            distance = (n_keys - 1 - torch.arange(n_keys, device=q.device)).clamp(max=max_distance)
+            terms = terms[:, max_distance - distance]
+        raw = torch.einsum("bhtd,hkd->bhtk", q + self.position_bias.unsqueeze(1), terms)  # [B, H, T, K]
+        shifted = raw if q.shape[2] == 1 else rel_shift(raw)  # one query: already aligned
+        return shifted * self.scale
+
+    def distance_score(self, q: Tensor, terms: Tensor | None, distances: Tensor | None) -> Tensor | None:
+        """(b) + (d) at ``distances`` ``[J]``: ``(q + v)ᵀ W_kR R_d / √d_head``, ``[B, H, T, J]``."""
+        if terms is None or distances is None:
+            raise ValueError("relative positions need their terms (W_kR R) and the keys' distances")
+        at = terms[:, terms.shape[1] - 1 - distances]  # [H, J, d]
+        return torch.einsum("bhtd,hjd->bhtj", q + self.position_bias.unsqueeze(1), at) * self.scale
+
+
+Kernel = Callable[..., Tensor]
+""":func:`attend` with the layer's position scheme, its terms, scale and dropout bound"""
+
+
+@ATTENTIONS.register("full", "every key of the memory window (Transformer-XL's dense window, Dai et al. 2019)")
+class Pattern(nn.Module):
+    """Which keys a query sees, and how they exist; this base sees the whole window (``full``). A key pattern
+    overrides :meth:`mask` (a hard mask from distances), :meth:`episode_pattern` (a hard mask from episode
+    times, with ``uses_episode_time``) or :meth:`bias` (a soft one); a memory kind overrides :meth:`read`,
+    which calls the kernel on the keys it makes. :meth:`refuses` names the position schemes it cannot take.
+
+    ``default_position``: the position scheme the pattern takes when the backbone names none (the one its
+    registered attention used before the axes were split, so old settings keep their meaning).
+    """
+
+    complexity = "O(n²)"
+    """the time its paper claims for a sequence of ``n`` tokens (here every windowed member scores its ``M + T``
+    keys densely and masks them: ``benchmarks/attention_scaling.py``)"""
+    default_position = "relative"
+    uses_episode_time = False
+    """whether the pattern restricts keys by the queries' episode time (:meth:`episode_pattern`); the backbone
+    then keeps the episode clock in its state and narrows the mask with it"""
+    shared_qk = False
+    """whether keys are the normalised queries (:class:`HeadProjections`)"""
+    aux_loss_coefs: dict[str, float] = {}
+    """default coefficients of the losses among :meth:`aux_terms`"""
+    name: str
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_head, self.max_distance = n_heads, d_head, max_distance
+        self.scale = score_scale(d_head)
+
+    @property
+    def reach(self) -> int:
+        """The farthest key, in steps back, that can change a query's output (the memory length here)."""
+        return self.max_distance
+
+    def refuses(self, position: Position) -> str | None:
+        """Why ``position`` cannot combine with this pattern (``None``: it can)."""
+        return None
+
+    def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
+        """``[B, T, K]`` (or ``[B, H, T, K]``, per head): which keys of ``[memory; segment]`` the queries at
+        episode times ``clock`` ``[B, T]`` may see (only with ``uses_episode_time``)."""
+        raise NotImplementedError(f"attention {self.name!r} is not laid out in episode time")
+
+    def mask(self, n_queries: int, n_keys: int, like: Tensor) -> Tensor | None:
+        """``[T, K]``: which keys of ``[memory; segment]`` the pattern lets each query see (``None``: all)."""
+        return None
+
+    def bias(self, q: Tensor, k: Tensor) -> Tensor | None:
+        """A soft pattern: an additive, already scaled term of the ``[B, H, T, K]`` scores (``None``: none)."""
+        return None
+
+    def aux_terms(self) -> dict[str, Tensor]:
+        """Scalar losses and statistics of the pattern's own parameters (e.g. a span penalty), added to the
+        backbone's ``aux`` in training (none here)."""
+        return {}
+
+    def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: Kernel) -> Tensor:
+        """The per-head outputs ``[B, H, T, d]`` of queries ``q`` over the window's keys ``k`` and values ``v``
+        under the memory ``mask`` ``[B, 1 or H, T, K]``: the kernel with the pattern's mask and bias."""
+        narrowed = self.mask(q.shape[2], k.shape[2], q)
+        return kernel(q, k, v, mask if narrowed is None else mask & narrowed, bias=self.bias(q, k))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *, scale: float, position: Position | None = None,
+           terms: Tensor | None = None, bias: Tensor | None = None, slots: Slots | None = None,
+           dropout: float = 0.0) -> Tensor:
+    """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
+    (``[B, H, K, d_head]``, the keys of ``[memory; segment]``), under ``mask`` ``[B, 1 or H, T, K]``::
+
+        A_ij = s · q̃_iᵀ k_j  +  P_ij  +  B_ij          (masked: −∞ where mask_ij is false)
+        z_i  = Σ_j softmax_j(A_ij) v_j  +  Σ_j softmax_j(A_ij) a^V_ij
+
+    with ``s = scale`` (``1/√d_head``). The ``position`` scheme (none: content only) supplies, from its
+    per-pass ``terms``: the rotation of ``q`` and ``k`` (RoPE), the content query ``q̃`` (``q + u`` in
+    Transformer-XL), the score term ``P`` (Transformer-XL's ``rel_shift((q + v)ᵀ W_kR R)``, ALiBi's ``−m·d``,
+    Shaw's ``qᵀa^K``) and the value term ``a^V`` (Shaw, absolute), or a normaliser in place of the softmax
+    (DA-Transformer). ``bias`` ``B`` is a soft key pattern (adaptive span's ``log m_z``, global-local's
+    ``log σ``). ``slots`` are per-query keys scored in the same softmax (:class:`Slots`).
+
+    No empty softmax row: a query that may see no key at all (a blockwise head early in an episode, a kNN
+    retrieval before any old key) reads its own step, so nothing turns into NaN, and its output is zero.
+    """
+    T, K = q.shape[2], k.shape[2]
+    if position is not None:
+        q, k = position.rotate(q, k)
+        query, score = position.content_query(q, terms), position.score(q, terms, K)  # q̃; P [B|1, H, T, K]
+        bias = score if bias is None else bias if score is None else score + bias
+    else:
+        query = q
+    visible = mask.any(dim=-1, keepdim=True)
+    if slots is not None:
+        visible = visible | slots.visible.any(dim=-1, keepdim=True)
+    empty = ~visible  # [B, 1|H, T, 1]
+    mask = mask | (empty & (key_distances(T, K, q.device) == 0))
+    fused = slots is None and (position is None or position.fused) and (bias is None or not bias.requires_grad)
+    if fused:  # torch's fused kernel computes s·q̃ᵀk + P + B, the mask and the softmax at once
+        attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))
+        out = F.scaled_dot_product_attention(query, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+        return out.masked_fill(empty, 0.0)
+    # A bias that needs a gradient sends torch's fused CPU kernel to its unfused path, which scales every
+    # key; here the scale goes on the queries, of which an update has one per window (docs/design.md,
+    # "Where the time goes").
+    scores = (query * scale) @ k.transpose(-2, -1)  # s · q̃ᵀk, [B, H, T, K]
+    if bias is not None:
+        scores = scores + bias
+    if slots is not None:  # s · q̃ᵀk̄_j + P(d_j) for every query's own slots, [B, H, T, J]
+        slot_scores = torch.einsum("bhtd,bhtjd->bhtj", query * scale, slots.keys)
+        slot_position = None if position is None else position.distance_score(q, terms, slots.distances)
+        if slot_position is not None:
+            slot_scores = slot_scores + slot_position
+        scores = torch.cat([slot_scores.masked_fill(~slots.visible, float("-inf")), scores], dim=-1)
+        mask = torch.cat([slots.visible.expand(*mask.shape[:-1], -1), mask], dim=-1)
+    normalised = None if position is None else position.weights(scores, mask)
+    if normalised is None:
+        normalised = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    weights = F.dropout(normalised, dropout, dropout > 0)
+    if slots is not None:  # the slots' share, then the window's weights alone
+        J = slots.keys.shape[3]
+        slot_out, weights = torch.einsum("bhtj,bhtjd->bhtd", weights[..., :J], slots.values), weights[..., J:]
+    out = weights @ v if slots is None else slot_out + weights @ v
+    value_term = None if position is None else position.values(weights, terms)  # Σ_j α_ij a^V_ij
+    if value_term is not None:
+        out = out + value_term
+    return out.masked_fill(empty, 0.0)
 
 
 class MultiHeadAttention(HeadProjections):
@@ -64,14 +461,17 @@ class MultiHeadAttention(HeadProjections):
         """The farthest key, in steps back, that can change a query's output."""
         return self.pattern.reach
 
-    @property
-    def uses_episode_time(self) -> bool:
-        """Whether the pattern is laid out in episode time (the backbone then keeps the episode clock)."""
-        return self.pattern.uses_episode_time
-
-    def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
-        """The pattern's mask in episode time (:meth:`policies.attention.pattern.Pattern.episode_pattern`)."""
-        return self.pattern.episode_pattern(clock, n_keys)
+    def episode_mask(self, mask: Tensor, clock: Tensor | None) -> Tensor:
+        """The memory ``mask`` ``[B, T, K]`` narrowed to the pattern's layout in episode time for queries at times
+        ``clock`` ``[B, T]``, when it has one (``uses_episode_time``, :meth:`Pattern.episode_pattern`); a per-head
+        pattern ``[B, H, T, K]`` gives a per-head mask."""
+        if not self.pattern.uses_episode_time:
+            return mask
+        if clock is None:
+            raise ValueError(f"attention {self.pattern.name!r} is laid out in episode time, but the state has "
+                             "no 'clock'; build states with initial_state")
+        pattern = self.pattern.episode_pattern(clock, mask.shape[-1])
+        return (mask.unsqueeze(1) if pattern.dim() == 4 else mask) & pattern
 
     @property
     def aux_loss_coefs(self) -> dict[str, float]:

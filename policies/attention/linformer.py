@@ -7,9 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
-from policies.attention.kernel import Slots
-from policies.attention.pattern import Kernel, Pattern
-from policies.positions.base import Position
+from policies.attention.layer import Kernel, Pattern, Position, Slots
 from policies.window import key_distances
 
 DEFAULT_RANK = 16
@@ -51,7 +49,7 @@ class LinformerProjection(Pattern):
 
     Cost: each query has its own projections, so Linformer's sharing of ``E K`` between queries does not
     carry over: ``O((M + 1)·k·d)`` per query and head for forming ``k̃``, ``ṽ``, handed to the kernel as per-query slots
-    (:class:`~policies.attention.kernel.Slots`).
+    (:class:`~policies.attention.layer.Slots`).
     """
 
     complexity = "O(n·k), k the projected length"

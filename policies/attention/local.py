@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
-from policies.attention.pattern import Pattern
+from policies.attention.layer import Pattern
 from policies.window import key_distances
 
 LOCAL_FRACTION = 8

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
-from policies.attention.pattern import Kernel, Pattern
+from policies.attention.layer import Kernel, Pattern
 from policies.window import key_distances
 
 DEFAULT_BUCKETS = 4

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.attention.kernel import HeadProjections
+from policies.attention.layer import HeadProjections
 from policies.backbones.random_features import PositiveRandomFeatures
 from policies.window import episode_ids
 

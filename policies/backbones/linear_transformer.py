@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.backbones.blocks import TransformerXLBlock
+from policies.backbone import Aux, MemoryBackbone
 from policies.backbones.linear_attention import CausalLinearAttention
-from policies.window import State
+from policies.backbones.transformer_xl import TransformerXLBlock
+from policies.window import State, as_bool
 
 
 class LinearTransformer(MemoryBackbone):

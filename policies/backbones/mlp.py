@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.window import State, window_before
+from policies.backbone import Aux, MemoryBackbone
+from policies.window import State, as_bool, window_before
 
 
 def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from policies.backbone import Aux, MemoryBackbone, as_bool
-from policies.window import State
+from policies.backbone import Aux, MemoryBackbone
+from policies.window import State, as_bool
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 

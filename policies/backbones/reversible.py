@@ -1,8 +1,8 @@
 """Reversible residual layers (RevNet, Gomez et al. 2017; Reformer, Kitaev et al. 2020, Sec. 3).
 
 A reversible layer carries the stream as two halves and couples them with the two submodules of an
-identity-map Transformer-XL block (:meth:`~policies.backbones.blocks.TransformerXLBlock.attention_branch` and
-:meth:`~policies.backbones.blocks.TransformerXLBlock.feedforward_branch`, Parisotto et al. 2020):
+identity-map Transformer-XL block (:meth:`~policies.backbones.transformer_xl.TransformerXLBlock.attention_branch` and
+:meth:`~policies.backbones.transformer_xl.TransformerXLBlock.feedforward_branch`, Parisotto et al. 2020):
 
     Y₁ = X₁ + F(X₂),  F(x) = ReLU(MHA(LN([SG(m); x])))   (the layer's memory m is a constant input)
     Y₂ = X₂ + G(Y₁),  G(x) = ReLU(f(LN(x)))
@@ -22,9 +22,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from policies.attention.kernel import KeysValues
-from policies.backbones.blocks import TransformerXLBlock
-from policies.backbones.gates import Residual
+from policies.attention.layer import KeysValues
+from policies.backbones.transformer_xl import Residual, TransformerXLBlock
 
 LayerContext = tuple[Tensor, Tensor, Tensor, Tensor | None]
 """what a layer's attention takes beside its input: memory keys, memory values, mask, position terms"""

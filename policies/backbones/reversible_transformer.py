@@ -7,12 +7,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from policies.attention.kernel import KeysValues, SharedRecords
-from policies.attention.layer import make_attention
+from policies.attention.layer import KeysValues, SharedRecords, make_attention
 from policies.backbone import Aux
-from policies.backbones.blocks import TransformerXLBlock
 from policies.backbones.reversible import ReversibleLayer, reversible_stack
-from policies.backbones.transformer import WindowTransformer
+from policies.backbones.transformer_xl import TransformerXLBlock, WindowTransformer
 
 
 class ReversibleTransformerXL(WindowTransformer):

@@ -1,21 +1,530 @@
-"""Transformer-XL memories for RL: TrXL, TrXL-I and GTrXL (Parisotto et al. 2020)."""
+"""Transformer-XL memories for RL: TrXL, TrXL-I and GTrXL (Parisotto et al. 2020), in one file from the gates
+to the stack. With :mod:`policies.attention.layer` (the attention of a layer) and :mod:`policies.window` (the
+episode window and its mask) it is the whole of a GTrXL forward pass, rollout step and training segment.
+
+- **Gates** (Sec. 3.2): a gate ``g(x, y)`` merges the residual stream ``x`` with a submodule output ``y``. The
+  gate bias ``b_g`` is a parameter of its own (not the bias of an ``nn.Linear``), so SB3's ``ortho_init``,
+  which zeroes linear biases, cannot reset it. Its defaults follow the paper's gated identity initialisation:
+  2 for the GRU gate, 1 for the others; a positive ``b_g`` pulls each gate towards passing ``x`` unchanged.
+- **Blocks** (Sec. 3): attention over ``[memory; segment]`` plus a position-wise MLP, in three layouts, with
+  ``h̃ = [SG(M); E]``:
+
+  - ``post-ln`` (canonical TrXL): ``Y = LN(E + MHA(h̃))``, ``E' = LN(Y + f(Y))``;
+  - ``identity-map`` with residual gates (TrXL-I): ``Y = E + ReLU(MHA(LN(h̃)))``, ``E' = Y + ReLU(f(LN(Y)))``
+    — LayerNorm only on submodule inputs, so an un-normalised identity path runs from the first layer's input
+    to the last layer's output;
+  - ``identity-map`` with a GTrXL gate in place of each residual: ``Y = g_MHA(E, ReLU(MHA(LN(h̃))))``,
+    ``E' = g_MLP(Y, ReLU(f(LN(Y))))``.
+
+  The position-wise MLP ``f`` can run on pieces of the time axis (``ff_chunks``, Reformer's chunking).
+- **The window transformer** (:class:`WindowTransformer`): what every Transformer-XL-style backbone shares (this
+  stack, the Universal Transformer, the reversible one): the memory of per-depth inputs, the banded causal mask,
+  and the key/value caches that make a rollout step cost O(M). Depth ``n`` attends to memory slot ``n``: the
+  inputs that depth ``n`` received at each of the last ``M`` steps of the episode (Dai et al. 2019, Sec. 3.2:
+  each layer caches its own input).
+- **The stack** (:class:`TransformerXL`): ``n_layers`` distinct blocks.
+"""
 
 from __future__ import annotations
 
+import math
+from abc import abstractmethod
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
-from policies.attention.kernel import KeysValues
-from policies.attention.layer import make_attention
-from policies.backbone import Aux
-from policies.backbones.blocks import TransformerXLBlock
-from policies.backbones.transformer import WindowTransformer
-from policies.window import State
+from policies.attention.layer import HeadProjections, KeysValues, SharedRecords, make_attention
+from policies.backbone import Aux, MemoryBackbone
+from policies.positions.encodings import ABSOLUTE_ENCODINGS
+from policies.window import (
+    State,
+    advance_window,
+    as_bool,
+    as_windows,
+    attention_mask,
+    episode_clock,
+    reset_window,
+    step_clock,
+    window_before,
+    windows,
+)
 
+
+# -- gates ------------------------------------------------------------------------------------------------------
+def _linear(d_in: int, d_out: int) -> nn.Linear:
+    layer = nn.Linear(d_in, d_out, bias=False)
+    nn.init.xavier_uniform_(layer.weight)
+    return layer
+
+
+class Residual(nn.Module):
+    """Plain residual connection ``g(x, y) = x + y`` (TrXL, TrXL-I)."""
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return x + y
+
+
+class _BiasedGate(nn.Module):
+    """A gate with the scalar-per-channel bias ``b_g``."""
+
+    default_bias = 1.0
+
+    def __init__(self, dim: int, bias: float | None = None) -> None:
+        super().__init__()
+        self.initial_bias = self.default_bias if bias is None else float(bias)
+        self.bias = nn.Parameter(torch.full((dim,), self.initial_bias))
+
+
+class InputGate(_BiasedGate):
+    """Input gating, ``g = σ(W_g x + b_g) ⊙ x + y``."""
+
+    def __init__(self, dim: int, bias: float | None = None) -> None:
+        super().__init__(dim, bias)
+        self.w = _linear(dim, dim)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return torch.sigmoid(self.w(x) + self.bias) * x + y
+
+
+class OutputGate(_BiasedGate):
+    """Output gating, ``g = x + σ(W_g x − b_g) ⊙ y``."""
+
+    def __init__(self, dim: int, bias: float | None = None) -> None:
+        super().__init__(dim, bias)
+        self.w = _linear(dim, dim)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return x + torch.sigmoid(self.w(x) - self.bias) * y
+
+
+class HighwayGate(_BiasedGate):
+    """Highway gating, ``g = σ(W_g x + b_g) ⊙ x + (1 − σ(W_g x + b_g)) ⊙ y``."""
+
+    def __init__(self, dim: int, bias: float | None = None) -> None:
+        super().__init__(dim, bias)
+        self.w = _linear(dim, dim)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        carry = torch.sigmoid(self.w(x) + self.bias)
+        return carry * x + (1.0 - carry) * y
+
+
+class SigmoidTanhGate(_BiasedGate):
+    """Sigmoid-tanh gating, ``g = x + σ(W_g y − b_g) ⊙ tanh(U_g y)``."""
+
+    def __init__(self, dim: int, bias: float | None = None) -> None:
+        super().__init__(dim, bias)
+        self.w = _linear(dim, dim)
+        self.u = _linear(dim, dim)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return x + torch.sigmoid(self.w(y) - self.bias) * torch.tanh(self.u(y))
+
+
+class GRUGate(_BiasedGate):
+    """GRU-type gating, the best variant of GTrXL.
+
+    ``r = σ(W_r y + U_r x)``, ``z = σ(W_z y + U_z x − b_g)``, ``ĥ = tanh(W_g y + U_g (r ⊙ x))``,
+    ``g = (1 − z) ⊙ x + z ⊙ ĥ``: six bias-free ``D×D`` matrices (W acts on the submodule output
+    ``y``, U on the stream ``x``) and only ``b_g`` on ``z``. ``W_r, W_z, W_g`` are fused in one
+    matrix and so are ``U_r, U_z``.
+    """
+
+    default_bias = 2.0
+
+    def __init__(self, dim: int, bias: float | None = None) -> None:
+        super().__init__(dim, bias)
+        self.w_rzg = nn.Linear(dim, 3 * dim, bias=False)
+        self.u_rz = nn.Linear(dim, 2 * dim, bias=False)
+        self.u_g = _linear(dim, dim)
+        for fused, parts in ((self.w_rzg, 3), (self.u_rz, 2)):
+            for chunk in fused.weight.data.chunk(parts, dim=0):
+                nn.init.xavier_uniform_(chunk)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        w_r, w_z, w_g = self.w_rzg(y).chunk(3, dim=-1)
+        u_r, u_z = self.u_rz(x).chunk(2, dim=-1)
+        r = torch.sigmoid(w_r + u_r)
+        z = torch.sigmoid(w_z + u_z - self.bias)
+        candidate = torch.tanh(w_g + self.u_g(r * x))
+        return x + z * (candidate - x)
+
+
+GATES: dict[str, type[nn.Module]] = {
+    "residual": Residual,
+    "input": InputGate,
+    "output": OutputGate,
+    "highway": HighwayGate,
+    "sigmoid-tanh": SigmoidTanhGate,
+    "gru": GRUGate,
+}
+
+
+def make_gate(name: str, dim: int, bias: float | None = None) -> nn.Module:
+    """Build a gate by name; ``bias`` overrides the default ``b_g`` (not for ``residual``)."""
+    if name not in GATES:
+        raise ValueError(f"unknown gate {name!r}; valid gates: {', '.join(GATES)}")
+    if name == "residual":
+        if bias is not None:
+            raise ValueError("gate 'residual' has no gate bias; gate_bias applies to the GTrXL gates")
+        return Residual()
+    return GATES[name](dim, bias)
+
+
+# -- blocks -----------------------------------------------------------------------------------------------------
+LAYOUTS = ("post-ln", "identity-map")
+
+
+class PositionwiseFeedForward(nn.Module):
+    """``f(x) = W_2 ReLU(W_1 x + b_1) + b_2``; its output has no activation of its own.
+
+    With ``chunks = c > 1``, ``f`` runs on ``c`` consecutive pieces of the time axis one after the
+    other (Reformer, Kitaev et al. 2020, Sec. 3 "Chunking": ``Y_2 = [Y_2^(1); …; Y_2^(c)]`` with
+    ``Y_2^(j) = X_2^(j) + f(Y_1^(j))``). ``f`` acts on each position alone, so outputs and gradients
+    are those of one pass, and the ``d_inner``-wide activation exists for ``⌈T/c⌉`` positions at a
+    time. That lowers peak memory only if a piece's activation is not kept for backward: whenever
+    autograd records, each piece runs under activation checkpointing (``torch.utils.checkpoint``,
+    non-reentrant) and is recomputed in backward, at the cost of a second forward of ``f``.
+    Without gradient (rollouts) pieces are only run one after the other.
+    """
+
+    def __init__(self, d_model: int, d_inner: int, dropout: float = 0.0, chunks: int = 1) -> None:
+        super().__init__()
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise ValueError(f"ff_chunks (pieces of the time axis the feed-forward runs on) must be an integer "
+                             f">= 1, got {chunks!r}")
+        self.chunks = chunks
+        self.net = nn.Sequential(nn.Linear(d_model, d_inner), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(d_inner, d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x``: ``[..., T, d_model]``."""
+        if self.chunks == 1:
+            return self.net(x)
+        pieces = x.split(math.ceil(x.shape[-2] / self.chunks), dim=-2)
+        if not torch.is_grad_enabled():
+            return torch.cat([self.net(piece) for piece in pieces], dim=-2)
+        return torch.cat([checkpoint(self.net, piece, use_reentrant=False) for piece in pieces], dim=-2)
+
+    def extra_repr(self) -> str:
+        return f"chunks={self.chunks}"
+
+
+class TransformerXLBlock(nn.Module):
+    """One Transformer-XL layer in the ``post-ln`` or ``identity-map`` layout (see module doc).
+
+    ``gate`` names the merge of stream and submodule output (``residual`` or a GTrXL gate
+    of :data:`GATES`); the post-LN layout only takes ``residual``. ``attention`` is the
+    attention module (:func:`policies.attention.layer.make_attention` for the windowed ones); the block
+    passes whatever context it needs (memory keys and values, mask, position terms, or a
+    recurrent carry) through and returns what the attention returns beside its output.
+    ``ff_chunks`` runs the MLP on that many pieces of the time axis (:class:`PositionwiseFeedForward`).
+    """
+
+    def __init__(self, attention: HeadProjections, d_model: int, d_inner: int, *, layout: str = "identity-map",
+                 gate: str = "residual", gate_bias: float | None = None, dropout: float = 0.0,
+                 ff_chunks: int = 1) -> None:
+        super().__init__()
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown block layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+        if layout == "post-ln" and gate != "residual":
+            raise ValueError(f"the post-ln layout (TrXL) uses residual connections, not gate {gate!r}")
+        self.identity_map = layout == "identity-map"
+        self.attn = attention
+        self.ff = PositionwiseFeedForward(d_model, d_inner, dropout, ff_chunks)
+        self.attn_norm = nn.LayerNorm(d_model)
+        self.ff_norm = nn.LayerNorm(d_model)
+        self.attn_gate = make_gate(gate, d_model, gate_bias)
+        self.ff_gate = make_gate(gate, d_model, gate_bias)
+        self.drop = nn.Dropout(dropout)
+
+    def memory_kv(self, memory: Tensor) -> KeysValues:
+        """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
+        return self.attn.keys_values(self.attn_norm(memory) if self.identity_map else memory)
+
+    def attention_branch(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
+        """The identity-map attention submodule ``ReLU(MHA(LN(h̃)))`` and what the attention returns beside it."""
+        y, carried = self.attn(self.attn_norm(h), *context)
+        return self.drop(y).relu(), carried
+
+    def feedforward_branch(self, h: Tensor) -> Tensor:
+        """The identity-map feed-forward submodule ``ReLU(f(LN(h)))``."""
+        return self.drop(self.ff(self.ff_norm(h))).relu()
+
+    def forward(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
+        """``h``: ``[B, T, D]`` this layer's input for the segment, ``context`` the attention's other
+        arguments; returns the block's output and what the attention returns beside its own (the
+        keys and values of ``[memory; segment]``, or the carry after the segment)."""
+        if self.identity_map:
+            y, carried = self.attention_branch(h, *context)
+            stream = self.attn_gate(h, y)
+            out = self.ff_gate(stream, self.feedforward_branch(stream))
+        else:
+            y, carried = self.attn(h, *context)
+            stream = self.attn_norm(self.attn_gate(h, self.drop(y)))
+            out = self.ff_norm(self.ff_gate(stream, self.drop(self.ff(stream))))
+        return out, carried
+
+
+# -- the window transformer -------------------------------------------------------------------------------------
+class StepCache:
+    """The parameter fingerprint of ``modules`` and the position terms computed under it.
+
+    :meth:`stamp` changes whenever one of the modules' parameters or buffers is updated in place (optimizer steps,
+    ``load_state_dict``) or moved (``.to``). Covering whole modules means a new attention cannot forget to declare
+    what its caches depend on. Call :meth:`forget` when the module's tensors are replaced (``_apply``,
+    ``load_state_dict(assign=True)``): the tensors are walked once and then only read.
+    """
+
+    def __init__(self, modules: Callable[[], list[nn.Module]]) -> None:
+        self.modules = modules
+        self.tensors: list[Tensor] | None = None
+        self.terms: tuple[int, list[Tensor | None]] | None = None
+
+    def forget(self) -> None:
+        """Walk the modules' tensors again at the next :meth:`stamp`."""
+        self.tensors = None
+
+    def stamp(self) -> int:
+        """A fingerprint of every parameter and buffer of the modules (their storage and version counters)."""
+        if self.tensors is None:
+            self.tensors = [t for module in self.modules() for t in (*module.parameters(), *module.buffers())]
+        return hash(tuple((t.data_ptr(), t._version) for t in self.tensors)) & (2**62 - 1)
+
+    def position_terms(self, stamp: int, compute: Callable[[], list[Tensor | None]]) -> list[Tensor | None]:
+        """The position terms for rollout steps, recomputed (without gradient) only when ``stamp`` changes."""
+        if self.terms is None or self.terms[0] != stamp:
+            with torch.no_grad():
+                self.terms = (stamp, compute())
+        return self.terms[1]
+
+
+class WindowTransformer(MemoryBackbone):
+    """Base of the Transformer memories: input projection, memory, masks and caches. A subclass defines the depth
+    computation (:meth:`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
+    the block that reads each memory slot (:attr:`memory_blocks`); the rest is here, one named piece per job:
+
+    - :meth:`_inputs`: the first depth's input, ``E x`` plus an encoding of episode time when asked for;
+    - :meth:`_mask`: the episode window's mask narrowed to the attention's pattern in episode time (the episode
+      clock itself is :func:`policies.window.episode_clock` for a segment, :func:`policies.window.step_clock`
+      for a step);
+    - :meth:`step`: a rollout step through the key/value caches of the state (:class:`StepCache` fingerprints the
+      parameters they were computed with and caches the position terms);
+    - :meth:`forward_outputs` and :meth:`forward_sequence`: a training segment (:meth:`_segment`), from windows
+      or from shared records.
+
+    The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each
+    of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys_<n>`` and
+    ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth ``n``, computed once from ``memory`` and
+    then rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
+    caches were computed with; any update of those parameters invalidates them. With
+    ``episode_time`` or an attention laid out in episode time (``fixed``), the state also holds
+    ``clock`` ``[B]`` (:func:`policies.window.episode_clock`).
+    """
+
+    def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
+                 memory_length: int, n_depth: int, episode_time: str = "none", max_episode_time: int = 1024) -> None:
+        super().__init__()
+        if memory_length < 1:
+            raise ValueError(f"memory_length must be >= 1, got {memory_length}")
+        if d_head is None:
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_head")
+            d_head = d_model // n_heads
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
+        self.memory_length = memory_length
+        self.output_dim = d_model
+        self.record_shape = (n_depth, d_model)
+        self.embed = nn.Linear(input_dim, d_model)
+        if episode_time != "none" and episode_time not in ABSOLUTE_ENCODINGS:
+            raise ValueError(f"unknown episode_time {episode_time!r}; valid: none, {', '.join(ABSOLUTE_ENCODINGS)}")
+        if max_episode_time < 1:
+            raise ValueError(f"max_episode_time must be >= 1, got {max_episode_time}")
+        self.max_episode_time = max_episode_time
+        self.time_encoding = (None if episode_time == "none"
+                              else ABSOLUTE_ENCODINGS[episode_time](d_model, max_episode_time))
+        self.step_cache = StepCache(self._distinct_blocks)
+
+    @property
+    def keeps_clock(self) -> bool:
+        """Whether the state carries the episode clock: for an encoding of episode time, or for an
+        attention laid out in episode time (``uses_episode_time``, the Sparse Transformer's fixed pattern)."""
+        return self.time_encoding is not None or self.memory_blocks[0].attn.pattern.uses_episode_time
+
+    def initial_state(self, n_envs: int) -> State:
+        state = super().initial_state(n_envs)
+        if self.keeps_clock:
+            state["clock"] = torch.zeros(n_envs, dtype=torch.long, device=state["valid"].device)
+        return state
+
+    def _inputs(self, x: Tensor, clock: Tensor | None) -> Tensor:
+        """The first depth's input: ``E x``, plus the encoding of each step's episode time ``clock``
+        (the same shape as ``x`` without its last axis) when the backbone has one, Decision Transformer's
+        timestep embedding (Chen et al. 2021); times from ``max_episode_time`` on share the last."""
+        h = self.embed(x)
+        if self.time_encoding is None:
+            return h
+        if clock is None:  # without it the steps would silently lose their time
+            raise ValueError("this backbone encodes episode time (episode_time), but the state has no 'clock'; "
+                             "build states with initial_state")
+        times = clock.clamp(max=self.max_episode_time - 1)
+        return h + self.time_encoding(times.flatten()).view(*times.shape, -1).to(h.dtype)
+
+    depth_loss_coefs: dict[str, float] = {}
+    """default coefficients of the losses the depth computation reports (ACT's ponder cost)"""
+
+    @property
+    def aux_loss_coefs(self) -> dict[str, float]:  # type: ignore[override]
+        """The depth computation's losses and those of the attentions (an adaptive span's penalty)."""
+        coefs = dict(self.depth_loss_coefs)
+        for block in self._distinct_blocks():
+            coefs.update(block.attn.aux_loss_coefs)
+        return coefs
+
+    def _distinct_blocks(self) -> list[TransformerXLBlock]:
+        return list({id(block): block for block in self.memory_blocks}.values())
+
+    @property
+    @abstractmethod
+    def memory_blocks(self) -> list[TransformerXLBlock]:
+        """The block that reads memory slot ``n``, for every depth ``n``."""
+
+    @abstractmethod
+    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
+               position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+        """Run every depth on the segment ``h`` ``[B, T, D]``.
+
+        Returns the output ``[B, T, D]``, the records ``[B, T, n_depth, D]`` (input of each
+        depth), the keys and values of ``[memory; segment]`` per depth, and auxiliary terms per position
+        ``[B, T]``.
+        """
+
+    # -- positions -------------------------------------------------------------------------
+    def _position_terms(self) -> list[Tensor | None]:
+        """The position terms of every depth's attention (computed once per distinct block)."""
+        by_block: dict[int, Tensor | None] = {}
+        for block in self.memory_blocks:
+            if id(block) not in by_block:
+                by_block[id(block)] = block.attn.position_terms()
+        return [by_block[id(block)] for block in self.memory_blocks]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> WindowTransformer:
+        self.step_cache.forget()  # .to, .double, ... replace the tensors
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self.step_cache.forget()  # load_state_dict(assign=True) replaces parameters
+        super()._load_from_state_dict(*args, **kwargs)
+
+    # -- the two execution paths -----------------------------------------------------------
+    shares_records = True
+    """whether :meth:`segment_state` keeps shared records (:func:`policies.window.shared_windows`): each distinct
+    record is then normalised and projected once (:meth:`_shared_memory_kv`) rather than once per window"""
+
+    def segment_state(self, state: State) -> State:
+        """A stored state as :meth:`forward_outputs` takes it: shared records stay shared (:attr:`shares_records`)."""
+        return state if self.shares_records else as_windows(state)
+
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+        y, _, state_after, aux = self.forward_with_depths(x, state, episode_starts)
+        return y, state_after, aux
+
+    def forward_outputs(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Aux]:
+        y, _, aux = self._segment(x, state, episode_starts)
+        return y, aux
+
+    def forward_with_depths(self, x: Tensor, state: State, episode_starts: Tensor
+                            ) -> tuple[Tensor, Tensor, State, Aux]:
+        """:meth:`forward_sequence` plus the input of every depth ``[T, B, n_depth, D]`` (with gradient):
+        depth ``n + 1``'s input is depth ``n``'s output, which the language model's intermediate-layer
+        losses read (Al-Rfou et al. 2019)."""
+        y, records, aux = self._segment(x, state, episode_starts)
+        return y, records, self._state_after(records, state, episode_starts), aux
+
+    def _segment(self, x: Tensor, state: State, episode_starts: Tensor,
+                 depth: Callable[..., tuple[Tensor, Tensor, list[KeysValues], Aux]] | None = None
+                 ) -> tuple[Tensor, Tensor, Aux]:
+        """The outputs ``[T, B, D]``, records ``[T, B, n_depth, D]`` and ``aux`` of a segment, through
+        ``depth`` (:meth:`_depth` unless given). Shared records (:func:`policies.window.shared_windows`)
+        are projected once and never expanded into windows."""
+        starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
+        memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
+        clock = episode_clock(state["clock"], starts) if "clock" in state else None  # [B, T]
+        mask = self._mask(state["valid"], starts, clock)  # [B, T, M + T]
+        y, records, _, aux = (depth or self._depth)(self._inputs(x.transpose(0, 1), clock), memory_kv, mask,
+                                                     self._position_terms())
+        aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
+        blocks = self._distinct_blocks()
+        for block in blocks:  # the attentions' own terms, averaged over blocks, at every position
+            for name, value in block.attn.aux_terms().items():
+                aux[name] = aux.get(name, 0.0) + value.expand(x.shape[0], x.shape[1]) / len(blocks)
+        return y.transpose(0, 1), records.transpose(0, 1), aux
+
+    def _state_after(self, records: Tensor, state: State, episode_starts: Tensor) -> State:
+        """The window after the segment: the last ``M`` steps of ``[memory; records]`` in the episode."""
+        starts = as_bool(episode_starts).transpose(0, 1)
+        T = torch.tensor([records.shape[0]], device=records.device)
+        new_memory, new_valid = window_before(windows(state), state["valid"], records.detach().transpose(0, 1),
+                                              starts, T)
+        after = {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}
+        if "clock" in state:
+            after["clock"] = episode_clock(state["clock"], starts)[:, -1] + 1
+        return after
+
+    def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
+        """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""
+        return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
+
+    def _shared_memory_kv(self, state: State) -> list[KeysValues]:
+        """Keys and values of shared records (:func:`policies.window.shared_windows`): each distinct
+        record is normalised and projected once; the attention gathers them into every window that holds
+        it (:func:`policies.attention.layer.join_memory`; the backward pass sums the gradients of its copies)."""
+        slots = state["slots"]  # [N, M]
+        projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
+        return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))
+                for keys, values in projected]
+
+    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+        """One rollout step ``x`` ``[B, D_in]``, in the contract's three moves (:meth:`MemoryBackbone.step`): the
+        windows of envs whose episode starts are reset, the step attends to its window through the state's
+        key/value caches (:meth:`_caches`), and its record (the input of every depth) is pushed. The caches of the
+        next step are this step's keys and values of ``[memory; step]`` without the oldest slot."""
+        valid = reset_window(state["valid"], as_bool(episode_start))  # [B, M]
+        stamp = self.step_cache.stamp()
+        memory_kv = self._caches(state, stamp)  # per depth [B, H, M, d_head] twice
+        clock = step_clock(state["clock"], valid) if "clock" in state else None  # [B]
+        mask = self._mask(valid, valid.new_zeros(valid.shape[0], 1), None if clock is None else clock.view(-1, 1))
+        y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask,  # [B, 1, ...]
+                                               self.step_cache.position_terms(stamp, self._position_terms))
+        after = {**advance_window(state["memory"], valid, records[:, 0]),
+                 "cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
+        if clock is not None:
+            after["clock"] = clock + 1
+        for n, (keys, values) in enumerate(window_kv):  # [B, H, M+1, d]: drop the oldest slot
+            after[f"cache_keys_{n}"], after[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
+        return y[:, 0], after
+
+    def _mask(self, valid: Tensor, starts: Tensor, clock: Tensor | None) -> Tensor:
+        """Which keys of ``[memory; segment]`` each query of a segment sees: the episode window
+        (:func:`policies.window.attention_mask`, from the memory's ``valid`` ``[B, M]`` and the segment's episode
+        ``starts`` ``[B, T]``), narrowed to the attention's pattern in episode time (at times ``clock`` ``[B, T]``;
+        every depth uses the backbone's one attention scheme). ``[B, T, M + T]``, or ``[B, H, T, M + T]`` per head."""
+        return self.memory_blocks[0].attn.episode_mask(attention_mask(valid, starts, self.memory_length), clock)
+
+    def _caches(self, state: State, stamp: int) -> list[KeysValues]:
+        """The state's key/value caches per depth, rebuilt from ``memory`` when missing or stale."""
+        cached = state.get("cache_stamp")
+        if cached is not None and bool((cached == stamp).all()):
+            return [(state[f"cache_keys_{n}"], state[f"cache_values_{n}"]) for n in range(self.record_shape[0])]
+        with torch.no_grad():
+            return self._memory_kv(state["memory"])
+
+
+# -- the stack --------------------------------------------------------------------------------------------------
 ExitRule = Callable[[int, Tensor], Tensor]
 """``(n, h) → [B, T]`` bool: which positions stop after layer ``n``, given its output ``h`` ``[B, T, D]``"""
 

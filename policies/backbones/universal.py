@@ -7,12 +7,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from policies.attention.kernel import KeysValues
-from policies.attention.layer import make_attention
+from policies.attention.layer import KeysValues, make_attention
 from policies.backbone import Aux
 from policies.backbones.act import AdaptiveComputationTime
-from policies.backbones.blocks import TransformerXLBlock
-from policies.backbones.transformer import WindowTransformer
+from policies.backbones.transformer_xl import TransformerXLBlock, WindowTransformer
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
 
 

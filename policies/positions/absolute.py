@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from policies.attention.kernel import HeadProjections
+from policies.attention.layer import HeadProjections, Position
 from policies.positions import POSITIONS
-from policies.positions.base import Position
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
 from policies.window import key_distances
 

@@ -7,8 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from policies.attention.layer import Position
 from policies.positions import POSITIONS
-from policies.positions.base import Position
 from policies.window import key_distances
 
 

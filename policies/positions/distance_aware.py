@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from policies.attention.layer import Position
 from policies.positions import POSITIONS
-from policies.positions.base import Position
 from policies.window import key_distances
 
 EPSILON = 1e-6

@@ -1,5 +1,5 @@
-"""Positional information: sinusoidal, learned and axial absolute encodings, and the sinusoid table
-that Transformer-XL attention (:mod:`policies.positions.relative`) evaluates at distances."""
+"""Absolute positional information: sinusoidal, learned and axial encodings (the sinusoid table itself is
+:func:`policies.attention.layer.sinusoid_table`, which Transformer-XL's relative positions evaluate at distances)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-
-def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
-    """Sinusoids of Vaswani et al. (2017): ``[sin(p ω_i), cos(p ω_i)]``, ``ω_i = 10000^(-2i/d)``.
-
-    Transformer-XL (Dai et al. 2019, Sec. 3.3) uses the same table, evaluated at relative
-    distances, as ``R``. ``positions``: ``[N]`` (any float or int dtype); returns ``[N, dim]``.
-    """
-    if dim % 2:
-        raise ValueError(f"sinusoidal encodings need an even dimension, got {dim}")
-    dtype = positions.dtype if positions.is_floating_point() else torch.get_default_dtype()
-    inv_freq = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=dtype)
-                         * (-math.log(10000.0) / dim))
-    angles = positions.to(dtype).unsqueeze(-1) * inv_freq
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+from policies.attention.layer import sinusoid_table
 
 
 class SinusoidalPositionalEncoding(nn.Module):

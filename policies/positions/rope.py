@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from policies.attention.layer import Position
 from policies.positions import POSITIONS
-from policies.positions.base import Position
 
 BASE = 10000.0
 """``b`` of the rotation frequencies ``θ_i = b^(−2i/d)`` (the paper's value, that of the sinusoids)"""

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from policies.attention.layer import Position
 from policies.positions import POSITIONS
-from policies.positions.base import Position
 from policies.window import key_distances
 
 CLIP = 16

@@ -1,4 +1,4 @@
-"""What a forward and backward pass keep in memory, measured on any device torch's CPU allocator serves.
+"""Byte counts of the activations a forward and backward pass keep, on any device torch's CPU allocator serves.
 
 - :func:`saved_activation_bytes`: the bytes autograd saves for backward (``saved_tensors_hooks``),
   the activations that reversible layers (Gomez et al. 2017) and chunked feed-forward (Kitaev et al.

@@ -1,10 +1,10 @@
-"""The memory measurements the tests and benchmarks share: bytes saved for backward and peak allocation."""
+"""The byte counts the tests and benchmarks share: activation bytes saved for backward and peak allocation."""
 
 from __future__ import annotations
 
 import torch
 
-from experiments.activation_memory import peak_allocated_bytes, saved_activation_bytes
+from experiments.activation_bytes import peak_allocated_bytes, saved_activation_bytes
 
 
 def test_saved_bytes_count_each_activation_storage_once_and_leave_parameters_out():
