@@ -196,8 +196,6 @@ def work(settings: TuneSettings, worker: int) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(settings)
     study = open_study(settings, settings.seed + 1000 * worker + len(study.trials))
-    for values in settings.enqueue:
-        study.enqueue_trial(values, skip_if_exists=True)
     if finished(study) >= settings.trials:
         return
     stop = optuna.study.MaxTrialsCallback(settings.trials, states=DONE)
@@ -224,8 +222,11 @@ def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
 def run_workers(settings: TuneSettings, workers: int) -> int:
     """``workers`` processes on the same storage (one in this process when 1); the number that failed.
 
-    The study (and its tables) is created here first, so that the workers do not race to create it."""
-    open_study(settings)
+    The study (and its tables) is created and the ``--enqueue`` trials queued here, once, before any worker
+    starts: workers that each queued them raced past ``skip_if_exists`` and ran the same trial twice."""
+    study = open_study(settings)
+    for values in settings.enqueue:
+        study.enqueue_trial(values, skip_if_exists=True)
     if workers == 1:
         work(settings, 0)
         return 0

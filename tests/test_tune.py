@@ -144,3 +144,18 @@ def test_workers_share_the_study_and_run_trials_at_the_same_time(tmp_path):
     assert len(trials) >= 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     first, second = trials[0], trials[1]  # both workers start a trial as soon as they are up
     assert second.datetime_start < first.datetime_complete
+
+
+def test_enqueued_trials_run_once_each_with_several_workers(tmp_path):
+    """``--enqueue`` trials run once each, however many workers share the study (they are queued once, by the
+    parent, before the workers start; workers that each queued them could race past ``skip_if_exists``, which a
+    suite search met as a duplicated trial: timing-dependent, so this test pins the behaviour, not the race)."""
+    first = ["ppo.learning_rate=1e-3", "ppo.gae_lambda=0.95", "ppo.n_epochs=1"]
+    second = ["ppo.learning_rate=3e-4", "ppo.gae_lambda=0.99", "ppo.n_epochs=2"]
+    assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1", "--workers", "2",
+                "--enqueue", *first, "--enqueue", *second) == 0
+    trials = load_study(tmp_path).trials  # a worker that finishes first may start a third, sampled trial
+    enqueued = [{"ppo.learning_rate": 1e-3, "ppo.gae_lambda": 0.95, "ppo.n_epochs": 1},
+                {"ppo.learning_rate": 3e-4, "ppo.gae_lambda": 0.99, "ppo.n_epochs": 2}]
+    assert [sum(t.params == values for t in trials) for values in enqueued] == [1, 1]
+    assert all(t.state != optuna.trial.TrialState.WAITING for t in trials)  # no copy left in the queue
