@@ -9,6 +9,7 @@ Usage::
     .venv/bin/python benchmarks/profile_training.py --config configs/tmaze100.yaml
     .venv/bin/python benchmarks/profile_training.py --config configs/tmaze100.yaml -p ppo.segment_length=1 \
         --name profile_t1
+    .venv/bin/python benchmarks/profile_training.py -p env=popgym-RepeatPreviousEasy-v0 --name profile_defaults
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from experiments.training import build_model, make_envs
 
 PHASES = {
     "collect_rollouts": "rollout collection",
+    "_latents_step": "policy step in the rollouts (features, backbone step)",
+    "step_wait": "env steps (the VecEnv, adapters included)",
     "train": "update (train)",
+    "segments": "minibatch gather (segments, shared windows)",
     "forward_outputs": "backbone forward in the update",
+    "attend": "attention kernel (rollouts and update, forward)",
     "backward": "backward pass",
+    "adam": "optimizer (Adam)",
 }
 
 
-def profile(config_file: str, overrides: list[str], steps: int, top: int) -> dict[str, Any]:
+def profile(config_file: str | None, overrides: list[str], steps: int, top: int) -> dict[str, Any]:
     config = build_config(config_file, {"total_timesteps": steps, "eval_freq": 0, "checkpoint_freq": 0}, overrides)
     env, _ = make_envs(config)
     model = build_model(config, env, tensorboard_log=None)
@@ -61,7 +67,9 @@ def render(result: dict[str, Any]) -> str:
     c = result["config"]
     lines = [*heading("Where the training time goes", result), machine_line(result), "",
              f"`{c['algo']}` + `{c['backbone']}` on `{c['env']}` {c['env_kwargs']}, {result['steps']:,} env steps, "
-             f"{result['total_s']:.1f} s under cProfile (which slows Python-heavy code more than tensor code).", "",
+             f"{result['total_s']:.1f} s under cProfile (which slows Python-heavy code more than tensor code). Phases "
+             "nest: each is the cumulative time of its function (the rollouts hold the policy step and the env "
+             "steps, the update its gather, forward, backward and optimizer).", "",
              "| phase | share of the time |", "|---|---:|"]
     lines += [f"| {label} | {share:.0%} |" for label, share in result["phases"].items()]
     lines += ["", "Functions by their own time:", "", "| function | calls | own s | share |", "|---|---:|---:|---:|"]
@@ -71,7 +79,7 @@ def render(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="run configuration (configs/*.yaml)")
+    parser.add_argument("--config", help="run configuration (configs/*.yaml); without it every default")
     parser.add_argument("-p", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as for train_rl.py")
     parser.add_argument("--steps", type=int, default=16_384, help="env steps to profile (one torch thread)")
     parser.add_argument("--top", type=int, default=15, help="functions listed")
