@@ -34,6 +34,7 @@ import random
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ from train_throughput import PhaseTimer
 from envs import make_vec_env
 from experiments.config import build_config
 from experiments.evaluation import evaluate
-from experiments.training import EVAL_SEED_OFFSET, build_model, make_run_env
+from experiments.training import build_model, make_envs
 
 POPGYM_TASKS = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0")
 SPEED_TASKS = (*POPGYM_TASKS, "MiniGrid-MemoryS11-v0")
@@ -67,11 +68,12 @@ class Settings:
 
 
 def engram_default(task: str, backbone: str, seed: int) -> tuple[Any, Any]:
-    """The learner ``train_rl.py --env task --backbone backbone --seed seed`` trains, and its evaluation envs."""
+    """The learner ``train_rl.py --env task --backbone backbone --seed seed`` trains, and its evaluation envs,
+    built in the same order (the envs, then the learner, which seeds every generator), so training from here
+    draws the same numbers as that run does."""
     config = build_config(None, {"env": task, "backbone": backbone, "seed": seed})
-    env = make_run_env(config, config.n_envs, config.seed)
-    return build_model(config, env, tensorboard_log=None), make_run_env(config, config.n_eval_envs,
-                                                                        config.seed + EVAL_SEED_OFFSET)
+    env, eval_env = make_envs(config)
+    return build_model(config, env, tensorboard_log=None), eval_env
 
 
 def rates(steps: int, wall: float, cpu: float) -> dict[str, float]:
@@ -124,7 +126,7 @@ def ratios(rows: list[dict[str, Any]], s: Settings) -> list[dict[str, Any]]:
 
 
 def score_run(name: str, model: Any, eval_env: Any, s: Settings) -> dict[str, Any]:
-    """Train ``model`` for the budget from scratch, then its deterministic score."""
+    """Train ``model`` for the budget from scratch, then its deterministic score on ``eval_env``."""
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(s.budget)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -136,14 +138,21 @@ def score_run(name: str, model: Any, eval_env: Any, s: Settings) -> dict[str, An
     return row
 
 
+def recurrent_ppo(task: str, seed: int) -> tuple[Any, Any]:
+    """sb3-contrib's RecurrentPPO with its library defaults on one copy of ``task``, and engram's evaluation
+    envs of the task (those of :func:`engram_default`, built the same way)."""
+    eval_env = make_envs(build_config(None, {"env": task, "seed": seed}))[1]
+    return RecurrentPPO("MlpLstmPolicy", make_vec_env(task, 1, seed=seed), seed=seed), eval_env
+
+
 def against_recurrent_ppo(s: Settings) -> list[dict[str, Any]]:
     """engram's default GTrXL and RecurrentPPO's defaults at the same budget, per POPGym task."""
     rows = []
     for index, task in enumerate(s.score_tasks):
-        engram, eval_env = engram_default(task, "gtrxl", s.seed)
-        contrib = RecurrentPPO("MlpLstmPolicy", make_vec_env(task, 1, seed=s.seed), seed=s.seed)
-        runs = [("engram gtrxl (defaults)", engram), ("RecurrentPPO MlpLstmPolicy (defaults)", contrib)]
-        for name, model in runs if index % 2 == 0 else runs[::-1]:
+        runs = [("engram gtrxl (defaults)", partial(engram_default, task, "gtrxl", s.seed)),
+                ("RecurrentPPO MlpLstmPolicy (defaults)", partial(recurrent_ppo, task, s.seed))]
+        for name, build in runs if index % 2 == 0 else runs[::-1]:
+            model, eval_env = build()  # just before training: each run draws only from its own seeding
             rows.append({"task": task, "device": str(model.device), **score_run(name, model, eval_env, s)})
     return rows
 
