@@ -78,14 +78,14 @@ def _steps(run: Path) -> list[int]:
         return [int(float(row["timesteps"])) for row in csv.DictReader(f)]
 
 
-def _kill_when_checkpointed(runs: list[Path], pick, kill, found: dict) -> threading.Thread:
+def _kill_when_checkpointed(runs: list[Path], pick, kill, found: dict, done: threading.Event) -> threading.Thread:
     """A thread that waits for a run that ``pick(pid)`` accepts to have two checkpoints and no
     summary, then calls ``kill(pid)`` and records in ``found`` the run, its worker and its latest
-    checkpoint once that worker is dead (the most a retry can resume from)."""
+    checkpoint once that worker is dead (the most a retry can resume from). It watches until ``done`` is set
+    (the study has returned), however long a loaded machine takes to start the runs."""
 
     def watch() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline and "run" not in found:
+        while not done.is_set() and "run" not in found:
             for run in runs:
                 status, checkpoint = Run(run).status, Run(run).checkpoint()
                 if (status and status["state"] == "running" and checkpoint and checkpoint[1] >= 2 * CHECKPOINT
@@ -128,11 +128,14 @@ def test_a_local_worker_killed_mid_study_is_retried_from_its_checkpoint(tmp_path
     study = tmp_path / "TMaze-v0__ppo"
     runs = [study / f"TMaze-v0__ppo-gtrxl__{seed}" for seed in (0, 1)]
     found: dict = {}
-    watcher = _kill_when_checkpointed(runs[:1], lambda pid: True, lambda pid: os.kill(pid, signal.SIGKILL), found)
+    done = threading.Event()
+    watcher = _kill_when_checkpointed(runs[:1], lambda pid: True, lambda pid: os.kill(pid, signal.SIGKILL), found,
+                                      done)
     argv = [*TINY, "--log-dir", str(tmp_path), "-n", str(total), "--seed", "0", "1", "--workers", "2",
             "--reps", "100"]
     assert train_rl.main(argv) == 0
-    watcher.join(1)
+    done.set()
+    watcher.join(5)
     assert found, "the run finished before its worker could be killed"
     err = capsys.readouterr().err
     assert f"worker process {found['pid']} died (killed by SIGKILL)" in err
@@ -200,15 +203,18 @@ def test_a_ray_node_lost_mid_study_costs_one_run_one_checkpoint_interval(tmp_pat
         except FileNotFoundError:
             return False
 
-    total = 2048  # long enough that the killed run is still training when its node goes
+    total = 4096  # long enough that the killed run is still training when its node goes (one-layer default)
     study = tmp_path / "TMaze-v0__ppo"
     runs = [study / f"TMaze-v0__ppo-gtrxl__{seed}" for seed in range(4)]
     found: dict = {}
-    watcher = _kill_when_checkpointed(runs, on_worker_node, lambda pid: cluster.remove_node(node, False), found)
+    done = threading.Event()
+    watcher = _kill_when_checkpointed(runs, on_worker_node, lambda pid: cluster.remove_node(node, False), found,
+                                      done)
     argv = [*TINY, "--log-dir", str(tmp_path), "-n", str(total), "--seed", "0", "1", "2", "3", "--reps", "100",
             "--launcher", "ray", "--ray-address", cluster.address]
     assert train_rl.main(argv) == 0
-    watcher.join(1)
+    done.set()
+    watcher.join(5)
     assert found, "the run on the worker node finished before the node could be killed"
     err = capsys.readouterr().err
     assert "NodeDiedError" in err or "WorkerCrashedError" in err  # Ray's word for the loss: the node, or its worker
