@@ -25,7 +25,7 @@ def runs(directory: Path) -> list[dict[str, Any]]:
     found = []
     for run in find_runs(directory):
         summary = run.summary
-        steps, scores = run.curve(success=run.has_success)
+        steps, scores = run.curve(success=run.has_success())
         found.append({"run": run.name, "finished": summary is not None,
                       "final_success_rate": None if summary is None else summary["final_success_rate"],
                       "final_mean_return": None if summary is None else summary["final_mean_return"],
@@ -57,7 +57,7 @@ def markdown(result: dict[str, Any]) -> str:
         value = "—" if trial["value"] is None else f"{trial['value']:.3f}"
         params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         lines.append(f"| {trial['number']} | {trial['state']} | {value} | {trial['scores']} | {params} |")
-    lines += ["", "Evaluation curves of the trials' runs (success rate):", ""]
+    lines += ["", "Evaluation curves of the trials' runs (success rate where reported, else mean return):", ""]
     lines += [f"- trial {t['number']}, {run['run']}: {curve_text(run)}" for t in result["trials"] for run in t["runs"]]
     lines += ["", "## Baseline", "", "| run | finished | final success | evaluation curve |", "|---|---|---:|---|"]
     for run in result["baseline"]:
