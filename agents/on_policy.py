@@ -18,6 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.save_util import json_to_data
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
@@ -26,6 +27,7 @@ from agents.buffer import MINIBATCH_ORDERS, MemoryBatch, MemoryDictRolloutBuffer
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
 from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
+from policies.registry import saved_options
 from policies.window import strip_cache
 
 DEFAULT_UNIFORM_KL = 0.01
@@ -39,13 +41,27 @@ so no loss scaling); parameters, gradients, the optimizer, the heads and the los
 rollouts are computed in float32 as before."""
 
 
+def _saved_data(path: str | Path) -> dict[str, Any]:
+    """The JSON ``data`` entry of a model saved by SB3 (``{}`` where it has none), its objects still serialised."""
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("data")) if "data" in archive.namelist() else {}
+
+
 def saved_learner(path: str | Path) -> str | None:
     """The learner class that saved the model at ``path`` (a ``.zip``), as recorded in its data
     (``learner_class``); ``None`` for a zip saved before learners recorded it."""
-    with zipfile.ZipFile(path) as archive:
-        data = json.loads(archive.read("data")) if "data" in archive.namelist() else {}
-    name = data.get("learner_class")
+    name = _saved_data(path).get("learner_class")
     return name if isinstance(name, str) else None
+
+
+def saved_policy_kwargs(path: str | Path) -> dict[str, Any]:
+    """The ``policy_kwargs`` of the model at ``path``, with every backbone option it was trained with: a model
+    saved before options were recorded whole gets the defaults of its time (`policies.registry.saved_options`)."""
+    kwargs = json_to_data(json.dumps({"policy_kwargs": _saved_data(path).get("policy_kwargs", {})}))["policy_kwargs"]
+    kwargs = dict(kwargs or {})
+    backbone = kwargs.get("backbone", "gtrxl")
+    kwargs["backbone_kwargs"] = saved_options(backbone, kwargs.get("backbone_kwargs") or {})
+    return kwargs
 
 
 class NonFiniteError(RuntimeError):
@@ -146,15 +162,20 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                                                   spaces.MultiBinary), **kwargs)
 
     @classmethod
-    def load(cls, path: Any, env: Any = None, device: Any = "auto", *args: Any, **kwargs: Any) -> Any:
-        """SB3's ``load``, refusing (``TypeError`` naming both classes) a model saved by another learner."""
+    def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: dict[str, Any] | None = None,
+             *args: Any, **kwargs: Any) -> Any:
+        """SB3's ``load``, refusing (``TypeError`` naming both classes) a model saved by another learner, and
+        building the backbone with the options it was saved with (`policies.registry.saved_options`), whatever
+        today's defaults are."""
         if isinstance(path, str | Path):
             file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
-            saved = saved_learner(file) if zipfile.is_zipfile(file) else None
-            if saved is not None and saved != cls.__name__:
-                raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
-                                f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
-        return super().load(path, env, device, *args, **kwargs)
+            if zipfile.is_zipfile(file):
+                saved = saved_learner(file)
+                if saved is not None and saved != cls.__name__:
+                    raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
+                                    f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
+                custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
+        return super().load(path, env, device, custom_objects, *args, **kwargs)
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
         """The policy class of an alias; an unknown alias (SB3's ``MlpPolicy``, ``CnnPolicy``) is refused naming
@@ -172,6 +193,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if not isinstance(self.policy, MemoryActorCriticPolicy):
             raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy ('MemoryPolicy'), "
                             f"got {type(self.policy).__name__}")
+        # saved with the model: every backbone option, so that a later default cannot change how it loads
+        self.policy_kwargs = {**self.policy_kwargs, "backbone": self.policy.backbone_name,
+                              "backbone_kwargs": self.policy.backbone_kwargs}
         if self.aux_coefs is None:
             self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
         if self.uniform_kl_coef is None:

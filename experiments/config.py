@@ -31,7 +31,7 @@ from torch import nn
 
 from agents import ALGOS, PRECISIONS
 from experiments.rules import ConfigError, Device, Directory, Entries, OneOf, Range, Rule, SavedModel, Text, one_line
-from policies.registry import BACKBONES
+from policies.registry import BACKBONES, saved_options
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
@@ -319,11 +319,28 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
     return config
 
 
-def save_config(config: RunConfig, path: Path) -> None:
-    """Write the resolved configuration (schedules as ``lin_<start>_<end>``)."""
+def with_every_option(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
+    """A configuration (as :meth:`RunConfig.to_dict` gives it) whose learner and backbone sections hold every
+    option, defaults included. ``saved``: ``data`` was read from a run's ``config.yaml``, so a backbone option it
+    lacks means what it did when the run was made (`policies.registry.saved_options`)."""
+    algo, backbone = data.get("algo", RunConfig.algo), data.get("backbone", RunConfig.backbone)
+    out = dict(data)
+    if algo in ALGOS:
+        out[algo] = {**algo_defaults(algo), **(data.get(algo) or {})}
+    if backbone in BACKBONES:
+        given = data.get(backbone) or {}
+        out[backbone] = saved_options(backbone, given) if saved else BACKBONES[backbone].resolve(given)
+    return out
+
+
+def save_config(config: RunConfig, path: Path, every_option: bool = True) -> None:
+    """Write the resolved configuration (schedules as ``lin_<start>_<end>``); ``every_option``: the learner's
+    and backbone's sections with every option, defaults included (a run directory's ``config.yaml``, which must
+    say what the run was, whatever later defaults are), else only the options set."""
     from experiments.run_dir import write_atomic
 
-    write_atomic(path, yaml.safe_dump(plain(config.to_dict()), sort_keys=False))
+    data = config.to_dict()
+    write_atomic(path, yaml.safe_dump(plain(with_every_option(data) if every_option else data), sort_keys=False))
 
 
 def plain(value: Any) -> Any:

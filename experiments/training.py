@@ -24,7 +24,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
 from experiments.checkpointing import save_model_atomic
-from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config
+from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config, with_every_option
 from experiments.evaluation import RunCallback, evaluate_both
 from experiments.rewind import rewind
 from experiments.run_dir import (
@@ -264,20 +264,29 @@ def checkpoint_note(directory: Path) -> str:
 def check_same_config(config: RunConfig, saved: Path) -> None:
     """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys).
 
-    Compared: every setting that shapes this run. Not compared: the budget (and the early stop), device and threads,
-    the checkpoints kept,
+    Compared: every setting that shapes this run, the learner's and backbone's options one by one. Not compared:
+    the budget (and the early stop), device and threads, the checkpoints kept,
     where the run is written (``log_dir``: a run directory may be moved or copied into a study),
     and the sections of the other learners and backbones (a task config that gains a section for
     a new backbone still resumes the runs it already holds). A run setting that the saved file lacks
-    was added after the run was made, which behaved as its default does (``precision``: fp32).
+    was added after the run was made, which behaved as its default does (``precision``: fp32); a backbone option
+    it lacks means what it meant then (`policies.registry.saved_options`), so a run made before a default
+    changed is never resumed with the new one.
     """
-    previous = {**plain(RunConfig().to_dict()), **plain(load_yaml(saved))}
-    current = plain(config.to_dict())
-    other_sections = (set(ALGOS) | set(BACKBONES)) - {config.algo, config.backbone}
-    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir", "keep_checkpoints"}
-    ignored |= other_sections
-    changed = sorted(k for k in set(previous) | set(current)
-                     if k not in ignored and previous.get(k) != current.get(k))
+    previous = _compared(plain(with_every_option({**RunConfig().to_dict(), **load_yaml(saved)}, saved=True)), config)
+    current = _compared(plain(with_every_option(config.to_dict())), config)
+    changed = [f"{key} ({previous.get(key)!r} in the run, {current.get(key)!r} now)"
+               for key in sorted(set(previous) | set(current)) if previous.get(key) != current.get(key)]
     if changed:
         raise ConfigError(f"--resume with a configuration that differs from {str(saved)!r} in: {', '.join(changed)}")
+
+
+def _compared(data: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+    """The settings :func:`check_same_config` compares: the run settings, and the options of the run's learner
+    and backbone as dotted keys."""
+    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir", "keep_checkpoints"}
+    flat = {key: value for key, value in data.items() if key not in ignored | set(ALGOS) | set(BACKBONES)}
+    for section in (config.algo, config.backbone):
+        flat.update({f"{section}.{key}": value for key, value in (data.get(section) or {}).items()})
+    return flat
 

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from policies.backbone import Aux, MemoryBackbone
 from policies.popart import PopArtValueHead
-from policies.registry import make_backbone
+from policies.registry import BACKBONES, make_backbone
 from policies.window import State
 
 PolicyState = dict[str, State]
@@ -81,7 +81,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         if adam and kwargs.get("optimizer_kwargs") is None:
             kwargs["optimizer_kwargs"] = {"eps": 1e-5, "foreach": True}  # SB3's eps; one kernel per op on CPU too
         self.backbone_name = backbone
-        self.backbone_kwargs = dict(backbone_kwargs or {})
+        # every option, defaults included: what is saved with the policy never depends on later defaults
+        self.backbone_kwargs = (BACKBONES[backbone].resolve(backbone_kwargs or {}) if backbone in BACKBONES
+                                else dict(backbone_kwargs or {}))
         self.share_backbone = share_backbone
         self.popart, self.popart_beta = popart, popart_beta
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)

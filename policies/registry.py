@@ -1,4 +1,9 @@
-"""Backbones by name: ``make_backbone("gtrxl", input_dim, memory_length=64)``."""
+"""Backbones by name: ``make_backbone("gtrxl", input_dim, memory_length=64)``.
+
+A saved model or run records every option of its backbone (:meth:`BackboneSpec.resolve`), so a later change
+of a default never changes how it loads or resumes. Files saved before options were recorded whole lack the
+options added to the record since; `EARLIER_DEFAULTS` holds what those options meant then.
+"""
 
 from __future__ import annotations
 
@@ -17,26 +22,37 @@ from policies.backbones.universal import UniversalTransformerACT
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """A registry entry: the class, the options the name fixes, and a one-line summary."""
+    """A registry entry: the class, the options the name fixes, the defaults the name sets (overriding the
+    class's), and a one-line summary."""
 
     cls: type[MemoryBackbone]
     summary: str
     fixed: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     def options(self) -> dict[str, Any]:
         """The options a user may set, with their defaults."""
         params = inspect.signature(self.cls.__init__).parameters
-        return {name: p.default for name, p in params.items()
+        return {name: self.defaults.get(name, p.default) for name, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in self.fixed}
 
+    def resolve(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Every option: ``options`` over the defaults (unknown names are left for :func:`make_backbone`)."""
+        return {**self.options(), **options}
+
+
+EPISODE_TIME = {"episode_time": "sinusoidal"}
+"""The Transformer-XL family's default in RL: the step's time in its episode, encoded and added to the input.
+Relative positions alone give no time since the episode began, so a count or an order cannot be read off
+(docs/benchmarks/popgym-suite.md, "Why the failures fail"); the POPGym suite study runs with it."""
 
 BACKBONES: dict[str, BackboneSpec] = {
     "trxl": BackboneSpec(TransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
-                         {"layout": "post-ln", "gate": "residual", "gate_bias": None}),
+                         {"layout": "post-ln", "gate": "residual", "gate_bias": None}, EPISODE_TIME),
     "trxl-i": BackboneSpec(TransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
-                           {"layout": "identity-map", "gate": "residual", "gate_bias": None}),
+                           {"layout": "identity-map", "gate": "residual", "gate_bias": None}, EPISODE_TIME),
     "gtrxl": BackboneSpec(TransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
-                          {"layout": "identity-map"}),
+                          {"layout": "identity-map"}, EPISODE_TIME),
     "trxl-rev": BackboneSpec(ReversibleTransformerXL,
                              "reversible Transformer-XL: TrXL-I submodules in RevNet couplings, no activations "
                              "kept for backward (Gomez et al. 2017; Kitaev et al. 2020)"),
@@ -49,6 +65,18 @@ BACKBONES: dict[str, BackboneSpec] = {
     "mlp": BackboneSpec(MLPMemoryless, "memoryless MLP"),
     "framestack": BackboneSpec(FrameStack, "MLP over the last k observations"),
 }
+
+EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {name: {"episode_time": "none"} for name in ("trxl", "trxl-i", "gtrxl")}
+"""Options whose default has changed, per backbone, with the value that a model or run saved before every option
+was recorded meant by leaving them out."""
+
+
+def saved_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Every option of a backbone as saved in a model or run: ``options``, the options it lacks that
+    `EARLIER_DEFAULTS` names, then today's defaults (a file that lacks one was saved before it was recorded)."""
+    if name not in BACKBONES:
+        return dict(options)
+    return BACKBONES[name].resolve({**EARLIER_DEFAULTS.get(name, {}), **options})
 
 
 def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:

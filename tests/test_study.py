@@ -132,7 +132,8 @@ def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, ca
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "lstm", "--study", "s"]
     assert train_rl.main([*argv, "--no-report"]) == 0
     assert train_rl.main([*argv, *PARAMS, "lstm.hidden_size=8"]) == 2
-    assert "already holds a run of another configuration (differs in: lstm)" in capsys.readouterr().err
+    assert ("already holds a run of another configuration (differs in: lstm.hidden_size (128 in the run, 8 now))"
+            in capsys.readouterr().err)
     # a run saved before a setting existed behaved as its default: it is the same configuration, but not
     # when the default would differ (mutation caught: the saved file read without the defaults)
     saved = tmp_path / "s" / "TMaze-v0__ppo-lstm__0" / "config.yaml"
@@ -141,7 +142,7 @@ def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, ca
     saved.write_text(yaml.safe_dump(config))
     assert train_rl.main([*argv, "--no-report"]) == 0
     assert train_rl.main([*argv, "--precision", "bf16"]) == 2
-    assert "differs in: precision" in capsys.readouterr().err
+    assert "differs in: precision ('fp32' in the run, 'bf16' now)" in capsys.readouterr().err
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_afresh(tmp_path, monkeypatch):

@@ -213,6 +213,18 @@ def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
+class SinusoidalPositionalEncoding(nn.Module):
+    """Absolute sinusoidal encoding ``PE(p)`` (Vaswani et al. 2017), added to the inputs at position ``p``."""
+
+    def __init__(self, dim: int, max_positions: int) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoid_table(torch.arange(max_positions), dim), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """``positions``: ``[N]`` integers below ``max_positions`` → ``[N, dim]``."""
+        return self.table[positions]
+
+
 def rel_shift(scores: Tensor) -> Tensor:
     """The relative shift of Transformer-XL (Dai et al. 2019, App. B).
 

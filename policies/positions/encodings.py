@@ -1,5 +1,6 @@
-"""Absolute positional information: sinusoidal, learned and axial encodings (the sinusoid table itself is
-:func:`policies.attention.layer.sinusoid_table`, which Transformer-XL's relative positions evaluate at distances)."""
+"""Absolute positional information: sinusoidal, learned and axial encodings. The sinusoidal one sits beside its
+table in :mod:`policies.attention.layer` (:func:`~policies.attention.layer.sinusoid_table`, which Transformer-XL's
+relative positions evaluate at distances), so that the default GTrXL's episode clock reads in that file."""
 
 from __future__ import annotations
 
@@ -8,19 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from policies.attention.layer import sinusoid_table
-
-
-class SinusoidalPositionalEncoding(nn.Module):
-    """Absolute sinusoidal encoding ``PE(p)`` (Vaswani et al. 2017), added to the inputs at position ``p``."""
-
-    def __init__(self, dim: int, max_positions: int) -> None:
-        super().__init__()
-        self.register_buffer("table", sinusoid_table(torch.arange(max_positions), dim), persistent=False)
-
-    def forward(self, positions: Tensor) -> Tensor:
-        """``positions``: ``[N]`` integers below ``max_positions`` → ``[N, dim]``."""
-        return self.table[positions]
+from policies.attention.layer import SinusoidalPositionalEncoding
 
 
 class LearnedPositionalEncoding(nn.Module):

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from policies import ATTENTIONS, BACKBONES, make_backbone  # noqa: E402
+from policies.registry import EARLIER_DEFAULTS  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden.pt")
 INPUT_DIM, N_ENVS, WARMUP, STEPS = 3, 2, 4, 10
@@ -55,7 +56,9 @@ def build(backbone: str, options: dict[str, Any]) -> torch.nn.Module:
     """The tiny backbone of a case, its weights drawn from seed 0."""
     valid = BACKBONES[backbone].options()
     torch.manual_seed(0)
-    return make_backbone(backbone, INPUT_DIM, **{k: v for k, v in SIZES.items() if k in valid}, **options)
+    sizes = {k: v for k, v in SIZES.items() if k in valid}
+    # recorded at 265c8b3, so with the defaults of then where they have changed since (no episode clock)
+    return make_backbone(backbone, INPUT_DIM, **{**sizes, **EARLIER_DEFAULTS.get(backbone, {}), **options})
 
 
 def inputs() -> dict[str, torch.Tensor]:
