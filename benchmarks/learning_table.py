@@ -105,7 +105,13 @@ def table(directories: list[Path], threshold: float, by_directory: bool = False)
         for run in find_runs(directory):
             groups[(task_label(run.config), run.config["algo"], run.config["backbone"], source)].append(run)
     return [{"task": task, "algo": algo, "backbone": backbone, "source": source, **summarise(runs, threshold)}
-            for (task, algo, backbone, source), runs in sorted(groups.items())]
+            for (task, algo, backbone, source), runs in sorted(groups.items()) if any(r.has_success() for r in runs)]
+
+
+def return_scored_tasks(directories: list[Path]) -> list[str]:
+    """The tasks of runs that report no success rate (POPGym's, say), which the table leaves out."""
+    return sorted({task_label(run.config) for directory in directories for run in find_runs(directory)
+                   if not run.has_success()})
 
 
 def study_commands(directories: list[Path]) -> list[dict]:
@@ -149,6 +155,9 @@ def render(result: dict[str, Any]) -> str:
     commands += [f"- `{c}`" for c in result["produced_by"]]
     if commands:
         lines += ["Commands that produced the runs:", "", *commands, ""]
+    if result.get("return_scored"):
+        lines += [f"Left out, as their tasks report no success rate (`train_rl.py report` scores them by return): "
+                  f"the runs of {', '.join(result['return_scored'])}.", ""]
     lines += ["| task | learner | backbone | runs | final success (mean ± std) | solved | env steps to threshold |"
               " wall s to threshold | warm start (steps, s) | diverged/failed | lowest after solving |"
               " lowest after solving, stochastic | buffer bytes/step | per seed |",
@@ -178,7 +187,8 @@ def main() -> None:
     result = {**provenance(), "name": args.name, "machine": machine_info(), "threshold": args.threshold,
               "directories": [str(d) for d in args.directories],
               "study_commands": study_commands(args.directories), "produced_by": args.produced_by,
-              "rows": table(args.directories, args.threshold, args.by_directory)}
+              "rows": table(args.directories, args.threshold, args.by_directory),
+              "return_scored": return_scored_tasks(args.directories)}
     write_results(args.name, result, render, args.out)
 
 

@@ -271,3 +271,18 @@ def test_the_learning_table_counts_the_cost_of_a_curriculum(tmp_path: Path):
     table = (tmp_path / "curriculum.md").read_text()
     assert "| 6,000, 10 |" in table and "| — |" in table
     assert "2: stopped at 200 (last 0.50)" in table
+
+
+def test_the_learning_table_leaves_out_tasks_without_a_success_rate(tmp_path: Path):
+    """A study mixing tasks scored by success and by return (the POPGym suite) gives a table of the former and
+    names the latter (before: a TypeError on the first return-scored run)."""
+    fake_run(tmp_path / "suite", "gtrxl", 0, 1.0, curve=[0.5, 1.0])
+    fake_run(tmp_path / "suite", "gtrxl", 0, 0.7, env="popgym-RepeatFirstEasy-v0", env_kwargs={}, success=False,
+             curve=[0.2, 0.7])
+    command = [sys.executable, "benchmarks/learning_table.py", "--name", "mixed", "--out", str(tmp_path),
+               str(tmp_path / "suite")]
+    subprocess.run(command, check=True, cwd=REPO, capture_output=True)
+    result = json.loads((tmp_path / "mixed.json").read_text())
+    assert [row["task"] for row in result["rows"]] == ["TMaze-v0 (length=10)"]
+    assert result["return_scored"] == ["popgym-RepeatFirstEasy-v0"]
+    assert "the runs of popgym-RepeatFirstEasy-v0" in (tmp_path / "mixed.md").read_text()
