@@ -72,6 +72,14 @@ def test_unknown_catalogue_exits_2_naming_the_choices(capsys):
     assert "invalid choice: 'models' (choose from 'backbones', 'attentions'" in capsys.readouterr().err
 
 
+def test_bare_list_shows_every_catalogue_under_its_heading(capsys):
+    assert train_rl.main(["list"]) == 0
+    out = capsys.readouterr().out
+    headings = [line[:-1] for line in out.splitlines() if line.endswith(":") and "  " not in line]
+    assert headings == ["backbones", "attentions", "positions", "envs", "configs", "learners"]
+    assert "\ngtrxl  " in out and "configs/demo.yaml" in out
+
+
 def test_listing_configs_loads_no_torch():
     code = ("import sys, train_rl\ntrain_rl.main(['list', 'configs'])\n"
             "print(sorted({'torch', 'stable_baselines3'} & set(sys.modules)))")

@@ -13,7 +13,9 @@ def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py list``."""
     parser = OneLineParser(prog="train_rl.py list", description=(
         "List what exists, one line each with its summary, from the registries and configs/."))
-    parser.add_argument("what", nargs="*", choices=list(CATALOGS), metavar="WHAT",
+    # No ``choices=``: on Python 3.11 argparse checks the empty default of ``nargs="*"`` against them, so a bare
+    # ``list`` would be refused; ``main`` checks the names instead.
+    parser.add_argument("what", nargs="*", metavar="WHAT",
                         help=f"one or more of: {', '.join(CATALOGS)} (default: all)")
     return parser
 
@@ -26,7 +28,12 @@ def format_table(entries: dict[str, str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Print the catalogues asked for (each under a heading when there are several)."""
-    what = make_parser().parse_args(argv).what or list(CATALOGS)
+    parser = make_parser()
+    what = parser.parse_args(argv).what or list(CATALOGS)
+    unknown = [name for name in what if name not in CATALOGS]
+    if unknown:
+        parser.error(f"argument WHAT: invalid choice: {unknown[0]!r} "
+                     f"(choose from {', '.join(map(repr, CATALOGS))})")
     for index, name in enumerate(what):
         try:
             entries = CATALOGS[name]()
