@@ -188,6 +188,12 @@ def finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=DONE))
 
 
+def claimed(study: optuna.Study) -> int:
+    """Trials finished, pruned or under way (a dead worker's trial, past its heartbeat, is failed first)."""
+    optuna.storages.fail_stale_trials(study)
+    return len(study.get_trials(deepcopy=False, states=(*DONE, optuna.trial.TrialState.RUNNING)))
+
+
 def work(settings: TuneSettings, worker: int) -> None:
     """One worker: trials until the study holds ``settings.trials`` finished or pruned ones (or the timeout).
 
@@ -198,8 +204,14 @@ def work(settings: TuneSettings, worker: int) -> None:
     study = open_study(settings, settings.seed + 1000 * worker + len(study.trials))
     if finished(study) >= settings.trials:
         return
-    stop = optuna.study.MaxTrialsCallback(settings.trials, states=DONE)
-    study.optimize(lambda trial: objective(trial, settings), callbacks=[stop, announce, stop_on_failures],
+
+    def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        # trials under way count: with finished ones alone, each worker that finishes while others still run
+        # would start one more, up to workers - 1 beyond --trials
+        if claimed(study) >= settings.trials:
+            study.stop()
+
+    study.optimize(lambda trial: objective(trial, settings), callbacks=[enough, announce, stop_on_failures],
                    timeout=settings.timeout, catch=(NonFiniteError, ConfigError))
 
 
@@ -227,6 +239,7 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
     study = open_study(settings)
     for values in settings.enqueue:
         study.enqueue_trial(values, skip_if_exists=True)
+    workers = max(1, min(workers, settings.trials - finished(study)))  # no more workers than trials left
     if workers == 1:
         work(settings, 0)
         return 0

@@ -146,6 +146,14 @@ def test_workers_share_the_study_and_run_trials_at_the_same_time(tmp_path):
     assert second.datetime_start < first.datetime_complete
 
 
+def test_workers_do_not_run_more_trials_than_asked(tmp_path):
+    """``--trials`` counts trials under way: four workers on a two-trial study start two processes, and a worker
+    that finishes while the other still runs stops (before, each started one more: four trials, or five). Two
+    workers finishing at the same instant could still both start one, so the bound is one above."""
+    assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1", "--workers", "4") == 0
+    assert 2 <= len(load_study(tmp_path).trials) <= 3
+
+
 def test_enqueued_trials_run_once_each_with_several_workers(tmp_path):
     """``--enqueue`` trials run once each, however many workers share the study (they are queued once, by the
     parent, before the workers start; workers that each queued them could race past ``skip_if_exists``, which a
@@ -154,7 +162,7 @@ def test_enqueued_trials_run_once_each_with_several_workers(tmp_path):
     second = ["ppo.learning_rate=3e-4", "ppo.gae_lambda=0.99", "ppo.n_epochs=2"]
     assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1", "--workers", "2",
                 "--enqueue", *first, "--enqueue", *second) == 0
-    trials = load_study(tmp_path).trials  # a worker that finishes first may start a third, sampled trial
+    trials = load_study(tmp_path).trials
     enqueued = [{"ppo.learning_rate": 1e-3, "ppo.gae_lambda": 0.95, "ppo.n_epochs": 1},
                 {"ppo.learning_rate": 3e-4, "ppo.gae_lambda": 0.99, "ppo.n_epochs": 2}]
     assert [sum(t.params == values for t in trials) for values in enqueued] == [1, 1]
