@@ -57,12 +57,16 @@ def markdown(result: dict[str, Any]) -> str:
         value = "—" if trial["value"] is None else f"{trial['value']:.3f}"
         params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         lines.append(f"| {trial['number']} | {trial['state']} | {value} | {trial['scores']} | {params} |")
-    lines += ["", "Evaluation curves of the trials' runs (success rate where reported, else mean return):", ""]
-    lines += [f"- trial {t['number']}, {run['run']}: {curve_text(run)}" for t in result["trials"] for run in t["runs"]]
-    lines += ["", "## Baseline", "", "| run | finished | final success | evaluation curve |", "|---|---|---:|---|"]
+    curves = [f"- trial {t['number']}, {run['run']}: {curve_text(run)}"
+              for t in result["trials"] for run in t["runs"] if run["curve"]]
+    if curves:  # none where the trials evaluated only at the end (--eval-freq 0)
+        lines += ["", "Evaluation curves of the trials' runs (success rate where reported, else mean return):", "",
+                  *curves]
+    lines += ["", "## Baseline", "", "| group | run | finished | final success | evaluation curve |",
+              "|---|---|---|---:|---|"]
     for run in result["baseline"]:
         final = "—" if run["final_success_rate"] is None else f"{run['final_success_rate']:.2f}"
-        lines.append(f"| {run['run']} | {run['finished']} | {final} | {curve_text(run)} |")
+        lines.append(f"| {run['group']} | {run['run']} | {run['finished']} | {final} | {curve_text(run)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -79,7 +83,8 @@ def main() -> None:
               "script": f"python benchmarks/tune_result.py {args.study} --baseline {' '.join(map(str, args.baseline))} "
                         f"--name {args.name} --command ... --note ...",
               "notes": [*(f"Command: `{c}`" for c in args.command), *args.note],
-              "trials": trials(args.study), "baseline": [run for d in args.baseline for run in runs(d)]}
+              "trials": trials(args.study),
+              "baseline": [{"group": d.name, **run} for d in args.baseline for run in runs(d)]}
     write_results(args.name, result, markdown, args.out)
 
 
