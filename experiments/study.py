@@ -39,6 +39,7 @@ relative to the study file), ``settings``, the task's keys, command-line flags, 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import os
 import shutil
@@ -391,14 +392,21 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _union(earlier: list[Any], now: list[Any]) -> list[Any]:
+    """``earlier``, then the items of ``now`` it lacks, in order (items may be dicts, so not a set)."""
+    return [*earlier, *(item for item in now if item not in earlier)]
+
+
 def _write_record(directory: Path, name: str, grid: Grid, configs: list[RunConfig], command: str) -> None:
-    """Update ``study.yaml``: the grid, every run (in grid order, earlier ones kept), the commands."""
+    """Update ``study.yaml``: the grid (every task, backbone and seed any command ran: a rerun on a subset
+    adds to it), every run (in grid order, earlier ones kept), and the commands, each with its own grid."""
     record = read_study_record(directory)
     runs = [run_dir(c).relative_to(directory).as_posix() for c in configs]
-    record.update(name=name, grid=grid.record(),
-                  runs=list(dict.fromkeys([*record.get("runs", []), *runs])),
-                  commands=[*record.get("commands", []),
-                            {"command": command, "time": time.strftime("%Y-%m-%d %H:%M:%S")}])
+    now, earlier = grid.record(), record.get("grid") or {}
+    merged = {**now, **{key: _union(earlier.get(key, []), now[key]) for key in ("tasks", "backbones", "seeds")}}
+    ran = {"command": command, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": copy.deepcopy(now)}
+    record.update(name=name, grid=merged, runs=_union(record.get("runs", []), runs),
+                  commands=[*record.get("commands", []), ran])
     write_atomic(directory / STUDY_FILE, yaml.safe_dump(record, sort_keys=False))
 
 

@@ -194,6 +194,19 @@ def test_two_by_two_study_through_the_process_pool(tmp_path, capsys):
     assert "4/4 done, 0 running, 0 failed, 0 queued" in err and "steps/s" in err
 
 
+def test_a_rerun_on_a_subset_adds_to_the_recorded_grid(tmp_path):
+    """``study.yaml`` records what the study covers: a second command on other seeds and one backbone
+    adds them to the grid instead of replacing it, and each command keeps the grid it ran."""
+    base = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--workers", "1"]
+    assert train_rl.main([*base, "--backbone", "gtrxl", "lstm", "--seed", "0"]) == 0
+    assert train_rl.main([*base, "--backbone", "lstm", "--seed", "1", "2", "--no-report"]) == 0
+    text = (tmp_path / "TMaze-v0__ppo" / "study.yaml").read_text()
+    record = yaml.safe_load(text)
+    assert record["grid"]["backbones"] == ["gtrxl", "lstm"] and record["grid"]["seeds"] == [0, 1, 2]
+    assert [c["grid"]["seeds"] for c in record["commands"]] == [[0], [1, 2]] and "&id" not in text
+    assert record["runs"] == [f"TMaze-v0__ppo-{run}" for run in ("gtrxl__0", "lstm__0", "lstm__1", "lstm__2")]
+
+
 def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     """SIGKILL the study while its second run trains (one worker): the orphaned worker exits; the
     rerun keeps the first run as it is, resumes the second from its checkpoint and runs the third."""
