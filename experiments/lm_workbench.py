@@ -338,7 +338,7 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     if not log.exists():
         write_atomic(log, ",".join(EVAL_COLUMNS) + "\n")
     batches = segments(train, config.batch_size, config.segment_length, first=step)
-    started, losses = time.time(), []
+    started, losses, first = time.time(), [], step
     bar = _progress_bar(config.steps, step) if progress else None
     while step < config.steps:
         tokens, starts, scored = next(batches)
@@ -369,7 +369,9 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     writer.close()
     if bar is not None:
         bar.close()
+    seconds = max(time.time() - started, 1e-9)
     summary = {"run": config.run_name(), "steps": step, "tokens": step * config.segment_length * config.batch_size,
+               "steps_per_second": round((step - first) / seconds, 2), "torch_threads": torch.get_num_threads(),
                "valid_bits_per_token": bits_per_token(model, valid, config, config.eval_segments),
                "parameters": sum(p.numel() for p in model.parameters())}
     write_atomic(directory / "summary.json", json.dumps(summary, indent=2) + "\n")

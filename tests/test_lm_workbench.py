@@ -78,7 +78,8 @@ def test_resume_continues_from_the_checkpoint_and_eval_takes_a_longer_memory(tmp
     longer = copy_config(tmp_path, 16, steps=100)
     with pytest.raises(ConfigError, match="--resume"):
         train_lm(longer)
-    train_lm(longer, resume=True)
+    summary = train_lm(longer, resume=True)
+    assert summary["steps_per_second"] > 0 and summary["torch_threads"] == torch.get_num_threads()
     steps = [int(row["step"]) for row in csv.DictReader((config.directory() / "evaluations.csv").open())]
     assert steps == [50, 100]
     _, model = load_run(config.directory(), memory_length=48)
