@@ -25,10 +25,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import heading, machine_info, machine_line, provenance, write_results
-from threads import SPIN, summarise
+import threads as thread_bench
+from common import machine_info, provenance, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from experiments.threads import WAIT_POLICY  # noqa: E402
 
 
 def measure(config: str, steps: int, threads: int, busy: bool, log_dir: str) -> float:
@@ -36,8 +38,8 @@ def measure(config: str, steps: int, threads: int, busy: bool, log_dir: str) -> 
     command = [sys.executable, str(ROOT / "train_rl.py"), "lm", "train", "-c", str(ROOT / config), "-p",
                f"steps={steps}", f"eval_every={steps}", f"checkpoint_every={steps}", f"threads={threads}",
                f"log_dir={log_dir}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
-    spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if busy else None
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    spinner = subprocess.Popen([sys.executable, "-c", thread_bench.SPIN]) if busy else None
     try:
         subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
     finally:
@@ -49,19 +51,9 @@ def measure(config: str, steps: int, threads: int, busy: bool, log_dir: str) -> 
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = heading("`lm train` speed against torch threads", result)
-    lines += [machine_line(result), "",
-              f"`lm train -c {result['config']}` for {result['steps']} training steps per measurement (segments of "
-              f"the config's batch), {result['rounds']} interleaved rounds, each condition in a fresh process. "
-              "Load `as is`: the machine as other users left it; `+1 busy`: one more process spinning on a core. "
-              "Slowdown: the fastest thread count's median over this one's, within the same load.", "",
-              "| load | threads | steps/s (per round) | median | slowdown vs best |", "|---|---:|---|---:|---:|"]
-    for row in result["table"]:
-        speeds = " / ".join(f"{s:,.2f}" for s in row["steps_per_second"])
-        load = "as is" if row["load"] == "none" else "+1 busy"
-        lines.append(f"| {load} | {row['threads']} | {speeds} | {row['median']:,.2f} | "
-                     f"{row['slowdown_vs_best']:.2f}× |")
-    return "\n".join(lines) + "\n"
+    return thread_bench.markdown(result, "`lm train` speed against torch threads",
+                                 f"`lm train -c {result['config']}` for {result['steps']} training steps (each a "
+                                 "batch of segments), the real command in a fresh process per measurement")
 
 
 def main() -> None:
@@ -74,18 +66,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the orders within rounds")
     parser.add_argument("--name", default="lm_threads", help="results file name (benchmarks/results/<name>.*)")
     args = parser.parse_args()
-    rows = []
+    rows, policy = [], os.environ.get("OMP_WAIT_POLICY", WAIT_POLICY)  # the one train_rl.py runs with
     for round_index in range(args.rounds):
         conditions = list(itertools.product(args.threads, args.loads))
         for threads, load in random.Random(args.seed + round_index).sample(conditions, len(conditions)):
             with tempfile.TemporaryDirectory() as log_dir:
                 speed = measure(args.config, args.steps, threads, load == "busy", log_dir)
-            row = {"config": args.config, "threads": threads, "load": load, "wait_policy": "train_rl.py's",
+            row = {"config": args.config, "threads": threads, "load": load, "wait_policy": policy,
                    "round": round_index, "steps_per_second": speed, "load_average": round(os.getloadavg()[0], 2)}
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
     result: dict[str, Any] = {**provenance(), "machine": machine_info(), "config": args.config, "steps": args.steps,
-                              "rounds": args.rounds, "rows": rows, "table": summarise(rows)}
+                              "rounds": args.rounds, "rows": rows, "table": thread_bench.summarise(rows)}
     write_results(args.name, result, markdown)
 
 

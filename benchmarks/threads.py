@@ -106,21 +106,29 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
-def markdown(result: dict[str, Any]) -> str:
-    lines = heading("Training speed against torch threads and the OpenMP wait policy", result)
+def speed(value: float) -> str:
+    """A speed for a table: whole steps/s, or two decimals below 100 (a language model's steps)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+
+
+def markdown(result: dict[str, Any], title: str = "Training speed against torch threads and the OpenMP wait policy",
+             measurement: str | None = None) -> str:
+    """The results table; ``measurement`` says what one measurement timed (default: this script's ``learn``)."""
+    measurement = measurement or (f"`learn` for {result['steps']} env steps (at most {result['max_seconds']:.0f} s) "
+                                  "per measurement")
+    lines = heading(title, result)
     lines += [machine_line(result), "",
-              f"`learn` for {result['steps']} env steps (at most {result['max_seconds']:.0f} s) per measurement, "
-              f"{result['rounds']} interleaved rounds. Load `as is`: the machine as other users left it (its load "
-              "average is in the JSON, per measurement); `+1 busy`: one more process spinning on a core. Slowdown: "
-              "the fastest setting's median over this one's, within the same config and load.", "",
+              f"{measurement}, {result['rounds']} interleaved rounds. Load `as is`: the machine as other users left "
+              "it (its load average is in the JSON, per measurement); `+1 busy`: one more process spinning on a "
+              "core. Slowdown: the fastest setting's median over this one's, within the same config and load.", "",
               *([result["note"], ""] if result.get("note") else []),
               "| config | load | threads | OMP_WAIT_POLICY | steps/s (per round) | median | slowdown vs best |",
               "|---|---|---:|---|---|---:|---:|"]
     for row in result["table"]:
-        speeds = " / ".join(f"{s:,.0f}" for s in row["steps_per_second"])
+        speeds = " / ".join(map(speed, row["steps_per_second"]))
         load = "as is" if row["load"] == "none" else "+1 busy"
         lines.append(f"| {row['config']} | {load} | {row['threads']} | {row['wait_policy']} | {speeds} | "
-                     f"{row['median']:,.0f} | {row['slowdown_vs_best']:.2f}× |")
+                     f"{speed(row['median'])} | {row['slowdown_vs_best']:.2f}× |")
     return "\n".join(lines) + "\n"
 
 
