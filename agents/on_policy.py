@@ -272,7 +272,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             obs_tensor = self.policy.obs_to_tensor(obs)[0]
             values = self.policy.predict_values(obs_tensor, sliced, torch.zeros(len(cut), dtype=torch.bool,
                                                                                 device=self.device))
-        rewards = rewards.copy()
+        rewards = rewards.astype(np.float32)  # a copy, and float: a VecEnv may stack integer rewards
         rewards[cut] += self.gamma * values.flatten().cpu().numpy()
         return rewards
 

@@ -138,6 +138,26 @@ def test_same_seed_same_updates():
     assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
 
 
+def test_a_time_limit_cut_adds_the_discounted_value_of_its_last_observation_to_integer_rewards():
+    """SB3 issue #633: the reward of an episode cut by a time limit gets γ V(terminal observation), that value read
+    with the episode's memory, as the next step of the same batch would read it. Only cut episodes get it, and
+    integer rewards (SB3's SubprocVecEnv stacks a MiniGrid step's int 0 as int64) are taken, not refused."""
+    model = small_model("gtrxl", gamma=0.9)
+    env = model.get_env()
+    obs = env.reset()
+    with torch.inference_mode():
+        state = model.policy(torch.as_tensor(obs), model._last_state, torch.ones(4, dtype=torch.bool)).state
+        terminal = env.step(np.zeros(4, dtype=np.int64))[0]
+        continued = model.policy(torch.as_tensor(terminal), state, torch.zeros(4, dtype=torch.bool)).values.flatten()
+    dones = np.array([True, False, True, True])
+    infos = [{"terminal_observation": terminal[0], "TimeLimit.truncated": True}, {},
+             {"terminal_observation": terminal[2], "TimeLimit.truncated": False},
+             {"terminal_observation": terminal[3], "TimeLimit.truncated": True}]
+    rewards = model._bootstrap_truncated(np.array([1, 0, 1, 0]), dones, infos, state)
+    expected = np.array([1 + 0.9 * continued[0].item(), 0, 1, 0.9 * continued[3].item()])
+    np.testing.assert_allclose(rewards, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_gate_biases_survive_policy_construction():
     """SB3's ortho_init must not overwrite the GTrXL gate bias b_g."""
     model = small_model("gtrxl", backbone_options={"n_layers": 2})
