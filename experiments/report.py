@@ -25,6 +25,7 @@ stopped (left out of the scores when it has none) and never counts as solved. Se
 
 from __future__ import annotations
 
+import fnmatch
 import sys
 import time
 from collections import defaultdict
@@ -167,12 +168,15 @@ class Study:
 
     @classmethod
     def analyse(cls, directory: Path, reps: int = DEFAULT_REPS, threshold: float | None = None,
-                seed: int = 0) -> Study:
+                seed: int = 0, envs: list[str] | None = None) -> Study:
         """Read every run below ``directory`` and compute the statistics. ``threshold`` (the score
-        that counts as solving a task) defaults to the runs' ``success_threshold``."""
+        that counts as solving a task) defaults to the runs' ``success_threshold``; ``envs``, shell
+        patterns of env ids (``popgym-*``), keeps the runs of the envs that match one."""
         directory = Path(directory)
         record = read_study_record(directory)
         runs = _readable(_ordered_runs(directory, record.get("runs", [])))
+        if envs:
+            runs = [run for run in runs if any(fnmatch.fnmatchcase(str(run.config.get("env")), p) for p in envs)]
         label = _backbone_labeller(runs)
         grouped: dict[str, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
         for run in runs:
@@ -517,13 +521,20 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
 
 
 def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps: int = DEFAULT_REPS,
-                 threshold: float | None = None, seed: int = 0) -> Path:
-    """Analyse ``study_dir`` and write ``report.md`` and its figures to ``out_dir`` (default: the
-    study directory). Returns the path of ``report.md``."""
+                 threshold: float | None = None, seed: int = 0, envs: list[str] | None = None) -> Path:
+    """Analyse ``study_dir`` (the runs of ``envs`` only, if given: see :meth:`Study.analyse`) and write
+    ``report.md`` and its figures to ``out_dir`` (default: the study directory; required with ``envs``, so
+    that a report of some tasks never replaces the study's own). Returns the path of ``report.md``."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise FileNotFoundError(f"study directory {str(study_dir)!r} does not exist")
-    study = Study.analyse(study_dir, reps, threshold, seed)
+    if envs and out_dir is None:
+        raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
+    study = Study.analyse(study_dir, reps, threshold, seed, envs)
+    if not study.runs and envs:
+        every = sorted({str(run.config.get("env")) for run in _readable(_ordered_runs(study_dir, []))})
+        raise FileNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
+                                f"its envs: {', '.join(every) or 'none'}")
     if not study.runs:
         raise FileNotFoundError(f"no run directory (with a config.yaml) below {str(study_dir)!r}")
     directory = Path(out_dir) if out_dir is not None else study_dir

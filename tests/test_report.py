@@ -219,6 +219,26 @@ def test_report_command(study, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_a_report_of_some_tasks_keeps_their_runs_only_and_never_replaces_the_study_report(tmp_path, capsys):
+    """``report --env PATTERN``: the runs of the matching envs only, written where --out says; refused without
+    --out (the study's own report.md stays as it was) and when no env matches (naming the envs there)."""
+    for seed in range(3):
+        for env in ("TMaze-v0", "MemoryChain-v0"):
+            fake_run(tmp_path, "a", seed, 0.5 + 0.1 * seed, env=env, curve=[0.5])
+    study_report = build_report(tmp_path, reps=REPS)
+    before = study_report.read_text()
+    out = tmp_path / "chain_only"
+    assert train_rl.main(["report", str(tmp_path), "--env", "Memory*", "--reps", "100", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "MemoryChain-v0__ppo-a__2" in text and "TMaze-v0__ppo-a__0" not in text and "3 runs" in text
+    with pytest.raises(SystemExit) as refused:
+        train_rl.main(["report", str(tmp_path), "--env", "Memory*"])
+    assert refused.value.code == 2 and "--env Memory*: a report of some of the tasks needs --out DIR" in capsys.readouterr().err
+    assert study_report.read_text() == before
+    assert train_rl.main(["report", str(tmp_path), "--env", "popgym-*", "--out", str(out)]) == 2
+    assert "its envs: MemoryChain-v0, TMaze-v0" in capsys.readouterr().err
+
+
 def test_lowest_after_solving_is_the_deepest_fall_after_the_first_solved_evaluation(tmp_path: Path):
     """A collapse after solving shows in the reliability table (the worst run of the group)."""
     fake_run(tmp_path, "gtrxl", 0, 1.0, curve=[0.3, 0.95, 0.56, 1.0, 1.0])  # solved, fell to 0.56, recovered

@@ -20,19 +20,26 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--solve-threshold", type=float,
                         help="score that counts as solving a task (default: the runs' success_threshold)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
+    parser.add_argument("--env", nargs="+", metavar="PATTERN", help=(
+        "report only the runs of these env ids (shell patterns, e.g. 'popgym-*'); needs --out"))
     return parser
 
 
 def main(argv: list[str]) -> int:
     """``train_rl.py report DIRECTORY``; exit status 2 when there is no study there."""
-    options = make_parser().parse_args(argv)
+    parser = make_parser()
+    options = parser.parse_args(argv)
+    if options.env and options.out is None:
+        parser.error(f"--env {' '.join(options.env)}: a report of some of the tasks needs --out DIR, so that it does "
+                     "not replace the study's own report")
     from experiments.config import ConfigError
     from experiments.report import build_report
     from experiments.validation import check_cli_options
 
     try:
         check_cli_options(vars(options))
-        path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed)
+        path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed,
+                            options.env)
     except (FileNotFoundError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
