@@ -233,7 +233,8 @@ def test_a_report_of_some_tasks_keeps_their_runs_only_and_never_replaces_the_stu
     assert "MemoryChain-v0__ppo-a__2" in text and "TMaze-v0__ppo-a__0" not in text and "3 runs" in text
     with pytest.raises(SystemExit) as refused:
         train_rl.main(["report", str(tmp_path), "--env", "Memory*"])
-    assert refused.value.code == 2 and "--env Memory*: a report of some of the tasks needs --out DIR" in capsys.readouterr().err
+    assert refused.value.code == 2
+    assert "--env Memory*: a report of some of the tasks needs --out DIR" in capsys.readouterr().err
     assert study_report.read_text() == before
     assert train_rl.main(["report", str(tmp_path), "--env", "popgym-*", "--out", str(out)]) == 2
     assert "its envs: MemoryChain-v0, TMaze-v0" in capsys.readouterr().err
