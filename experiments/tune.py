@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fcntl
 import multiprocessing
 import shlex
 import sys
@@ -194,6 +195,20 @@ def claimed(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(*DONE, optuna.trial.TrialState.RUNNING)))
 
 
+def one_ask_at_a_time(study: optuna.Study, lock: Path) -> None:
+    """Make ``study.ask`` (how ``optimize`` takes each trial) hold an exclusive lock on the file ``lock``. Optuna's
+    storage takes a waiting (``--enqueue``) trial by reading its state, then writing it; SQLite does not lock the
+    row in between, so two workers on a busy machine could both take the same trial and run it twice."""
+    ask = study.ask
+
+    def ask_alone(*args: Any, **kwargs: Any) -> optuna.Trial:
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+            return ask(*args, **kwargs)
+
+    study.ask = ask_alone  # type: ignore[method-assign]
+
+
 def work(settings: TuneSettings, worker: int) -> None:
     """One worker: trials until the study holds ``settings.trials`` finished or pruned ones (or the timeout).
 
@@ -204,6 +219,7 @@ def work(settings: TuneSettings, worker: int) -> None:
     study = open_study(settings, settings.seed + 1000 * worker + len(study.trials))
     if finished(study) >= settings.trials:
         return
+    one_ask_at_a_time(study, settings.directory / "ask.lock")
 
     def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         # trials under way count: with finished ones alone, each worker that finishes while others still run

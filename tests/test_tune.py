@@ -4,6 +4,8 @@ trial, best.yaml is a usable config, the plots are written; bad spaces exit 2; t
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ import yaml
 import train_rl
 from experiments.config import build_config
 from experiments.evaluation import EvalLog
-from experiments.tune import ReportEvaluations, score
+from experiments.tune import ReportEvaluations, one_ask_at_a_time, score
 
 TINY = ["--env", "TMaze-v0", "--backbone", "mlp", "-n", "128", "--eval-freq", "64",
         "--n-eval-episodes", "2", "--startup-trials", "1",
@@ -167,3 +169,35 @@ def test_enqueued_trials_run_once_each_with_several_workers(tmp_path):
                 {"ppo.learning_rate": 3e-4, "ppo.gae_lambda": 0.99, "ppo.n_epochs": 2}]
     assert [sum(t.params == values for t in trials) for values in enqueued] == [1, 1]
     assert all(t.state != optuna.trial.TrialState.WAITING for t in trials)  # no copy left in the queue
+
+
+def test_workers_take_their_trials_one_at_a_time(tmp_path):
+    """Two workers (here threads, each with its own Study on one SQLite storage) never take a trial at the same time:
+    Optuna reads a waiting trial's state and then writes it, unlocked, and on a loaded machine two tune workers
+    both took enqueued trial 0 (CI of stop 36). With each ``ask`` slowed to 0.3 s, the two asks must not overlap."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="s", storage=storage)
+    spans: list[tuple[float, float]] = []
+
+    def worker_study() -> optuna.Study:
+        study = optuna.load_study(study_name="s", storage=storage)
+        ask = study.ask
+
+        def slow_ask(*args, **kwargs):
+            began = time.monotonic()
+            time.sleep(0.3)
+            trial = ask(*args, **kwargs)
+            spans.append((began, time.monotonic()))
+            return trial
+
+        study.ask = slow_ask
+        one_ask_at_a_time(study, tmp_path / "ask.lock")
+        return study
+
+    threads = [threading.Thread(target=study.ask) for study in (worker_study(), worker_study())]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (_, first_end), (second_start, _) = sorted(spans)
+    assert second_start >= first_end, "two workers were taking a trial at the same time"
