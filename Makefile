@@ -5,14 +5,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # torch threads of `make demo` (THREADS=2 ...); empty: the run's default, one thread (docs/notes/threads.md)
 THREADS ?=
+# Where torch comes from (docs/installation.md). Empty: pip's configured indexes, so the build is whatever they
+# hold; from PyPI alone on Linux x86_64 that is the CUDA build with its multi-GB nvidia-* packages (CI's machine
+# has a CPU wheel on disk, so CI gets that). PyTorch's own index picks the build:
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu     the CPU build (about 190 MB)
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cu128   a CUDA 12.8 build (or another cuXYZ)
+TORCH_INDEX ?=
 
 .PHONY: install demo test test-slow lint bench docs docs-serve clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	# The CPU wheel of torch first: a plain `pip install torch` pulls a multi-GB CUDA build.
-	$(BIN)/pip install torch==2.13.0
+	# torch first, from TORCH_INDEX if given (see above); engram's own install then keeps it.
+	$(BIN)/pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# The ray extra too: the tests start a two-node Ray cluster (tests/test_retries.py).
 	$(BIN)/pip install -e ".[dev,ray]"
 	touch $(STAMP)
@@ -52,4 +58,4 @@ docs-serve: $(DOCS_STAMP)
 	$(BIN)/python -m mkdocs serve
 
 clean:
-	rm -rf $(VENV) runs site .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) runs site build dist .pytest_cache .ruff_cache *.egg-info

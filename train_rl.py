@@ -1,4 +1,5 @@
-"""engram's command line: ``python train_rl.py [COMMAND] ...``; ``train`` is the default command.
+"""engram's command line: ``engram [COMMAND] ...`` (or ``python train_rl.py``, ``python -m engram``); ``train`` is
+the default command.
 
 Each command lives in its own module (``experiments/cli/``, ``experiments/tune.py``,
 ``experiments/lm_workbench.py``) with ``main(argv) -> int``; this file only picks one and
@@ -20,9 +21,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import experiments.threads  # noqa: F401  (first: OMP_WAIT_POLICY=PASSIVE before torch loads OpenMP)
+from experiments.cli.parser import program
 
 
 class Command(NamedTuple):
@@ -51,12 +53,13 @@ COMMANDS: dict[str, Command] = {
 
 
 def overview() -> str:
-    """``train_rl.py --help``'s head: the usage line with every command, and what each does."""
+    """``--help``'s head: the usage line with every command, and what each does."""
+    prog = program()
     names = "{" + ",".join(name for name in COMMANDS if name != "train") + "}"
     width = max(len(f"{name} {command.usage}") for name, command in COMMANDS.items())
-    lines = [f"usage: train_rl.py [train] [OPTIONS]\n       train_rl.py {names} ...", "", "commands:"]
+    lines = [f"usage: {prog} [train] [OPTIONS]\n       {prog} {names} ...", "", "commands:"]
     lines += [f"  {f'{name} {command.usage}':<{width}}  {command.summary}" for name, command in COMMANDS.items()]
-    lines += ["", "train_rl.py COMMAND --help shows a command's options; the training options follow.", ""]
+    lines += ["", f"{prog} COMMAND --help shows a command's options; the training options follow.", ""]
     return "\n".join(lines)
 
 
@@ -71,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     return run(argv[1:] if argv[:1] == [name] else argv)
 
 
-if __name__ == "__main__":
+def run() -> NoReturn:
+    """Run the command line's command and exit with its status: the console script ``engram``, ``python -m
+    engram`` and ``python train_rl.py``."""
     try:
         sys.exit(main())
     except BrokenPipeError:  # the output was piped into head, less, ... which closed it early
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run()

@@ -26,7 +26,7 @@ from torch import Tensor
 from agents.buffer import MINIBATCH_ORDERS, MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
-from policies.policy import MemoryActorCriticPolicy, PolicyState, PolicyStep
+from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
 from policies.window import strip_cache
 
@@ -52,6 +52,14 @@ def saved_learner(path: str | Path) -> str | None:
     (``learner_class``); ``None`` for a zip saved before learners recorded it."""
     name = _saved_data(path).get("learner_class")
     return name if isinstance(name, str) else None
+
+
+def saved_policy_class(path: str | Path) -> Any:
+    """The policy class of the model at ``path`` (``None`` where its data holds none)."""
+    data = _saved_data(path)
+    if "policy_class" not in data:
+        return None
+    return json_to_data(json.dumps({"policy_class": data["policy_class"]}))["policy_class"]
 
 
 def saved_policy_kwargs(path: str | Path) -> dict[str, Any]:
@@ -125,10 +133,15 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param precision: a key of :data:`PRECISIONS`, the compute dtype of the update's forward pass.
         With ``bf16`` the recomputed log-probabilities differ from the rollout's by bfloat16's
         rounding (``train/rollout_logp_gap``), not the float32 1e-5 of rollout equals training.
+
+    SB3's gSDE options (``use_sde``, ``sde_sample_freq``, as learner or policy options) are refused in one line
+    (:meth:`__new__`).
     """
 
     policy: MemoryActorCriticPolicy
     rollout_buffer: MemoryRolloutBuffer | MemoryDictRolloutBuffer
+    learner_policy_options: tuple[str, ...] = ()
+    """policy options the learner sets from options of its own (saved with it), not from ``policy_kwargs``"""
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
                  segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
@@ -161,12 +174,24 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                          supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
                                                   spaces.MultiBinary), **kwargs)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refuse SB3's gSDE options, learner or policy ones, with :data:`policies.policy.GSDE_REFUSED` rather than
+        the ``TypeError`` of an unexpected keyword: memory learners take none of them."""
+        given = [f"{name}={kwargs[name]!r}" for name in GSDE_OPTIONS if name in kwargs]
+        given += [f"policy_kwargs {name}={value!r}" for name, value in (kwargs.get("policy_kwargs") or {}).items()
+                  if name in GSDE_OPTIONS]
+        if given:
+            raise ValueError(f"{', '.join(given)}: {GSDE_REFUSED}")
+        return super().__new__(cls)
+
     @classmethod
     def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: dict[str, Any] | None = None,
              *args: Any, **kwargs: Any) -> Any:
         """SB3's ``load``, refusing (``TypeError`` naming both classes) a model saved by another learner, and
         building the backbone with the options it was saved with (`policies.registry.saved_options`), whatever
-        today's defaults are."""
+        today's defaults are. ``policy_kwargs``, as SB3 allows, must be the policy's saved options; both are
+        compared with every default resolved (``MemoryActorCriticPolicy.resolve_kwargs``), so the options a
+        model was trained with are accepted as given then."""
         if isinstance(path, str | Path):
             file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
             if zipfile.is_zipfile(file):
@@ -175,15 +200,25 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                     raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
                                     f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
                 custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
+                policy_class = saved_policy_class(file)
+                if "policy_kwargs" in kwargs and isinstance(policy_class, type) \
+                        and issubclass(policy_class, MemoryActorCriticPolicy):
+                    data = _saved_data(file)
+                    given = {**kwargs["policy_kwargs"],
+                             **{name: data[name] for name in cls.learner_policy_options if name in data}}
+                    kwargs["policy_kwargs"] = policy_class.resolve_kwargs(given)
+                    custom_objects["policy_kwargs"] = policy_class.resolve_kwargs(custom_objects["policy_kwargs"])
         return super().load(path, env, device, custom_objects, *args, **kwargs)
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
-        """The policy class of an alias; an unknown alias (SB3's ``MlpPolicy``, ``CnnPolicy``) is refused naming
-        ``MemoryPolicy``, the policy every memory learner takes."""
+        """The policy class of an alias; an unknown alias (SB3's ``MlpPolicy``, ``CnnPolicy``, sb3-contrib's
+        ``MlpLstmPolicy``) is refused naming ``MemoryPolicy``, the policy every memory learner takes."""
         if policy_name not in self.policy_aliases:
             raise ValueError(f"policy {policy_name!r} is not one of {type(self).__name__}'s "
-                             f"({', '.join(self.policy_aliases)}): memory learners take 'MemoryPolicy', which with "
-                             "policy_kwargs={'backbone': 'mlp'} is a memoryless MLP like SB3's MlpPolicy")
+                             f"({', '.join(self.policy_aliases)}): memory learners take 'MemoryPolicy', which picks "
+                             "SB3's features extractor for the observation space; with policy_kwargs={'backbone': "
+                             "'lstm'} it is sb3-contrib's MlpLstmPolicy, with {'backbone': 'mlp'} a memoryless MLP "
+                             "like SB3's MlpPolicy")
         return self.policy_aliases[policy_name]
 
     def _setup_model(self) -> None:
@@ -193,9 +228,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if not isinstance(self.policy, MemoryActorCriticPolicy):
             raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy ('MemoryPolicy'), "
                             f"got {type(self.policy).__name__}")
-        # saved with the model: every backbone option, so that a later default cannot change how it loads
-        self.policy_kwargs = {**self.policy_kwargs, "backbone": self.policy.backbone_name,
-                              "backbone_kwargs": self.policy.backbone_kwargs}
+        # saved with the model: every memory option, so that a later default cannot change how it loads
+        self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
         if self.aux_coefs is None:
             self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
         if self.uniform_kl_coef is None:

@@ -26,8 +26,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
 
     The options are those of sb3-contrib's ``RecurrentPPO`` (``n_steps``, ``batch_size``,
     ``n_epochs``, ``gamma``, ``gae_lambda``, ``clip_range`` and ``clip_range_vf`` (schedules
-    allowed), ``normalize_advantage``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
-    ``target_kl``), with its defaults except four chosen by a seed study on memory tasks
+    allowed; a constant ``clip_range_vf`` must be > 0), ``normalize_advantage``, ``ent_coef``, ``vf_coef``,
+    ``max_grad_norm``, ``target_kl``), with its defaults except four chosen by a seed study on memory tasks
     (docs/notes/tuned-defaults.md): ``learning_rate`` 1e-3 decaying linearly to 0, ``n_steps`` 64, ``batch_size``
     256 and ``n_epochs`` 4 (RecurrentPPO: constant 3e-4, 128, 128, 10); plus the memory options of
     :class:`MemoryOnPolicyAlgorithm` (``segment_length``, ``aux_coefs``). The backbone is chosen in ``policy_kwargs``:
@@ -61,6 +61,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                  _init_setup_model: bool = True) -> None:
         if n_epochs < 1:
             raise ValueError(f"n_epochs must be >= 1, got {n_epochs}")
+        if isinstance(clip_range_vf, int | float) and not clip_range_vf > 0:
+            raise ValueError(f"clip_range_vf must be > 0 (or None to not clip values), got {clip_range_vf}")
         self.n_epochs = n_epochs
         self.clip_range = clip_range
         self.clip_range_vf = clip_range_vf

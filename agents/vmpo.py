@@ -63,6 +63,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
+    learner_policy_options = ("popart", "popart_beta")
 
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: GymEnv | str,
                  learning_rate: float | Schedule = 1e-3, n_steps: int = 32, batch_size: int = 128,
@@ -101,7 +102,8 @@ class VMPO(MemoryOnPolicyAlgorithm):
                          _init_setup_model=_init_setup_model)
 
     def _setup_model(self) -> None:
-        self.policy_kwargs = {**self.policy_kwargs, "popart": self.popart, "popart_beta": self.popart_beta}
+        own = {name: getattr(self, name) for name in self.learner_policy_options}
+        self.policy_kwargs = {**self.policy_kwargs, **own}
         super()._setup_model()
         self.gaussian = isinstance(self.policy.action_dist, DiagGaussianDistribution)
         if self.gaussian:
@@ -123,7 +125,11 @@ class VMPO(MemoryOnPolicyAlgorithm):
     def _trust_region(self, old: Distribution, new: Distribution, logs: defaultdict[str, list[float]]) -> Tensor:
         """``L_α`` (or ``L_αμ + L_αΣ``) with KL(π_old ‖ π_θ) averaged over the minibatch."""
         if not self.gaussian:
-            kl = torch.distributions.kl_divergence(old.distribution, new.distribution)
+            if isinstance(old.distribution, list):  # multi-discrete: one categorical per component
+                kl = torch.stack([torch.distributions.kl_divergence(o, n)
+                                  for o, n in zip(old.distribution, new.distribution, strict=True)], dim=-1)
+            else:
+                kl = torch.distributions.kl_divergence(old.distribution, new.distribution)
             if kl.dim() > 1:  # independent components (multi-discrete, Bernoulli)
                 kl = kl.sum(dim=-1)
             logs["kl"].append(kl.mean().item())

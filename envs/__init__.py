@@ -1,8 +1,10 @@
 """Memory-heavy environments for engram: numpy-batched tasks as SB3 VecEnvs, plus adapters.
 
-``make_vec_env(env_id, n_envs, seed, **env_kwargs)`` is the entry point for training;
+``make_vec_env(env_id, n_envs, seed, **env_kwargs)`` is the entry point for training, for any env spec
+(engram's tasks, any gymnasium id, an entry point ``module.path:EnvClass``; see `envs.registry`);
 ``make_env`` gives one gymnasium env (for checkers, docs and debugging); ``list_env_ids``
-and ``env_kwargs`` describe what is available. Importing ``envs`` does not import torch;
+and ``env_kwargs`` describe what is available; `envs.wrappers` holds the ``env_wrapper`` machinery.
+Importing ``envs`` does not import torch;
 `BatchedVecEnv` (an SB3 class, so SB3 and torch come with it) is loaded on first use.
 """
 
@@ -10,20 +12,37 @@ from typing import Any
 
 from envs.batched import BatchedTask, CopyStreams, SingleCopyEnv, copy_seeds
 from envs.count_recall import CountRecall
+from envs.imports import ImportPathError
 from envs.memory_chain import MemoryChain
-from envs.registry import ENV_IDS, FAMILIES, env_family, env_kwargs, list_env_ids, make_env, make_vec_env
+from envs.registry import (
+    ENV_IDS,
+    FAMILIES,
+    VEC_ENVS,
+    EnvFactory,
+    env_family,
+    env_kwargs,
+    list_env_ids,
+    make_env,
+    make_vec_env,
+)
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.scored import ScoredAnswerTask
 from envs.tmaze import ActiveTMaze, PassiveTMaze, TMaze
+from envs.wrappers import MaskObservation, MaskVelocity
 
 __all__ = [
     "ENV_IDS",
     "FAMILIES",
+    "VEC_ENVS",
     "ActiveTMaze",
     "BatchedTask",
     "BatchedVecEnv",
     "CopyStreams",
     "CountRecall",
+    "EnvFactory",
+    "ImportPathError",
+    "MaskObservation",
+    "MaskVelocity",
     "MemoryChain",
     "PassiveTMaze",
     "RepeatFirst",

@@ -1,15 +1,21 @@
-"""Env ids and the two factories: `make_vec_env` (SB3 VecEnv, for training) and `make_env` (one gymnasium env).
+"""Env specs and the two factories: `make_vec_env` (SB3 VecEnv, for training) and `make_env` (one gymnasium env).
 
-Families of ids:
+An env spec is one of:
 
-* ``engram``: this package's numpy-batched tasks (`ENV_IDS`); `make_vec_env` returns the
-  batched `BatchedVecEnv`. They are also registered with gymnasium as ``engram/<id>``.
-* ``minigrid``: any ``MiniGrid-*`` id (MiniGrid-Memory* for memory), via `make_minigrid`.
-* ``popgym``: any ``popgym-*`` id, via `make_popgym`.
-* ``memory_gym``: Memory Gym ids, only if the optional package is installed.
+* an id of engram's numpy-batched tasks (`ENV_IDS`, family ``engram``); `make_vec_env` steps all
+  copies in one `BatchedVecEnv`. They are also registered with gymnasium as ``engram/<id>``;
+* any id gymnasium's registry holds, once the modules of ``gym_packages`` are imported: ``MiniGrid-*``
+  ids through `make_minigrid` (family ``minigrid``), ``popgym-*`` ids through `make_popgym` (``popgym``),
+  Memory Gym ids when its optional package is installed (``memory_gym``), and every other id, such as
+  ``CartPole-v1`` or one a user's module registers, through ``gym.make`` (``gymnasium``). gymnasium's
+  ``module:Id`` form imports the module first;
+* an entry point ``module.path:EnvClass`` or ``module.path:make_fn`` (family ``entry_point``), called with
+  the env kwargs; ``max_episode_steps`` adds a ``TimeLimit`` where the callable does not take it itself.
 
-Gymnasium families are vectorised with SB3's DummyVecEnv. Every `make_vec_env` result is
-wrapped in SB3's ``VecMonitor``, and copy i of a run seeded s uses ``copy_seeds(s, n)[i]``.
+Copies of gymnasium envs and entry points are wrapped by ``env_wrapper`` (`envs.wrappers`) and vectorised
+with SB3's DummyVecEnv, or SubprocVecEnv (``vec_env="subproc"``, one process per copy; engram's tasks
+then run as single copies too). Every `make_vec_env` result is wrapped in SB3's ``VecMonitor``, and copy i
+of a run seeded s uses ``copy_seeds(s, n)[i]``.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
-from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
@@ -27,9 +33,11 @@ from gymnasium.envs.registration import load_env_creator
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
 from envs.batched import BatchedTask
 from envs.count_recall import CountRecall
+from envs.imports import import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.tmaze import ActiveTMaze, PassiveTMaze
+from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecMonitor
@@ -45,8 +53,11 @@ ENV_IDS: dict[str, type[BatchedTask]] = {
 """engram's own ids and their numpy-batched task classes."""
 
 GYM_NAMESPACE = "engram"
-FAMILIES: tuple[str, ...] = ("engram", "minigrid", "popgym", "memory_gym")
-
+FAMILIES: tuple[str, ...] = ("engram", "minigrid", "popgym", "memory_gym", "gymnasium")
+"""the families of ids `list_env_ids` lists; entry points (``module:Class``) are specs of family ``entry_point``"""
+VEC_ENVS: tuple[str, ...] = ("dummy", "subproc")
+"""``dummy``: every copy in this process (engram's tasks numpy-batched); ``subproc``: a process per copy"""
+TIME_LIMIT = "max_episode_steps"
 
 
 def _register_with_gymnasium() -> None:
@@ -58,21 +69,34 @@ def _register_with_gymnasium() -> None:
 _register_with_gymnasium()
 
 
-def _gym_ids(prefix: str) -> list[str]:
-    if prefix == "MiniGrid-":
+def _import_adapted_packages(env_id: str = "") -> None:
+    """Import MiniGrid and POPGym, whose ids gymnasium knows only then (all of them, or the one ``env_id`` needs)."""
+    if not env_id or env_id.startswith("MiniGrid-"):
         import minigrid  # noqa: F401
-    else:
+    if not env_id or env_id.startswith("popgym-"):
         import popgym  # noqa: F401
+
+
+def _registered(prefix: str) -> list[str]:
     return sorted(env_id for env_id in gym.registry if env_id.startswith(prefix))
 
 
+def _other_gymnasium_ids() -> list[str]:
+    _import_adapted_packages()
+    adapted = ("MiniGrid-", "popgym-", f"{GYM_NAMESPACE}/")
+    return sorted(env_id for env_id in gym.registry
+                  if not env_id.startswith(adapted) and env_id not in MEMORY_GYM_IDS)
+
+
 def list_env_ids(family: str | None = None) -> list[str]:
-    """All ids `make_vec_env` accepts, or those of one family (``engram``, ``minigrid``, ``popgym``, ``memory_gym``)."""
-    lists = {
+    """Every id `make_vec_env` accepts, or those of one family of :data:`FAMILIES` (``gymnasium``: every id in
+    gymnasium's registry outside the other families, including those registered by modules imported so far)."""
+    lists: dict[str, Callable[[], list[str]]] = {
         "engram": lambda: list(ENV_IDS),
-        "minigrid": lambda: _gym_ids("MiniGrid-"),
-        "popgym": lambda: _gym_ids("popgym-"),
+        "minigrid": lambda: (_import_adapted_packages("MiniGrid-"), _registered("MiniGrid-"))[1],
+        "popgym": lambda: (_import_adapted_packages("popgym-"), _registered("popgym-"))[1],
         "memory_gym": lambda: list(MEMORY_GYM_IDS),
+        "gymnasium": _other_gymnasium_ids,
     }
     if family is None:
         return [env_id for name in FAMILIES for env_id in lists[name]()]
@@ -81,68 +105,121 @@ def list_env_ids(family: str | None = None) -> list[str]:
     return lists[family]()
 
 
-def _unknown_id_message(env_id: str) -> str:
-    """One line: the unknown id, the closest known ones, and the ids of every family."""
-    popgym_tasks = sorted({i.removeprefix("popgym-").removesuffix("-v0").removesuffix("Easy").removesuffix(
-        "Medium").removesuffix("Hard") for i in list_env_ids("popgym")})
+def _unknown_id_message(env_id: str, module: str | None = None) -> str:
+    """One line: the unknown id, the closest registered ones, and the forms an env spec takes."""
+    close = difflib.get_close_matches(env_id, list_env_ids(), n=3, cutoff=0.7)
     memory_ids = [i for i in list_env_ids("minigrid") if i.startswith("MiniGrid-Memory")]
-    close = difflib.get_close_matches(env_id, list_env_ids(), n=3)
-    return "; ".join([
-        f"Unknown env id {env_id!r}." + (f" Did you mean {', '.join(close)}?" if close else "")
-        + f" Available env ids, by family: engram (numpy-batched VecEnv): {', '.join(ENV_IDS)}",
-        f"minigrid (gymnasium + DummyVecEnv): any MiniGrid-* id ({len(list_env_ids('minigrid'))}), "
-        f"memory tasks: {', '.join(memory_ids)}",
-        f"popgym (gymnasium + DummyVecEnv): popgym-<Task><Easy|Medium|Hard>-v0, Task in {', '.join(popgym_tasks)}",
-        f"memory_gym (optional extra): {', '.join(MEMORY_GYM_IDS)}",
-        "envs.list_env_ids() lists them all",
-    ])
+    head = (f"module {module!r} has no attribute {env_id!r}, and gymnasium's registry holds no id {env_id!r}"
+            if module else f"Unknown env id {env_id!r}: gymnasium's registry does not hold it")
+    return (head + "." + (f" Did you mean {', '.join(close)}?" if close else "")
+            + f" An env is one of engram's tasks ({', '.join(ENV_IDS)}), any registered gymnasium id (MiniGrid-*, "
+            f"e.g. {', '.join(memory_ids[:2])}, ...; popgym-<Task><Easy|Medium|Hard>-v0; CartPole-v1; ids that "
+            "--gym-packages modules register), or an entry point module.path:EnvClass; `list envs` lists the ids")
 
 
 def env_family(env_id: str) -> str:
-    """The family of ``env_id``; ``ValueError`` listing the available ids if it is unknown."""
+    """The family of the spec ``env_id`` (``engram``, ``minigrid``, ``popgym``, ``memory_gym``, ``gymnasium`` or
+    ``entry_point``); ``ValueError`` naming it and the closest registered ids if it names nothing."""
     if env_id in ENV_IDS:
         return "engram"
-    if env_id.startswith("MiniGrid-") and env_id in list_env_ids("minigrid"):
-        return "minigrid"
-    if env_id.startswith("popgym-") and env_id in list_env_ids("popgym"):
-        return "popgym"
     if env_id in MEMORY_GYM_IDS:
         return "memory_gym"
-    raise ValueError(_unknown_id_message(env_id))
+    if ":" in env_id and _is_entry_point(env_id):
+        return "entry_point"
+    _import_adapted_packages(env_id)
+    registered_id = _registered_id(env_id)
+    if registered_id not in gym.registry:
+        raise ValueError(_unknown_id_message(registered_id, env_id.split(":", 1)[0] if ":" in env_id else None))
+    return ("minigrid" if registered_id.startswith("MiniGrid-") else "popgym" if registered_id.startswith("popgym-")
+            else "gymnasium")
 
 
-def _named_parameters(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The keyword-passable parameters of ``fn`` and their defaults (``None`` for those without one)."""
+def _is_entry_point(spec: str) -> bool:
+    """Whether ``module:Name`` names an attribute of the module (else it is gymnasium's ``module:Id`` form)."""
+    module_name, name = spec.split(":", 1)
+    target = import_module(module_name)
+    for part in name.split("."):
+        if not part.isidentifier() or not hasattr(target, part):
+            return False
+        target = getattr(target, part)
+    return True
+
+
+def _registered_id(env_id: str) -> str:
+    """The registry id of ``env_id``, after importing the module of gymnasium's ``module:Id`` form."""
+    if ":" in env_id:
+        module_name, name = env_id.split(":", 1)
+        import_module(module_name)
+        return name
+    return env_id
+
+
+class Keywords(NamedTuple):
+    """The keyword arguments a callable takes: named ones with their defaults (``None`` where the signature gives
+    none), and whether it also takes any other name (``**kwargs``, checked only when it is called)."""
+
+    named: dict[str, Any]
+    open: bool = False
+
+
+def _keywords(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> Keywords:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or extension without a signature
+        return Keywords({}, open=True)
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {p.name: None if p.default is inspect.Parameter.empty else p.default
-            for p in inspect.signature(fn).parameters.values() if p.kind in kinds and p.name not in skip}
+    named = {p.name: None if p.default is inspect.Parameter.empty else p.default
+             for p in parameters if p.kind in kinds and p.name not in skip}
+    return Keywords(named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters))
+
+
+def _entry_point(spec: str) -> Callable[..., Any]:
+    """The class or function ``module.path:Name`` names; ``ValueError`` if it is neither an env class nor callable."""
+    target = load_object(spec)
+    if inspect.isclass(target) and not issubclass(target, gym.Env):
+        raise ValueError(f"{spec!r} is the class {target.__name__}, which is not a gymnasium.Env subclass")
+    if not callable(target):
+        raise ValueError(f"{spec!r} is a {type(target).__name__}, not an env class or a function returning an env")
+    return target
+
+
+def keywords(env_id: str) -> Keywords:
+    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``."""
+    family = env_family(env_id)
+    if family == "engram":
+        return Keywords({**_keywords(ENV_IDS[env_id], skip=("n_copies",)).named, "render_mode": None})
+    if family == "minigrid":
+        return _keywords(make_minigrid, skip=("env_id",))
+    if family == "entry_point":
+        own = _keywords(_entry_point(env_id))
+        return Keywords({**own.named, TIME_LIMIT: own.named.get(TIME_LIMIT)}, own.open)
+    if family == "memory_gym":
+        import_memory_gym(env_id)
+    spec = gym.spec(_registered_id(env_id))
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    own = _keywords(creator, skip=("render_mode",))
+    factory = {"memory_gym": make_memory_gym, "popgym": make_popgym}.get(family)
+    forwarded = ({TIME_LIMIT: spec.max_episode_steps, "render_mode": None} if factory is None
+                 else _keywords(factory, skip=("env_id",)).named)
+    return Keywords({**forwarded, **own.named, **spec.kwargs}, own.open)
 
 
 def kwarg_defaults(env_id: str) -> dict[str, Any]:
-    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``, with their defaults."""
-    family = env_family(env_id)
-    if family == "engram":
-        return {**_named_parameters(ENV_IDS[env_id], skip=("n_copies",)), "render_mode": None}
-    if family == "minigrid":
-        return _named_parameters(make_minigrid, skip=("env_id",))
-    if family == "memory_gym":
-        import_memory_gym(env_id)
-        factory: Callable[..., Any] = make_memory_gym
-    else:
-        factory = make_popgym
-    entry_point = load_env_creator(gym.spec(env_id).entry_point)
-    return {**_named_parameters(factory, skip=("env_id",)), **_named_parameters(entry_point, skip=("render_mode",))}
+    """The named keyword arguments `make_env` / `make_vec_env` accept for ``env_id``, with their defaults."""
+    return keywords(env_id).named
 
 
 def env_kwargs(env_id: str) -> list[str]:
-    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``."""
+    """The named keyword arguments `make_env` / `make_vec_env` accept for ``env_id`` (an env whose constructor
+    takes ``**kwargs`` accepts others too: see `keywords`)."""
     return list(kwarg_defaults(env_id))
 
 
 def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
     """``TypeError`` naming every keyword argument ``env_id`` does not take, with the closest valid one."""
-    valid = env_kwargs(env_id)
-    unknown = [name for name in kwargs if name not in valid]
+    accepted = keywords(env_id)
+    valid = list(accepted.named)
+    unknown = [] if accepted.open else [name for name in kwargs if name not in valid]
     if unknown:
         hints = []
         by_lower = {name.lower(): name for name in valid}
@@ -153,43 +230,91 @@ def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
                         f"valid keyword arguments: {', '.join(valid) or '(none)'}")
 
 
-def make_env(env_id: str, **env_kwargs: Any) -> gym.Env:
-    """One gymnasium env: the single-copy view (`SingleCopyEnv`) of an engram task, or an adapted gymnasium env.
+def _from_entry_point(spec: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    target = _entry_point(spec)
+    kwargs = dict(env_kwargs)
+    limit = kwargs.pop(TIME_LIMIT, None) if TIME_LIMIT not in _keywords(target).named else None
+    env = target(**kwargs)
+    if not isinstance(env, gym.Env):
+        raise ValueError(f"{spec!r} returned a {type(env).__name__}, not a gymnasium env")
+    return env if limit is None else gym.wrappers.TimeLimit(env, limit)
 
-    Raises ``ValueError`` for an unknown id and ``TypeError`` for an unknown keyword argument.
+
+def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
+    """One gymnasium env of the spec ``env_id``: the single-copy view (`SingleCopyEnv`) of an engram task, an
+    adapted MiniGrid or POPGym env, ``gym.make`` of another registered id, or an entry point's env; wrapped by
+    ``env_wrapper`` (see `envs.wrappers`) after importing ``gym_packages``.
+
+    Raises ``ValueError`` for a spec that names no env (an unknown id, a module that does not import, a class
+    that is not an env) or a bad wrapper, and ``TypeError`` for an unknown keyword argument.
     """
+    import_packages(gym_packages)
+    wrappers = parse_env_wrapper(env_wrapper)
     family = env_family(env_id)
     check_kwargs(env_id, env_kwargs)
     if family == "engram":
         # Built directly rather than by gym.make, which would take max_episode_steps for its own TimeLimit.
-        env = ENV_IDS[env_id].as_env(**env_kwargs)
+        env: gym.Env = ENV_IDS[env_id].as_env(**env_kwargs)
         env.spec = dataclasses.replace(gym.spec(f"{GYM_NAMESPACE}/{env_id}"), kwargs=dict(env_kwargs))
-        return env
-    factory = {"minigrid": make_minigrid, "popgym": make_popgym, "memory_gym": make_memory_gym}[family]
-    return factory(env_id, **env_kwargs)
+    elif family == "entry_point":
+        env = _from_entry_point(env_id, env_kwargs)
+    elif family == "gymnasium":
+        env = gym.make(_registered_id(env_id), **env_kwargs)
+    else:
+        factory = {"minigrid": make_minigrid, "popgym": make_popgym, "memory_gym": make_memory_gym}[family]
+        env = factory(env_id, **env_kwargs)
+    return apply_wrappers(env, wrappers)
 
 
-def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, **env_kwargs: Any) -> VecMonitor:
-    """An SB3 VecEnv of ``n_envs`` copies of ``env_id``, wrapped in ``VecMonitor``.
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable ``() -> gym.Env`` for one copy (SubprocVecEnv sends it to the copy's process)."""
 
-    engram ids give the numpy-batched `BatchedVecEnv`; gymnasium ids a DummyVecEnv of
-    `make_env` envs. With ``seed``, copy i is seeded with ``copy_seeds(seed, n_envs)[i]`` at
-    the first reset (SB3 semantics; ``venv.seed(s)`` re-seeds at the next reset).
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_wrapper: Any = None
+    gym_packages: tuple[str, ...] = ()
+
+    def __call__(self) -> gym.Env:
+        return make_env(self.env_id, env_wrapper=self.env_wrapper, gym_packages=self.gym_packages,
+                        **self.env_kwargs)
+
+
+def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_wrapper: Any = None,
+                 vec_env: str = "dummy", gym_packages: Sequence[str] = (), **env_kwargs: Any) -> VecMonitor:
+    """An SB3 VecEnv of ``n_envs`` copies of the spec ``env_id``, wrapped in ``VecMonitor``.
+
+    engram ids give the numpy-batched `BatchedVecEnv` (unless ``env_wrapper`` or ``vec_env="subproc"`` asks for
+    single copies); other specs a DummyVecEnv (``vec_env="subproc"``: a SubprocVecEnv) of `make_env` envs, each
+    wrapped by ``env_wrapper``. With ``seed``, copy i is seeded with ``copy_seeds(seed, n_envs)[i]`` at the first
+    reset (SB3 semantics; ``venv.seed(s)`` re-seeds at the next reset). ``ValueError``/``TypeError`` as `make_env`.
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    if vec_env not in VEC_ENVS:
+        raise ValueError(f"vec_env={vec_env!r}: expected one of {', '.join(VEC_ENVS)}")
+    import_packages(gym_packages)
+    wrappers = parse_env_wrapper(env_wrapper)
     family = env_family(env_id)
     check_kwargs(env_id, env_kwargs)
     from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 
-    from envs.vec_env import BatchedVecEnv, SeededDummyVecEnv
+    from envs.vec_env import BatchedVecEnv, SeededDummyVecEnv, SeededSubprocVecEnv
 
     venv: VecEnv
-    if family == "engram":
+    if family == "engram" and not wrappers and vec_env == "dummy":
         render_mode = env_kwargs.pop("render_mode", None)
         venv = BatchedVecEnv(ENV_IDS[env_id](n_copies=n_envs, **env_kwargs), render_mode=render_mode)
     else:
-        venv = SeededDummyVecEnv([partial(make_env, env_id, **env_kwargs) for _ in range(n_envs)])
+        factory = EnvFactory(env_id, env_kwargs, _plain_wrappers(wrappers), tuple(gym_packages))
+        vectorise = SeededSubprocVecEnv if vec_env == "subproc" else SeededDummyVecEnv
+        venv = vectorise([factory] * n_envs)
     if seed is not None:
         venv.seed(seed)
     return VecMonitor(venv)
+
+
+def _plain_wrappers(wrappers: list[WrapperSpec]) -> list[dict[str, dict[str, Any]]] | None:
+    return [{spec.path: spec.kwargs} for spec in wrappers] or None
+
+

@@ -1,4 +1,4 @@
-"""SB3 ``VecEnv`` fronts: the numpy-batched env over a `BatchedTask`, and DummyVecEnv with engram seeding.
+"""SB3 ``VecEnv`` fronts: the numpy-batched env over a `BatchedTask`, and Dummy/SubprocVecEnv with engram seeding.
 
 This is the only module of ``envs`` that imports Stable-Baselines3 (which imports torch);
 ``envs`` loads it lazily, from `envs.registry.make_vec_env`.
@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 from envs.batched import RENDER_MODES, BatchedTask, copy_seeds
@@ -34,7 +34,11 @@ class CopySeeding:
 
 
 class SeededDummyVecEnv(CopySeeding, DummyVecEnv):
-    """SB3's ``DummyVecEnv`` seeded like the batched envs (used for gymnasium-id families)."""
+    """SB3's ``DummyVecEnv`` seeded like the batched envs: gymnasium envs and entry points, in this process."""
+
+
+class SeededSubprocVecEnv(CopySeeding, SubprocVecEnv):
+    """SB3's ``SubprocVecEnv`` seeded like the batched envs: one process per copy (``vec_env="subproc"``)."""
 
 
 class BatchedVecEnv(CopySeeding, VecEnv):

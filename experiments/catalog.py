@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+from experiments.config_files import shipped_dir
+
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 WIDTH = 110
 """longest summary shown; a longer first sentence is cut at a word and ends with …"""
@@ -58,14 +59,22 @@ def learners() -> dict[str, str]:
 
 
 def envs() -> dict[str, str]:
-    """Every id ``--env`` accepts: engram's tasks with their summary, the gymnasium ones with their family."""
-    from envs import ENV_IDS, FAMILIES, list_env_ids
+    """Every id ``--env`` accepts: engram's tasks with their summary, the adapted families by name, and every
+    other id in gymnasium's registry with the module that provides it (modules of ``--gym-packages`` included,
+    once imported). Entry points (``module.path:EnvClass``) are not listed: any env class is one."""
+    import gymnasium as gym
+
+    from envs import ENV_IDS, list_env_ids
 
     families = {"minigrid": "MiniGrid (gymnasium, DummyVecEnv)", "popgym": "POPGym (gymnasium, DummyVecEnv)",
                 "memory_gym": "Memory Gym (optional: pip install memory-gym)"}
     listed = {env_id: summary(task) for env_id, task in ENV_IDS.items()}
-    for family in FAMILIES[1:]:
-        listed.update({env_id: families[family] for env_id in list_env_ids(family)})
+    for family, text in families.items():
+        listed.update({env_id: text for env_id in list_env_ids(family)})
+    for env_id in list_env_ids("gymnasium"):
+        entry_point = gym.spec(env_id).entry_point
+        module = entry_point.split(":")[0] if isinstance(entry_point, str) else getattr(entry_point, "__module__", "?")
+        listed[env_id] = f"gymnasium ({module})"
     return listed
 
 
@@ -79,13 +88,15 @@ def config_summary(path: Path) -> str:
     return first_sentence("\n".join(comment))
 
 
-def configs(directory: Path = CONFIG_DIR) -> dict[str, str]:
-    """The YAML files under ``configs/`` (run configs for ``--config``, study files under ``studies/``, LM
-    configs under ``lm/``) with their summary; each must parse as YAML."""
+def configs(directory: Path | None = None) -> dict[str, str]:
+    """The shipped YAML files (``directory``: :func:`~experiments.config_files.shipped_dir`) as ``configs/NAME.yaml``,
+    a name every command accepts (run configs for ``--config``, study files under ``studies/``, search spaces under
+    ``tune/``, LM configs under ``lm/``), with their summary; each must parse as YAML."""
+    directory = directory or shipped_dir()
     listed = {}
     for path in sorted(directory.rglob("*.yaml")):
         yaml.safe_load(path.read_text())
-        listed[path.relative_to(directory.parent).as_posix()] = config_summary(path)
+        listed[f"configs/{path.relative_to(directory).as_posix()}"] = config_summary(path)
     return listed
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,28 @@ from stable_baselines3.common.utils import LinearSchedule
 from torch import nn
 
 from agents import ALGOS, PRECISIONS
-from experiments.rules import ConfigError, Device, Directory, Entries, OneOf, Range, Rule, SavedModel, Text, one_line
+from envs.registry import VEC_ENVS
+from experiments.rules import (
+    ConfigError,
+    Device,
+    Directory,
+    Entries,
+    EnvWrappers,
+    Items,
+    OneOf,
+    Range,
+    Rule,
+    SavedModel,
+    Text,
+    one_line,
+)
 from policies.registry import BACKBONES, saved_options
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
-                  "features_extractor_kwargs": None,
-                  "log_std_init": 0.0, "normalize_images": True}
+                  "features_extractor_class": None, "features_extractor_kwargs": None,
+                  "share_features_extractor": True, "log_std_init": 0.0, "normalize_images": True,
+                  "lstm_hidden_size": None, "n_lstm_layers": None, "enable_critic_lstm": None, "shared_lstm": None}
 
 
 def _rule(rule: Rule, **kwargs: Any) -> Any:
@@ -60,9 +76,16 @@ class RunConfig:
     backbone: str = _rule(OneOf(lambda: BACKBONES), default="gtrxl")
     """memory backbone: a key of ``policies.BACKBONES``"""
     env: str = _rule(Text(), default="TMaze-v0")
-    """environment id (engram, gymnasium MiniGrid-*, popgym-*)"""
+    """environment: an engram task, any gymnasium id (MiniGrid-*, popgym-*, CartPole-v1, ids registered by
+    gym_packages), or an entry point module.path:EnvClass"""
     env_kwargs: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict)
     """keyword arguments of the environment"""
+    gym_packages: list[str] = _rule(Items(Text(), empty_ok=True), default_factory=list)
+    """modules imported before the environment is made, e.g. ones that register gymnasium ids"""
+    env_wrapper: Any = _rule(EnvWrappers(), default=None)
+    """wrappers of each environment copy, in order: an import path, {path: {keyword: value}}, or a list of them"""
+    vec_env: str = _rule(OneOf(lambda: VEC_ENVS), default="dummy")
+    """how copies are stepped: dummy (in this process; engram's tasks numpy-batched) or subproc (a process each)"""
     n_envs: int = _rule(COUNT, default=16)
     """parallel environment copies"""
     seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0)
@@ -115,7 +138,7 @@ class RunConfig:
         return dict(self.options.get(self.backbone, {}))
 
     def run_name(self) -> str:
-        return f"{self.env}__{self.algo}-{self.backbone}__{self.seed}"
+        return f"{env_slug(self.env)}__{self.algo}-{self.backbone}__{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
@@ -124,6 +147,12 @@ class RunConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options"}
+
+
+def env_slug(env: str) -> str:
+    """An env spec as part of a folder name: ``engram/TMaze-v0`` → ``engram-TMaze-v0``, ``pkg.envs:Maze`` →
+    ``pkg.envs-Maze``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", env).strip("-")
 
 
 def algo_defaults(name: str) -> dict[str, Any]:
@@ -183,6 +212,8 @@ def coerce(key: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"{key}={value!r}: expected a string")
     if isinstance(default, dict) and not isinstance(value, dict):
         raise ConfigError(f"{key}={value!r}: expected a mapping")
+    if isinstance(default, list) and isinstance(value, str):
+        return [value]
     return value
 
 

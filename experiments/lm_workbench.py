@@ -43,8 +43,9 @@ import yaml
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
-from experiments.cli.parser import OneLineParser
+from experiments.cli.parser import OneLineParser, program
 from experiments.config import ConfigError, load_yaml, parse_override
+from experiments.config_files import config_path
 from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
 from experiments.run_dir import latest_checkpoint, write_atomic
 from experiments.training import torch_threads
@@ -415,10 +416,11 @@ def evaluate_run(directory: Path, memory_length: int | None = None, n_segments: 
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py lm`` and its commands."""
-    parser = OneLineParser(prog="train_rl.py lm", description="Train, evaluate and sample the LM variants.")
+    parser = OneLineParser(prog=f"{program()} lm", description="Train, evaluate and sample the LM variants.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a language model")
-    train.add_argument("--config", "-c", help="YAML file of LM settings (see configs/lm/python.yaml)")
+    train.add_argument("--config", "-c", help="YAML file of LM settings, or the name of a shipped one (python, "
+                                              "configs/lm/python.yaml)")
     train.add_argument("-p", "--param", nargs="+", default=[], metavar="KEY=VALUE",
                        help="settings, e.g. backbone=gtrxl backbone_options.memory_length=64 steps=500")
     train.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
@@ -456,7 +458,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
-            summary = train_lm(build_lm_config(args.config, args.param), args.resume, args.progress)
+            summary = train_lm(build_lm_config(config_path(args.config, "lm"), args.param), args.resume, args.progress)
             print(json.dumps(summary, indent=2))
         elif args.command == "eval":
             for memory_length in args.memory_length or [None]:

@@ -22,6 +22,7 @@ import torch
 from agents import ALGOS, saved_learner
 from experiments.config import ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
+from experiments.rules import short
 from experiments.training import EVAL_SEED_OFFSET, make_run_env
 
 MODEL_FILE = "model.zip"
@@ -61,10 +62,12 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
 
 
 def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
-               env_kwargs: dict[str, Any] | None = None) -> SavedAgent:
+               env_kwargs: dict[str, Any] | None = None, env_wrapper: Any = None,
+               gym_packages: list[str] | None = None) -> SavedAgent:
     """Load the model at ``path`` with the learner class that saved it (recorded in the zip, else the run's
     ``algo``), and its run's configuration; ``env`` replaces the environment (and its keyword arguments),
-    ``env_kwargs`` are set over them."""
+    ``env_kwargs`` are set over them, ``env_wrapper`` (``[]``: none) replaces the run's wrappers and
+    ``gym_packages`` are imported after the run's."""
     model_path, run = locate(path)
     if run is None and env is None:
         raise ConfigError(f"no config.yaml beside {str(model_path)!r}: give the environment with --env")
@@ -72,10 +75,32 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
     if env is not None:
         config.env, config.env_kwargs = env, {}
     config.env_kwargs.update(env_kwargs or {})
+    if env_wrapper is not None:
+        config.env_wrapper = env_wrapper or None
+    config.gym_packages = [*config.gym_packages, *(gym_packages or [])]
     learners = {cls.__name__: cls for cls in ALGOS.values()}
     learner = saved_learner(model_path) or ALGOS[config.algo].__name__
     model = learners[learner].load(model_path, device=device)
     return SavedAgent(model, config, model_path, run if run is not None else model_path.parent)
+
+
+def check_agent_env(agent: SavedAgent) -> None:
+    """The agent's environment passes the run settings' rules (:func:`experiments.validation.check_env`) and has
+    the observation and action spaces the model was trained on; else :class:`ConfigError` naming the env."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.utils import check_for_correct_spaces
+
+    from experiments.validation import check_env
+
+    env = check_env(agent.config)
+    try:
+        wrapped = BaseAlgorithm._wrap_env(env, verbose=0, monitor_wrapper=False)  # as the learner saw its env
+        check_for_correct_spaces(wrapped, agent.model.observation_space, agent.model.action_space)
+    except ValueError as error:
+        raise ConfigError(f"env={agent.config.env!r} does not fit the model {str(agent.model_path)!r}: "
+                          f"{short(str(error), 300)}") from None
+    finally:
+        env.close()
 
 
 def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tuple[str, ...]) -> dict[str, EvalResult]:
@@ -96,8 +121,10 @@ def play(agent: SavedAgent, episodes: int, seed: int, deterministic: bool, rende
     last one included."""
     from envs import make_env
 
+    config = agent.config
     try:
-        env = make_env(agent.config.env, render_mode=render_mode, **agent.config.env_kwargs)
+        env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
+                       render_mode=render_mode, **config.env_kwargs)
     except (ValueError, TypeError) as error:
         raise ConfigError(str(error)) from error
     try:

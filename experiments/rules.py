@@ -28,6 +28,12 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def short(text: str, width: int = 100) -> str:
+    """``text`` on one line, cut to ``width`` characters (a message shows a value in at most that many)."""
+    text = one_line(text)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -245,21 +251,40 @@ class Device:
 
 @dataclass(frozen=True)
 class Items:
-    """A non-empty list whose items each pass ``each``."""
+    """A list whose items each pass ``each``; non-empty unless ``empty_ok``."""
 
     each: Any  # a Rule
+    empty_ok: bool = False
 
     def describe(self) -> str:
-        return f"a non-empty list, each {self.each.describe()}"
+        return f"a {'' if self.empty_ok else 'non-empty '}list, each {self.each.describe()}"
 
     def check(self, key: str, value: Any) -> None:
-        if not isinstance(value, list) or not value:
+        if not isinstance(value, list) or not (value or self.empty_ok):
             raise ConfigError(f"{key}={value!r}: expected {self.describe()}")
         for i, item in enumerate(value):
             try:
                 self.each.check(f"{key}[{i}]", item)
             except ConfigError as error:
                 raise ConfigError(f"{error}, in {key}={value!r}") from None
+
+
+@dataclass(frozen=True)
+class EnvWrappers:
+    """Wrappers of each environment copy as rl-zoo3 writes them (:func:`envs.wrappers.parse_env_wrapper`): null,
+    an import path, a one-key mapping ``{path: {keyword: value}}``, or a list of them. Whether each imports and
+    accepts the env is checked when one copy is built (:mod:`experiments.validation`)."""
+
+    def describe(self) -> str:
+        return "an import path (module.path.Wrapper), {module.path.Wrapper: {keyword: value}}, or a list of them"
+
+    def check(self, key: str, value: Any) -> None:
+        from envs.wrappers import EnvWrapperError, parse_env_wrapper
+
+        try:
+            parse_env_wrapper(value)
+        except EnvWrapperError as error:
+            raise ConfigError(f"{key}={short(repr(value))}: {error}; expected {self.describe()}") from None
 
 
 @dataclass(frozen=True)
@@ -285,5 +310,6 @@ class AnyOf:
         raise ConfigError(f"{key}={value!r}: expected {self.describe()}")
 
 
-Rule = Range | OneOf | Text | Flag | Entries | LayerSizes | SavedModel | Directory | Device | Items | AnyOf
+Rule = (Range | OneOf | Text | Flag | Entries | LayerSizes | SavedModel | Directory | Device | Items | EnvWrappers
+        | AnyOf)
 """Any of the rules above (each has ``check(key, value)`` and ``describe()``)."""

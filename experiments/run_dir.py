@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
+from envs.wrappers import parse_env_wrapper
+
 if TYPE_CHECKING:
     from experiments.config import RunConfig
 
@@ -60,9 +62,14 @@ def run_dir(config: RunConfig) -> Path:
 
 
 def task_label(config: dict[str, Any]) -> str:
-    """The task of a run configuration, as reports name it: ``env (key=value, ...)``."""
+    """The task of a run configuration, as reports name it: ``env (key=value, ...)``, followed by its wrappers
+    (``+ MaskVelocity``, ``+ TimeLimit(max_episode_steps=100)``) where it has some."""
     kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
-    return f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
+    label = f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
+    for wrapper in parse_env_wrapper(config.get("env_wrapper")):
+        arguments = ", ".join(f"{k}={v}" for k, v in sorted(wrapper.kwargs.items()))
+        label += f" + {wrapper.path.replace(':', '.').rsplit('.', 1)[-1]}" + (f"({arguments})" if arguments else "")
+    return label
 
 
 def slug(text: str) -> str:

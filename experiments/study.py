@@ -25,9 +25,12 @@ A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is opti
     settings:                 # run-configuration keys for every run, as in a --config file
       total_timesteps: 200000
       ppo: {n_steps: 128}
+    gym_packages: [my_envs]   # modules imported before any env is made (ids they register become tasks)
     tasks:                    # one entry per task: run-configuration keys (default: one task),
       - {env: TMaze-v0, env_kwargs: {length: 100}}       # and optionally its own config file
       - {config: ../minigrid_memory_s9.yaml, total_timesteps: 500000}
+      - {env: CartPole-v1, env_wrapper: envs.wrappers.MaskVelocity}
+      - {env: "my_envs:Maze", env_kwargs: {size: 9}}     # an entry point, or an id my_envs registers
     backbones: [gtrxl, trxl-i, trxl, lstm, mlp]
     seeds: [0, 1, 2, 3, 4]    # or a count: 5
 
@@ -58,7 +61,7 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
-from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, load_yaml, save_config
+from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, env_slug, load_yaml, save_config
 from experiments.launchers import DEFAULT_MAX_RETRIES, Lost, launch
 from experiments.report import DEFAULT_REPS, build_report
 from experiments.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
@@ -89,6 +92,7 @@ STUDY_KEYS: dict[str, Rule] = {
     "tasks": Items(Entries(optional=False)),
     "backbones": Items(OneOf(lambda: BACKBONES)),
     "seeds": AnyOf((Range(1, integer=True, note="a count"), Items(Range(0, SEED_LIMIT, integer=True)))),
+    "gym_packages": Items(Text(), empty_ok=True),
 }
 """The keys of a study file and their valid values."""
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
@@ -125,6 +129,8 @@ class Grid:
     backbones: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     name: str | None = None
+    gym_packages: list[str] = field(default_factory=list)
+    """modules imported for every task, before those a task names itself"""
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> Grid:
@@ -142,6 +148,7 @@ class Grid:
                 raise ConfigError(f"study file {str(path)!r}: {error}") from None
         seeds = data.get("seeds", [])
         fields = {"settings": data.get("settings", {}), "tasks": data.get("tasks") or [{}],
+                  "gym_packages": data.get("gym_packages", []),
                   "backbones": data.get("backbones", []),
                   "seeds": list(range(seeds)) if isinstance(seeds, int) else seeds}
         fields["tasks"] = [{**task, "config": _beside(path, task["config"])} if "config" in task else task
@@ -161,6 +168,8 @@ class Grid:
             keys = {k: v for k, v in task.items() if k != "config"}
             file = task.get("config", self.config_file)
             layer = _merge(_merge(self.settings, keys), self.flags)
+            if self.gym_packages:
+                layer["gym_packages"] = [*self.gym_packages, *layer.get("gym_packages", [])]
             base = build_config(file, layer, self.params)
             for backbone in self.backbones or [base.backbone]:
                 for seed in self.seeds or [base.seed]:
@@ -172,7 +181,7 @@ class Grid:
         ``threads`` given as a flag (a study's workers share the machine, so a config file's count is not used)."""
         configs = self.configs()
         first = configs[0]
-        directory = Path(first.log_dir) / (self.name or f"{first.env}__{first.algo}")
+        directory = Path(first.log_dir) / (self.name or f"{env_slug(first.env)}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
         threads = self.flags.get("threads") or 1
         for config in configs:
@@ -187,7 +196,8 @@ class Grid:
 
     def record(self) -> dict[str, Any]:
         return {"config": self.config_file, "settings": self.settings, "flags": self.flags, "params": self.params,
-                "tasks": self.tasks, "backbones": self.backbones, "seeds": self.seeds}
+                "tasks": self.tasks, "backbones": self.backbones, "seeds": self.seeds,
+                "gym_packages": self.gym_packages}
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,16 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
+from envs.imports import ImportPathError, load_object
 from experiments.checkpointing import save_model_atomic
 from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config, with_every_option
 from experiments.evaluation import RunCallback, evaluate_both
 from experiments.rewind import rewind
+from experiments.rules import one_line
 from experiments.run_dir import (
     Run,
     RunBusyError,
@@ -43,12 +46,15 @@ from policies import BACKBONES
 EVAL_SEED_OFFSET = 10_000
 
 
-def make_run_env(config: RunConfig, n_envs: int, seed: int, **extra_kwargs: Any) -> Any:
-    """A VecEnv of ``n_envs`` copies of the run's environment; bad ids or kwargs become :class:`ConfigError`."""
+def make_run_env(config: RunConfig, n_envs: int, seed: int, vec_env: str | None = None, **extra_kwargs: Any) -> Any:
+    """A VecEnv of ``n_envs`` copies of the run's environment, wrapped and vectorised as the run says (``vec_env``
+    replaces its ``vec_env``); bad specs or kwargs become :class:`ConfigError`."""
     try:
-        return make_vec_env(config.env, n_envs, seed, **config.env_kwargs, **extra_kwargs)
+        return make_vec_env(config.env, n_envs, seed, env_wrapper=config.env_wrapper,
+                            vec_env=vec_env or config.vec_env, gym_packages=config.gym_packages,
+                            **config.env_kwargs, **extra_kwargs)
     except (ValueError, TypeError, KeyError) as error:
-        raise ConfigError(str(error)) from error
+        raise ConfigError(one_line(error)) from error
 
 
 def make_envs(config: RunConfig) -> tuple[Any, Any]:
@@ -58,10 +64,26 @@ def make_envs(config: RunConfig) -> tuple[Any, Any]:
 
 
 def policy_kwargs(config: RunConfig) -> dict[str, Any]:
+    """The policy's keyword arguments: ``backbone`` and its options, and the ``policy`` section with names turned
+    into what they name (``activation_fn``, the class at ``features_extractor_class``'s import path)."""
     options = dict(config.policy)
     if "activation_fn" in options:
         options["activation_fn"] = ACTIVATIONS[options["activation_fn"]]
+    if "features_extractor_class" in options:
+        options["features_extractor_class"] = _features_extractor(options["features_extractor_class"])
     return {"backbone": config.backbone, "backbone_kwargs": config.backbone_options(), **options}
+
+
+def _features_extractor(path: str) -> type[BaseFeaturesExtractor]:
+    """The features extractor class at import ``path``; a ConfigError naming the key and the import's failure."""
+    key = f"policy.features_extractor_class={path!r}"
+    try:
+        cls = load_object(path)
+    except ImportPathError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    if not (isinstance(cls, type) and issubclass(cls, BaseFeaturesExtractor)):
+        raise ConfigError(f"{key}: {cls!r} is not a features extractor (a subclass of SB3's BaseFeaturesExtractor)")
+    return cls
 
 
 def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
@@ -284,7 +306,7 @@ def check_same_config(config: RunConfig, saved: Path) -> None:
 def _compared(data: dict[str, Any], config: RunConfig) -> dict[str, Any]:
     """The settings :func:`check_same_config` compares: the run settings, and the options of the run's learner
     and backbone as dotted keys."""
-    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir", "keep_checkpoints"}
+    ignored = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir", "keep_checkpoints", "vec_env"}
     flat = {key: value for key, value in data.items() if key not in ignored | set(ALGOS) | set(BACKBONES)}
     for section in (config.algo, config.backbone):
         flat.update({f"{section}.{key}": value for key, value in (data.get(section) or {}).items()})

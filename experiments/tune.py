@@ -41,14 +41,28 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import NonFiniteError
-from experiments.config import ConfigError, RunConfig, apply, build_config, parse_override, plain, save_config
+from envs.imports import cause
+from envs.registry import VEC_ENVS
+from experiments.cli.parser import invocation, program
+from experiments.config import (
+    ConfigError,
+    RunConfig,
+    apply,
+    build_config,
+    parse_override,
+    parse_value,
+    plain,
+    save_config,
+)
+from experiments.config_files import config_path, shipped_dir
 from experiments.evaluation import EvalLog
 from experiments.run_dir import run_dir, slug, task_folder, task_label
 from experiments.stats import iqm
 from experiments.study import Grid
 from experiments.tune_space import SearchSpace, default_space_files, load_space
+from experiments.validation import validate_all
 
-SPACE_DIR = Path(__file__).resolve().parent.parent / "configs" / "tune"
+SPACE_DIR = shipped_dir() / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
 METRICS = ("auto", "success", "return")
 PRUNERS = ("median", "none")
@@ -152,8 +166,9 @@ def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
         reporter = ReportEvaluations(trial, EvalLog(directory / "evaluations.csv"), settings.metric, offset)
         try:
             summary = train(config, extra_callback=reporter)
-        except (ConfigError, NonFiniteError) as error:
-            trial.set_user_attr("error", f"{directory.name}: {error}")
+        except Exception as error:  # a failed trial, as a failed run of a study: recorded, and the search goes on
+            reason = error if isinstance(error, ConfigError | NonFiniteError) else cause(error)
+            trial.set_user_attr("error", f"{directory.name}: {reason}")
             raise
         if reporter.pruned:
             raise optuna.TrialPruned(f"pruned in {directory.name} at {summary['env_steps']} steps")
@@ -228,7 +243,7 @@ def work(settings: TuneSettings, worker: int) -> None:
             study.stop()
 
     study.optimize(lambda trial: objective(trial, settings), callbacks=[enough, announce, stop_on_failures],
-                   timeout=settings.timeout, catch=(NonFiniteError, ConfigError))
+                   timeout=settings.timeout, catch=(Exception,))
 
 
 def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -323,14 +338,18 @@ def write_plots(study: optuna.Study, directory: Path, complete: int) -> dict[str
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="train_rl.py tune", description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"{program()} tune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     base = parser.add_argument_group("base configuration (as for training)")
-    base.add_argument("--config", "-c", help="YAML file (see configs/)")
+    base.add_argument("--config", "-c", help="YAML file, or the name of a shipped one (demo, configs/demo.yaml)")
     base.add_argument("--algo", help="learner (default: the config's, else ppo)")
     base.add_argument("--backbone", help="memory backbone (default: the config's, else gtrxl)")
-    base.add_argument("--env", help="environment id")
+    base.add_argument("--env", help="environment: an id or module.path:EnvClass, as for training")
     base.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    base.add_argument("--env-wrapper", nargs="+", type=parse_value, metavar="WRAPPER",
+                      help="wrappers of each environment copy, as for training")
+    base.add_argument("--gym-packages", nargs="+", metavar="MODULE", help="modules to import first, as for training")
+    base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy or subproc, as for training")
     base.add_argument("--total-timesteps", "-n", type=float, help="env steps per run of a trial")
     base.add_argument("--eval-freq", type=int, help="evaluate (and report to the pruner) every this many steps")
     base.add_argument("--n-eval-episodes", type=int, help="episodes per evaluation")
@@ -340,12 +359,13 @@ def make_parser() -> argparse.ArgumentParser:
                       help="dotted overrides of the base configuration")
     tune = parser.add_argument_group("search")
     tune.add_argument("--name", help="study name (default: {env}__{algo}-{backbone}); the same name resumes")
-    tune.add_argument("--space", nargs="+", help="search-space YAML file(s) (default: configs/tune/{algo}.yaml and "
-                                                 "configs/tune/{backbone}.yaml)")
+    tune.add_argument("--space", nargs="+", help="search-space YAML file(s), or names of shipped ones (ppo, "
+                                                 "configs/tune/ppo.yaml; default: tune/{algo} and tune/{backbone})")
     tune.add_argument("--enqueue", nargs="+", action="append", default=[], metavar="KEY=VALUE",
                       help="a trial to run first, with these values (as sampled: ppo.learning_rate=1e-3, not "
                            "lin_1e-3); repeat the flag for several")
-    tune.add_argument("--suite", help="a study file whose tasks all enter the objective (its seeds are not used)")
+    tune.add_argument("--suite", help="a study file, or the name of a shipped one, whose tasks all enter the "
+                                      "objective (its seeds are not used)")
     tune.add_argument("--trials", type=int, default=20, help="trials in the study, finished or pruned (default: "
                                                              "%(default)s); rerun with more to extend it")
     tune.add_argument("--tune-seeds", type=int, default=2, help="seeds per task in each trial (default: %(default)s)")
@@ -364,14 +384,16 @@ def base_configs(args: argparse.Namespace) -> list[RunConfig]:
     """The base configuration of each task: the suite's tasks (or the single one) over flags and ``-p``."""
     flags: dict[str, Any] = {key: value for key, value in (
         ("algo", args.algo), ("backbone", args.backbone), ("env", args.env), ("total_timesteps", args.total_timesteps),
+        ("env_wrapper", args.env_wrapper), ("gym_packages", args.gym_packages), ("vec_env", args.vec_env),
         ("eval_freq", args.eval_freq), ("n_eval_episodes", args.n_eval_episodes), ("threads", args.threads),
         ("log_dir", args.log_dir)) if value is not None}
     flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
     if args.suite:
-        grid = Grid.from_file(args.suite, config_file=args.config, flags=flags, params=args.param)
+        grid = Grid.from_file(config_path(args.suite, "studies"), config_file=config_path(args.config), flags=flags,
+                              params=args.param)
         grid.seeds, grid.backbones = [0], [args.backbone] if args.backbone else []
         return grid.configs()
-    return [build_config(args.config, flags, args.param)]
+    return [build_config(config_path(args.config), flags, args.param)]
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -387,8 +409,10 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
     repeated = [label for label in labels if labels.count(label) > 1]
     if repeated:
         raise ConfigError(f"the suite lists task {repeated[0]!r} twice")
+    validate_all(base)
     first = base[0]
-    space = load_space(args.space or default_space_files(first.algo, first.backbone, SPACE_DIR))
+    space = load_space([config_path(name, "tune") for name in args.space] if args.space
+                       else default_space_files(first.algo, first.backbone, SPACE_DIR))
     for config in base:
         space.check(config)
     name = args.name or slug(f"{first.env}__{first.algo}-{first.backbone}")
@@ -430,7 +454,7 @@ def main(argv: list[str]) -> int:
     """``train_rl.py tune ...``; exit status 0 done, 2 bad input."""
     args = make_parser().parse_args(argv)
     try:
-        settings = settings_from_args(args, shlex.join(["python", "train_rl.py", "tune", *argv]))
+        settings = settings_from_args(args, shlex.join([*invocation(), "tune", *argv]))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -19,13 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from gymnasium import spaces
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from agents import ALGOS
 from agents.buffer import MINIBATCH_ORDERS
 from agents.exploration import check_action_space
 from envs import env_family, make_vec_env
-from envs.registry import check_kwargs, kwarg_defaults
+from envs.imports import ImportPathError, cause, import_packages
+from envs.registry import check_kwargs, keywords
+from envs.wrappers import EnvWrapperError
 from experiments.config import ACTIVATIONS, RunConfig, coerce, plain, section_defaults
 from experiments.footprint import check_fits, estimate
 from experiments.rules import (
@@ -38,7 +41,9 @@ from experiments.rules import (
     OneOf,
     Range,
     Rule,
+    Text,
     one_line,
+    short,
 )
 from experiments.training import policy_kwargs
 from policies import ATTENTIONS, BACKBONES, POSITIONS
@@ -150,11 +155,22 @@ POLICY_OPTIONS: dict[str, Rule] = {
     "activation_fn": OneOf(lambda: ACTIVATIONS),
     "ortho_init": Flag(),
     "share_backbone": Flag(),
+    "features_extractor_class": Text(note="an import path, e.g. stable_baselines3.common.torch_layers.NatureCNN"),
     "features_extractor_kwargs": Entries(),
+    "share_features_extractor": Flag(),
     "log_std_init": Range(),
     "normalize_images": Flag(),
+    "lstm_hidden_size": Range(1, integer=True),
+    "n_lstm_layers": Range(1, integer=True),
+    "enable_critic_lstm": Flag(),
+    "shared_lstm": Flag(),
 }
-"""The ``policy.*`` options."""
+"""The ``policy.*`` options; the last four are sb3-contrib's LSTM options, for ``backbone: lstm``."""
+
+OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""the observation spaces SB3's preprocessing takes (also as the values of a Dict)"""
+ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""the action spaces MemoryPPO and V-MPO take"""
 
 FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
 """learner options that, when set above 0, need a finite action space (:mod:`agents.exploration`)"""
@@ -289,23 +305,43 @@ def _check_relations(config: RunConfig) -> None:
             raise ConfigError(f"{settings.show(relation.key)}: expected {relation.expected(settings)}")
 
 
-def _check_env(config: RunConfig) -> Any:
-    """The env id and kwargs (names, types, values: one copy is built); returns that copy."""
+def check_env(config: RunConfig) -> Any:
+    """The env spec, its packages, kwargs (names, types, values) and wrappers: one copy is built and returned."""
     try:
-        defaults = kwarg_defaults(config.env)
+        import_packages(config.gym_packages)
+    except ImportPathError as error:
+        raise ConfigError(f"gym_packages={config.gym_packages!r}: {error}") from None
+    try:
+        accepted = keywords(config.env)
         check_kwargs(config.env, config.env_kwargs)
     except (ValueError, ImportError) as error:
         raise ConfigError(f"env={config.env!r}: {one_line(error)}") from None
     except TypeError as error:
         raise ConfigError(f"env_kwargs: {one_line(error)}") from None
     for name, value in config.env_kwargs.items():
-        if defaults[name] is not None:
-            coerce(f"env_kwargs.{name}", value, defaults[name])
+        if accepted.named.get(name) is not None:
+            coerce(f"env_kwargs.{name}", value, accepted.named[name])
     try:
-        return make_vec_env(config.env, 1, config.seed, **config.env_kwargs)
+        return make_vec_env(config.env, 1, config.seed, env_wrapper=config.env_wrapper,
+                            gym_packages=config.gym_packages, **config.env_kwargs)
+    except EnvWrapperError as error:
+        raise ConfigError(one_line(error)) from None
     except Exception as error:  # any failure of the env's own checks, named with the kwargs given
         given = " ".join(f"{k}={v!r}" for k, v in config.env_kwargs.items()) or "(no kwargs)"
-        raise ConfigError(f"env_kwargs {given} of {config.env}: {one_line(error)}") from None
+        raise ConfigError(f"env={config.env!r} with env_kwargs {given} does not build ({cause(error)})") from None
+
+
+def _check_spaces(config: RunConfig, env: Any) -> None:
+    """The env's observation and action spaces are ones SB3's policies take; else one line saying how to adapt."""
+    observation, action = env.observation_space, env.action_space
+    parts = observation.spaces.values() if isinstance(observation, spaces.Dict) else [observation]
+    if not all(isinstance(part, OBSERVATION_SPACES) for part in parts):
+        raise ConfigError(f"env={config.env!r}: its observation space {short(str(observation))} is not one SB3 takes "
+                          "(Box, Discrete, MultiDiscrete, MultiBinary, or a flat Dict of them); flatten it with "
+                          "env_wrapper: envs.adapters.FlatObservation")
+    if not isinstance(action, ACTION_SPACES):
+        raise ConfigError(f"env={config.env!r}: its action space {short(str(action))} is not one the learners take "
+                          "(Box, Discrete, MultiDiscrete or MultiBinary)")
 
 
 def _check_action_space(config: RunConfig, action_space: Any) -> None:
@@ -340,8 +376,9 @@ def validate(config: RunConfig) -> None:
     _check_fields(config)
     _check_sections(config)
     _check_relations(config)
-    env = _check_env(config)
+    env = check_env(config)
     try:
+        _check_spaces(config, env)
         _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))

@@ -7,6 +7,7 @@ memory backbone (episode memory) → SB3 ``MlpExtractor`` → action and value h
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -21,7 +22,13 @@ from stable_baselines3.common.distributions import (
 )
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
-from stable_baselines3.common.torch_layers import CombinedExtractor, MlpExtractor, NatureCNN
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    FlattenExtractor,
+    MlpExtractor,
+    NatureCNN,
+)
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor
 
@@ -31,6 +38,127 @@ from policies.registry import BACKBONES, make_backbone
 from policies.window import State
 
 PolicyState = dict[str, State]
+
+MEMORY_OPTIONS = ("backbone", "backbone_kwargs", "share_backbone", "critic_backbone", "critic_backbone_kwargs")
+"""the policy options that choose its memory, resolved together by :func:`memory_options`"""
+
+SB3_CONTRIB_OPTIONS = {"lstm_hidden_size": "hidden_size", "n_lstm_layers": "n_layers",
+                       "enable_critic_lstm": "share_backbone", "shared_lstm": "share_backbone"}
+"""sb3-contrib's ``RecurrentActorCriticPolicy`` options that mean the same here with ``backbone="lstm"``, and the
+engram option each sets (docs/recurrent-ppo.md)"""
+
+MIXED_GYM_API = ("You have passed a tuple to the predict() function instead of a Numpy array or a Dict. "
+                 "You are probably mixing Gym API with SB3 VecEnv API: `obs, info = env.reset()` (Gym) "
+                 "vs `obs = vec_env.reset()` (SB3 VecEnv). "
+                 "See related issue https://github.com/DLR-RM/stable-baselines3/issues/1694 "
+                 "and documentation for more information: "
+                 "https://stable-baselines3.readthedocs.io/en/master/guide/vec_envs.html#vecenv-api-vs-gym-api")
+"""SB3's ``BasePolicy.predict`` message for the ``(obs, info)`` tuple of a gymnasium env's ``reset``"""
+
+GSDE_OPTIONS = ("use_sde", "sde_sample_freq")
+"""SB3's options of generalized state-dependent exploration (gSDE), which memory policies do not take"""
+GSDE_REFUSED = ("gSDE (use_sde=True, sde_sample_freq) is not supported by memory policies: leave use_sde and "
+                "sde_sample_freq unset; Box actions are sampled from a diagonal Gaussian whose state-independent "
+                "log-std starts at log_std_init")
+
+
+def default_features_extractor(observation_space: spaces.Space, normalize_images: bool
+                               ) -> type[BaseFeaturesExtractor]:
+    """The features extractor SB3's policies give ``observation_space``: ``CombinedExtractor`` for a Dict,
+    ``NatureCNN`` for an image as ``is_image_space`` decides it (an already normalised float image counts when
+    ``normalize_images`` is False, as ``NatureCNN`` itself checks), else ``FlattenExtractor`` (Box vectors, and
+    Discrete, MultiDiscrete and MultiBinary one-hot encoded by SB3's preprocessing)."""
+    if isinstance(observation_space, spaces.Dict):
+        return CombinedExtractor
+    if is_image_space(observation_space, normalized_image=not normalize_images):
+        return NatureCNN
+    return FlattenExtractor
+
+
+def memory_options(options: dict[str, Any], share_features_extractor: bool = True) -> dict[str, Any]:
+    """Every option of :data:`MEMORY_OPTIONS`, resolved from ``options`` (which must name ``backbone``; it may hold
+    sb3-contrib's LSTM options, :func:`from_sb3_contrib`):
+
+    - ``backbone_kwargs``: every option of the backbone, defaults included, so what a model saves never depends on
+      later defaults and two spellings of one policy compare equal;
+    - ``share_backbone``: unset, it follows ``share_features_extractor``. A critic with a features extractor of its
+      own (``share_features_extractor=False``) feeds its features to a backbone of its own, so it cannot share
+      the actor's;
+    - ``critic_backbone`` and ``critic_backbone_kwargs``: the critic's own backbone when not shared, by default the
+      actor's with the actor's options (``None`` when shared).
+
+    Raises:
+        ValueError: options that contradict each other, naming them.
+    """
+    options = from_sb3_contrib(dict(options))
+    backbone = options["backbone"]
+    share = options.get("share_backbone")
+    share = share_features_extractor if share is None else share
+    if share and not share_features_extractor:
+        raise ValueError("share_backbone=True with share_features_extractor=False: the critic's own features "
+                         "extractor feeds a backbone of its own; set share_backbone=False or leave it unset")
+    critic = options.get("critic_backbone")
+    critic_kwargs = options.get("critic_backbone_kwargs")
+    if share and (critic is not None or critic_kwargs is not None):
+        raise ValueError(f"critic_backbone={critic!r} and critic_backbone_kwargs={critic_kwargs!r} choose the "
+                         "critic's own backbone: they need share_backbone=False")
+    backbone_kwargs = _resolve(backbone, options.get("backbone_kwargs"))
+    if not share:
+        critic = backbone if critic is None else critic
+        critic_kwargs = _resolve(critic, backbone_kwargs if critic_kwargs is None and critic == backbone
+                                 else critic_kwargs)
+    return {"backbone": backbone, "backbone_kwargs": backbone_kwargs, "share_backbone": share,
+            "critic_backbone": critic, "critic_backbone_kwargs": critic_kwargs}
+
+
+def _resolve(backbone: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """Every option of ``backbone`` (unknown names and backbones are left for ``make_backbone`` to refuse)."""
+    return BACKBONES[backbone].resolve(options or {}) if backbone in BACKBONES else dict(options or {})
+
+
+def from_sb3_contrib(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with sb3-contrib's LSTM options (:data:`SB3_CONTRIB_OPTIONS`) in engram's terms, for
+    ``backbone="lstm"`` only: ``lstm_hidden_size`` and ``n_lstm_layers`` become the backbone's ``hidden_size`` and
+    ``n_layers``; ``shared_lstm=True`` (one LSTM for actor and critic) becomes ``share_backbone=True`` (the critic's
+    gradient reaches it too, where sb3-contrib detaches it), ``enable_critic_lstm=True`` (a critic LSTM of its own)
+    ``share_backbone=False``, and ``enable_critic_lstm=False`` without ``shared_lstm`` (a critic without memory) a
+    critic backbone ``mlp`` of one layer as wide as the LSTM.
+
+    Raises:
+        ValueError: an sb3-contrib option with another backbone, ``shared_lstm`` with ``enable_critic_lstm``, or an
+            option that contradicts the engram option it sets.
+    """
+    contrib = {name: options.pop(name) for name in SB3_CONTRIB_OPTIONS if name in options}
+    if not contrib:
+        return options
+    if options["backbone"] != "lstm":
+        raise ValueError(f"{', '.join(contrib)}: sb3-contrib's LSTM options apply with backbone='lstm', got "
+                         f"backbone={options['backbone']!r}; set its options in backbone_kwargs")
+    backbone_kwargs = dict(options.get("backbone_kwargs") or {})
+    for name in ("lstm_hidden_size", "n_lstm_layers"):
+        if name in contrib:
+            _set(backbone_kwargs, SB3_CONTRIB_OPTIONS[name], contrib[name], name)
+    options["backbone_kwargs"] = backbone_kwargs
+    shared = contrib.get("shared_lstm", False)
+    critic_lstm = contrib.get("enable_critic_lstm", not shared)
+    if shared and critic_lstm:
+        raise ValueError("shared_lstm=True with enable_critic_lstm=True: choose one LSTM shared by actor and "
+                         "critic (shared_lstm) or a critic LSTM of its own (enable_critic_lstm)")
+    if "shared_lstm" in contrib or "enable_critic_lstm" in contrib:
+        _set(options, "share_backbone", shared, "shared_lstm" if "shared_lstm" in contrib else "enable_critic_lstm")
+        if not shared and not critic_lstm:
+            width = BACKBONES["lstm"].resolve(backbone_kwargs)["hidden_size"]
+            _set(options, "critic_backbone", "mlp", "enable_critic_lstm")
+            _set(options, "critic_backbone_kwargs", {"hidden_size": width, "n_layers": 1}, "enable_critic_lstm")
+    return options
+
+
+def _set(options: dict[str, Any], name: str, value: Any, source: str) -> None:
+    """Set ``options[name]`` from sb3-contrib's option ``source``; a different value already there is refused."""
+    current = options.get(name)
+    if current is not None and current != value:
+        raise ValueError(f"{source} sets {name}={value!r}, which contradicts {name}={current!r}")
+    options[name] = value
 
 
 class PolicyStep(NamedTuple):
@@ -52,41 +180,68 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     share the backbone by default (gradients of both losses reach it, as in CleanRL's
     PPO-TrXL); ``share_backbone=False`` gives the critic a backbone of its own.
 
+    Observations go through SB3's preprocessing and a features extractor chosen as SB3's policies choose it
+    (:func:`default_features_extractor`) unless ``features_extractor_class`` names one.
+    ``share_features_extractor=False`` gives the critic a features extractor of its own and, since the backbone
+    consumes the features, a backbone of its own too (``share_backbone`` then defaults to False).
+
     The state is ``{"pi": backbone_state}`` (plus ``"vf"`` with a separate critic backbone).
     ``predict(obs, state, episode_start)`` takes and returns it as NumPy arrays, like
     sb3-contrib's recurrent policies.
 
     :param backbone: name in ``policies.registry.BACKBONES``.
     :param backbone_kwargs: options of that backbone (``make_backbone``).
-    :param share_backbone: one backbone for actor and critic.
+    :param share_backbone: one backbone for actor and critic; unset, as ``share_features_extractor``.
+    :param critic_backbone: the critic's own backbone (a name in ``BACKBONES``) when not shared, by default the
+        actor's; its output must be as wide as the actor's.
+    :param critic_backbone_kwargs: its options, by default the actor's when it is the same backbone.
     :param popart: a PopArt value head (:mod:`policies.popart`) with statistics step size ``popart_beta``.
-    Other parameters are those of SB3's ``ActorCriticPolicy``.
+    Other parameters are those of SB3's ``ActorCriticPolicy``, except gSDE (``use_sde``), which is refused;
+    sb3-contrib's ``lstm_hidden_size``, ``n_lstm_layers``, ``enable_critic_lstm`` and ``shared_lstm`` are taken
+    with ``backbone="lstm"`` (:func:`from_sb3_contrib`).
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, *,
                  backbone: str = "gtrxl", backbone_kwargs: dict[str, Any] | None = None,
-                 share_backbone: bool = True, popart: bool = False, popart_beta: float = 1e-3,
-                 **kwargs: Any) -> None:
-        if not kwargs.get("share_features_extractor", True):
-            raise ValueError("MemoryActorCriticPolicy needs share_features_extractor=True; "
-                             "use share_backbone=False for a separate critic memory")
-        if kwargs.get("use_sde", False):
-            raise ValueError("gSDE (use_sde=True) is not supported by memory policies")
-        if "features_extractor_class" not in kwargs:
-            if isinstance(observation_space, spaces.Dict):
-                kwargs["features_extractor_class"] = CombinedExtractor
-            elif is_image_space(observation_space):
-                kwargs["features_extractor_class"] = NatureCNN
+                 share_backbone: bool | None = None, critic_backbone: str | None = None,
+                 critic_backbone_kwargs: dict[str, Any] | None = None, popart: bool = False,
+                 popart_beta: float = 1e-3, **kwargs: Any) -> None:
+        if kwargs.pop("use_sde", False) or "sde_sample_freq" in kwargs:  # SB3's learners pass use_sde=False
+            raise ValueError(GSDE_REFUSED)
+        if "lstm_kwargs" in kwargs:
+            raise ValueError(f"lstm_kwargs={kwargs['lstm_kwargs']!r}: engram's lstm backbone takes hidden_size and "
+                             "n_layers in backbone_kwargs (or sb3-contrib's lstm_hidden_size and n_lstm_layers) and "
+                             "no dropout, which would break rollout equals training")
+        contrib = {name: kwargs.pop(name) for name in SB3_CONTRIB_OPTIONS if name in kwargs}
+        options = memory_options({"backbone": backbone, "backbone_kwargs": backbone_kwargs,
+                                  "share_backbone": share_backbone, "critic_backbone": critic_backbone,
+                                  "critic_backbone_kwargs": critic_backbone_kwargs, **contrib},
+                                 kwargs.get("share_features_extractor", True))
+        if kwargs.get("features_extractor_class") is None:
+            kwargs["features_extractor_class"] = default_features_extractor(observation_space,
+                                                                            kwargs.get("normalize_images", True))
         adam = kwargs.get("optimizer_class", torch.optim.Adam) is torch.optim.Adam
         if adam and kwargs.get("optimizer_kwargs") is None:
             kwargs["optimizer_kwargs"] = {"eps": 1e-5, "foreach": True}  # SB3's eps; one kernel per op on CPU too
-        self.backbone_name = backbone
-        # every option, defaults included: what is saved with the policy never depends on later defaults
-        self.backbone_kwargs = (BACKBONES[backbone].resolve(backbone_kwargs or {}) if backbone in BACKBONES
-                                else dict(backbone_kwargs or {}))
-        self.share_backbone = share_backbone
+        self.backbone_name, self.backbone_kwargs = options["backbone"], options["backbone_kwargs"]
+        self.share_backbone = options["share_backbone"]
+        self.critic_backbone_name = options["critic_backbone"]
+        self.critic_backbone_kwargs = options["critic_backbone_kwargs"]
         self.popart, self.popart_beta = popart, popart_beta
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    @classmethod
+    def resolve_kwargs(cls, policy_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``policy_kwargs`` of this class as a model saves them: the memory options resolved
+        (:func:`memory_options`) over this class's defaults, so two spellings of one policy compare equal."""
+        kwargs = dict(policy_kwargs)
+        chosen = {}
+        for klass in reversed(cls.__mro__):  # a subclass's defaults over its bases'
+            if "__init__" in vars(klass):
+                parameters = inspect.signature(klass.__init__).parameters
+                chosen.update((name, parameters[name].default) for name in MEMORY_OPTIONS if name in parameters)
+        chosen.update((name, kwargs.pop(name)) for name in (*MEMORY_OPTIONS, *SB3_CONTRIB_OPTIONS) if name in kwargs)
+        return {**kwargs, **memory_options(chosen, kwargs.get("share_features_extractor", True))}
 
     def _build(self, lr_schedule: Schedule) -> None:
         super()._build(lr_schedule)
@@ -94,16 +249,22 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             self.value_net = PopArtValueHead(self.value_net, beta=self.popart_beta)
 
     def _build_mlp_extractor(self) -> None:
-        self.backbone = make_backbone(self.backbone_name, self.features_dim, **self.backbone_kwargs)
-        self.critic_backbone = (None if self.share_backbone
-                                else make_backbone(self.backbone_name, self.features_dim, **self.backbone_kwargs))
+        self.backbone = make_backbone(self.backbone_name, int(self.features_dim), **self.backbone_kwargs)
+        self.critic_backbone = (None if self.share_backbone else make_backbone(
+            self.critic_backbone_name, int(self.features_dim), **self.critic_backbone_kwargs))
+        if self.critic_backbone is not None and self.critic_backbone.output_dim != self.backbone.output_dim:
+            raise ValueError(f"critic_backbone {self.critic_backbone_name!r} outputs {self.critic_backbone.output_dim} "
+                             f"features, the actor's backbone {self.backbone_name!r} {self.backbone.output_dim}: the "
+                             "heads take one width; set the critic's width in critic_backbone_kwargs")
         self.mlp_extractor = MlpExtractor(self.backbone.output_dim, net_arch=self.net_arch,
                                           activation_fn=self.activation_fn, device=self.device)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(backbone=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
-                    share_backbone=self.share_backbone, popart=self.popart, popart_beta=self.popart_beta)
+                    share_backbone=self.share_backbone, critic_backbone=self.critic_backbone_name,
+                    critic_backbone_kwargs=self.critic_backbone_kwargs, popart=self.popart,
+                    popart_beta=self.popart_beta)
         return data
 
     # -- memory --------------------------------------------------------------------------
@@ -119,15 +280,20 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """The record each backbone pushed at the step that produced ``state`` (for the buffer)."""
         return {name: s["memory"][:, -1] for name, s in state.items() if s["memory"].shape[1] > 0}
 
+    def _features(self, obs: PyTorchObs) -> tuple[Tensor, Tensor]:
+        """The actor's and the critic's features of ``obs`` (one tensor twice with a shared features extractor)."""
+        features = self.extract_features(obs)
+        return (features, features) if self.share_features_extractor else features
+
     def _latents_step(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor
                       ) -> tuple[Tensor, Tensor, PolicyState]:
-        features = self.extract_features(obs)
-        latent_pi, pi_state = self.backbone.step(features, state["pi"], episode_starts)
+        pi_features, vf_features = self._features(obs)
+        latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
         new_state = {"pi": pi_state}
         if self.critic_backbone is None:
             latent_vf = latent_pi
         else:
-            latent_vf, new_state["vf"] = self.critic_backbone.step(features, state["vf"], episode_starts)
+            latent_vf, new_state["vf"] = self.critic_backbone.step(vf_features, state["vf"], episode_starts)
         return self.mlp_extractor.forward_actor(latent_pi), self.mlp_extractor.forward_critic(latent_vf), new_state
 
     # -- acting ----------------------------------------------------------------------------
@@ -184,20 +350,35 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         backbone entries prefixed ``vf/``).
         """
         T, N = episode_starts.shape
-        features = self.extract_features(obs)
-        features = features.view(T, N, -1)
-        latent_pi, aux = self.backbone.forward_outputs(features, self.backbone.segment_state(state["pi"]),
+        pi_features, vf_features = (features.view(T, N, -1) for features in self._features(obs))
+        latent_pi, aux = self.backbone.forward_outputs(pi_features, self.backbone.segment_state(state["pi"]),
                                                        episode_starts)
         latent_vf = latent_pi
         if self.critic_backbone is not None:
             latent_vf, aux_vf = self.critic_backbone.forward_outputs(
-                features, self.critic_backbone.segment_state(state["vf"]), episode_starts)
+                vf_features, self.critic_backbone.segment_state(state["vf"]), episode_starts)
             aux = {**aux, **{f"vf/{k}": v for k, v in aux_vf.items()}}
         with torch.autocast(latent_pi.device.type, enabled=False):  # heads in float32 under a learner's autocast
             latent_pi = self.mlp_extractor.forward_actor(latent_pi.float().reshape(T * N, -1))
             latent_vf = self.mlp_extractor.forward_critic(latent_vf.float().reshape(T * N, -1))
             return (self.value_net(latent_vf).flatten(), self._get_action_dist_from_latent(latent_pi),
                     {name: value.float() for name, value in aux.items()})
+
+    def evaluate_actions(self, obs: PyTorchObs, actions: Tensor, state: PolicyState,  # type: ignore[override]
+                         episode_starts: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """sb3-contrib's ``evaluate_actions(obs, actions, lstm_states, episode_starts)``: the values ``[T·N, 1]``,
+        log-probabilities and entropies ``[T·N]`` of ``actions`` along ``T`` steps of the ``N`` envs whose memory
+        ``state`` holds, recomputed with gradients through the memory (:meth:`evaluate_segments`).
+
+        ``obs`` and ``actions`` (as the distribution takes them) are flattened time-major (row ``t·N + n`` is step
+        ``t`` of env ``n``); ``episode_starts`` is ``[T, N]`` or flattened the same way, and clears env ``n``'s
+        memory before its step ``t``. ``state`` is the memory entering the first step: :meth:`initial_state`, a
+        rollout's, or ``predict``'s as tensors.
+        """
+        n_envs = len(state["pi"]["valid"])
+        starts = torch.as_tensor(episode_starts, device=self.device).bool().reshape(-1, n_envs)
+        values, distribution, _ = self.evaluate_segments(obs, actions, state, starts)
+        return values.reshape(-1, 1), distribution.log_prob(actions), distribution.entropy()
 
     # -- SB3 inference API -----------------------------------------------------------------
     def predict(self, observation: np.ndarray | dict[str, np.ndarray],  # type: ignore[override]
@@ -208,6 +389,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         ``state=None`` starts new episodes; ``episode_start[i]`` clears env ``i``'s memory first.
         """
         self.set_training_mode(False)
+        if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
+            raise ValueError(MIXED_GYM_API)
         obs, vectorized = self.obs_to_tensor(observation)
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():

@@ -25,6 +25,8 @@ from policies import ATTENTIONS, BACKBONES, POSITIONS
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 SHELL_FENCE = re.compile(r"^```(?:bash|sh|shell)\n(.*?)^```", re.DOTALL | re.MULTILINE)
+FILE_FENCE = re.compile(r'^```python title="([^"]+)"\n(.*?)^```', re.DOTALL | re.MULTILINE)
+SNIPPET_FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 CHEAP_STEPS = {"512"}
 """training budgets (``-n``) a docs test may run"""
 
@@ -139,8 +141,10 @@ def shell_commands(text: str) -> list[str]:
 
 
 def is_cheap(command: str) -> bool:
-    """``--help``, ``train_rl.py list …`` or a run of a few hundred steps: seconds each."""
+    """``--help``, ``list …`` or a run of a few hundred steps, as ``engram …`` or ``python train_rl.py …``: seconds."""
     words = shlex.split(command)
+    if words[:1] == ["engram"]:
+        words = ["python", "train_rl.py", *words[1:]]
     if not words or Path(words[0]).name != "python" and words[0] != ".venv/bin/python":
         return False
     if "--help" in words:
@@ -151,15 +155,23 @@ def is_cheap(command: str) -> bool:
     return budget in CHEAP_STEPS
 
 
-CHEAP = sorted({command for path in [README, *PAGES] for command in shell_commands(path.read_text())
-                if is_cheap(command)})
+def page_files(text: str) -> dict[str, str]:
+    """The files a page writes out in full: its ``python title="name.py"`` blocks."""
+    return dict(FILE_FENCE.findall(text))
+
+
+SESSION_PAGES = [page for page in PAGES if page_files(page.read_text())]
+"""pages whose commands use files they show: run whole, in order (:func:`test_a_page_with_files_runs_as_a_session`)"""
+CHEAP = sorted({command for path in [README, *PAGES] if path not in SESSION_PAGES
+                for command in shell_commands(path.read_text()) if is_cheap(command)})
 
 
 def test_the_extraction_finds_the_readme_commands():
     readme = [c for c in shell_commands(README.read_text()) if is_cheap(c)]
-    assert "python train_rl.py --help" in readme
+    assert "engram --help" in readme and "engram list backbones" in readme
     assert any("-n 512" in command for command in readme)
     assert not is_cheap("python train_rl.py --config configs/demo.yaml -n 150000")
+    assert not is_cheap("engram study demo") and is_cheap("python train_rl.py list configs")
 
 
 def run_as_a_user(script: str, tmp_path: Path) -> None:
@@ -188,3 +200,17 @@ def test_readme_first_steps_run_in_order(tmp_path):
     block = next(block for block in SHELL_FENCE.findall(README.read_text()) if "source .venv/bin/activate" in block)
     assert "-n 512" in block and "evaluate" in block
     run_as_a_user(block, tmp_path)
+
+
+@pytest.mark.parametrize("page", SESSION_PAGES, ids=lambda page: page.name)
+def test_a_page_with_files_runs_as_a_session(page, tmp_path):
+    """A page that shows a file in full (``python title="my_pomdp.py"``): the file saved as shown, then every
+    command of its shell blocks in order, then each of its other Python blocks as a script."""
+    text = page.read_text()
+    for name, content in page_files(text).items():
+        (tmp_path / name).write_text(content)
+    snippets = []
+    for index, snippet in enumerate(SNIPPET_FENCE.findall(text)):
+        (tmp_path / f"snippet_{index}.py").write_text(snippet)
+        snippets.append(f"python snippet_{index}.py")
+    run_as_a_user("\n".join([*shell_commands(text), *snippets]), tmp_path)

@@ -84,11 +84,26 @@ def test_a_suite_listing_a_task_twice_exits_2(tmp_path, capsys):
     assert "lists task 'TMaze-v0 (length=3)' twice" in capsys.readouterr().err
 
 
-def test_trials_that_keep_failing_stop_the_study(tmp_path, capsys):
-    # a batch size that is not a multiple of the segment length fails every trial when its model is built
-    assert tune(tmp_path, "--trials", "5", "-p", "ppo.batch_size=30") == 1
+def test_trials_that_keep_failing_stop_the_study(tmp_path, capsys, monkeypatch):
+    # an env that passes every check before the study (it builds) and fails once it is stepped, in every trial
+    (tmp_path / "breaks_when_stepped.py").write_text(
+        "from envs.batched import SingleCopyEnv\nfrom envs.tmaze import PassiveTMaze\n\n"
+        "class Env(SingleCopyEnv):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(PassiveTMaze(n_copies=1, length=3))\n\n"
+        "    def step(self, action):\n"
+        "        raise RuntimeError('the simulator crashed')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert tune(tmp_path, "--trials", "5", task=("--env", "breaks_when_stepped:Env")) == 1
     assert len(load_study(tmp_path).trials) == 3
-    assert "3 trials in a row failed" in capsys.readouterr().err
+    failure = "breaks_when_stepped-Env__ppo-mlp__0: RuntimeError: the simulator crashed"
+    assert f"3 trials in a row failed; the last: {failure}" in capsys.readouterr().err
+
+
+def test_a_base_config_that_breaks_a_rule_exits_2_before_any_trial(tmp_path, capsys):
+    assert tune(tmp_path, "--trials", "5", "-p", "ppo.batch_size=30") == 2
+    assert "ppo.batch_size=30: expected a multiple of the training segment" in capsys.readouterr().err
+    assert not (tmp_path / "tune").exists()
 
 
 @pytest.mark.parametrize("space,message", [

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser
+from experiments.cli.parser import OneLineParser, program
 
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py evaluate``."""
-    parser = OneLineParser(prog="train_rl.py evaluate", description=__doc__,
+    parser = OneLineParser(prog=f"{program()} evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
                         help="a run directory (its final model.zip) or a saved .zip (best_model.zip, a checkpoint)")
@@ -33,9 +33,14 @@ def make_parser() -> argparse.ArgumentParser:
                        ("stochastic", "actions sampled from the policy, as in training"),
                        ("both", "the deterministic policy, then the stochastic one")):
         policy.add_argument(f"--{name}", dest="policy", action="store_const", const=name, help=text)
-    parser.add_argument("--env", help="score on another environment id (its keyword arguments start empty)")
+    parser.add_argument("--env", help="score on another environment: an id or module.path:EnvClass (its keyword "
+                                      "arguments start empty)")
     parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="environment keyword arguments over the run's, e.g. length=40")
+    parser.add_argument("--env-wrapper", nargs="*", metavar="WRAPPER",
+                        help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
+    parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
+                        help="modules to import first (e.g. ones registering the --env id), besides the run's")
     parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions "
                                                  "(default: the run's evaluation seed, its seed + 10000)")
     parser.add_argument("--n-envs", type=int, help="parallel environment copies (default: the run's n_eval_envs)")
@@ -93,14 +98,16 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
-    from experiments.config import ConfigError, parse_override
-    from experiments.replay import POLICIES, load_agent, play, result_record, score, write_result
+    from experiments.config import ConfigError, parse_override, parse_value
+    from experiments.replay import POLICIES, check_agent_env, load_agent, play, result_record, score, write_result
     from experiments.video import write_video
 
     torch.set_num_threads(options.threads)
     try:
         kwargs = dict(map(parse_override, options.env_kwargs))
-        agent = load_agent(options.path, options.device, options.env, kwargs)
+        wrappers = None if options.env_wrapper is None else [parse_value(text) for text in options.env_wrapper]
+        agent = load_agent(options.path, options.device, options.env, kwargs, wrappers, options.gym_packages)
+        check_agent_env(agent)
         episodes = options.episodes or agent.config.n_eval_episodes
         seed = agent.eval_seed if options.seed is None else options.seed
         n_envs = options.n_envs or agent.config.n_eval_envs

@@ -6,17 +6,19 @@ import argparse
 import sys
 
 from experiments.catalog import CATALOGS
-from experiments.cli.parser import OneLineParser
+from experiments.cli.parser import OneLineParser, program
 
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py list``."""
-    parser = OneLineParser(prog="train_rl.py list", description=(
-        "List what exists, one line each with its summary, from the registries and configs/."))
+    parser = OneLineParser(prog=f"{program()} list", description=(
+        "List what exists, one line each with its summary, from the registries and the shipped configs."))
     # No ``choices=``: on Python 3.11 argparse checks the empty default of ``nargs="*"`` against them, so a bare
     # ``list`` would be refused; ``main`` checks the names instead.
     parser.add_argument("what", nargs="*", metavar="WHAT",
                         help=f"one or more of: {', '.join(CATALOGS)} (default: all)")
+    parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
+                        help="modules to import first, so that envs lists the ids they register")
     return parser
 
 
@@ -29,11 +31,20 @@ def format_table(entries: dict[str, str]) -> list[str]:
 def main(argv: list[str]) -> int:
     """Print the catalogues asked for (each under a heading when there are several)."""
     parser = make_parser()
-    what = parser.parse_args(argv).what or list(CATALOGS)
+    options = parser.parse_args(argv)
+    what = options.what or list(CATALOGS)
     unknown = [name for name in what if name not in CATALOGS]
     if unknown:
         parser.error(f"argument WHAT: invalid choice: {unknown[0]!r} "
                      f"(choose from {', '.join(map(repr, CATALOGS))})")
+    if options.gym_packages:
+        from envs.imports import ImportPathError, import_packages
+
+        try:
+            import_packages(options.gym_packages)
+        except ImportPathError as error:
+            print(f"error: --gym-packages: {error}", file=sys.stderr)
+            return 2
     for index, name in enumerate(what):
         try:
             entries = CATALOGS[name]()

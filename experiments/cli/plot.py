@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser
+from experiments.cli.parser import OneLineParser, program
 from experiments.run_dir import Run, find_runs, task_label
 from experiments.static_source import literal_constant
 
@@ -24,7 +24,7 @@ DEFAULT_GROUPING = ("algo", "backbone", "task")
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py plot``."""
-    parser = OneLineParser(prog="train_rl.py plot", description=__doc__,
+    parser = OneLineParser(prog=f"{program()} plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directories, or directories holding runs")
     parser.add_argument("--out", "-o", default="curves.png", help="the PNG to write (default: %(default)s)")

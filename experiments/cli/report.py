@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.cli.parser import OneLineParser
+from experiments.cli.parser import OneLineParser, program
 from experiments.static_source import literal_constant
 
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of ``train_rl.py report``."""
-    parser = OneLineParser(prog="train_rl.py report", description=(
+    parser = OneLineParser(prog=f"{program()} report", description=(
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
     parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
     parser.add_argument("--out", help="where to write the report (default: the study directory)")

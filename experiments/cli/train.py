@@ -25,7 +25,8 @@ import shlex
 import sys
 from typing import Any
 
-from experiments.cli.parser import OneLineParser
+from experiments.cli.parser import OneLineParser, invocation, program
+from experiments.config_files import config_path
 from experiments.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
 from experiments.static_source import dataclass_fields, literal_constant
 
@@ -44,12 +45,22 @@ class RegistryKey:
         return value
 
 
+def literal(text: str) -> Any:
+    """A flag's value parsed as ``-p`` values are (``{gymnasium.wrappers.TimeLimit: {max_episode_steps: 9}}``)."""
+    from experiments.config import parse_value
+
+    return parse_value(text)
+
+
 # flag → RunConfig field; the help text is the field's docstring
 FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--algo": ("algo", {"type": RegistryKey("agents", "ALGOS"), "metavar": "ALGO"}),
     "--backbone": ("backbone", {"type": RegistryKey("policies.registry", "BACKBONES"), "nargs": "+",
                                 "metavar": "BACKBONE"}),
     "--env": ("env", {}),
+    "--gym-packages": ("gym_packages", {"nargs": "+", "metavar": "MODULE"}),
+    "--env-wrapper": ("env_wrapper", {"nargs": "+", "type": literal, "metavar": "WRAPPER"}),
+    "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc}"}),
     "--seed": ("seed", {"type": int, "nargs": "+"}),
     "--total-timesteps": ("total_timesteps", {"type": float}),
     "--n-envs": ("n_envs", {"type": int}),
@@ -70,15 +81,17 @@ LISTED = {"algo": "learners", "backbone": "backbones", "env": "envs"}
 
 def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     """The training parser; with ``study_file``, that of ``train_rl.py study FILE``."""
-    parser = OneLineParser(prog="train_rl.py study" if study_file else "train_rl.py [train]",
+    parser = OneLineParser(prog=f"{program()} study" if study_file else f"{program()} [train]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     if study_file:
-        parser.add_argument("file", help="study file (YAML: name, config, settings, tasks, backbones, seeds)")
+        parser.add_argument("file", help="study file (YAML: name, config, settings, tasks, backbones, seeds), or the "
+                                         "name of a shipped one (demo, studies/demo)")
     fields = dataclass_fields("experiments.config", "RunConfig")
-    parser.add_argument("--config", "-c", help="YAML file (see configs/; train_rl.py list configs)")
+    parser.add_argument("--config", "-c", help=f"YAML file, or the name of a shipped one (demo, configs/demo.yaml; "
+                                               f"{program()} list configs)")
     for flag, (name, extra) in FLAGS.items():
         names = [flag, "-n"] if flag == "--total-timesteps" else [flag]
-        listed = f"; train_rl.py list {LISTED[name]}" if name in LISTED else ""
+        listed = f"; {program()} list {LISTED[name]}" if name in LISTED else ""
         parser.add_argument(*names, dest=name, default=None,
                             help=f"{fields[name].doc}{listed} (default: {fields[name].default})", **extra)
     parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -131,7 +144,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     flags = flags_from_args(args)
     flags.update({name: getattr(args, name)[0] for name in ("backbone", "seed") if getattr(args, name)})
-    config = build_config(args.config, flags, args.param)
+    config = build_config(config_path(args.config), flags, args.param)
     validate(config)
     return config
 
@@ -141,9 +154,9 @@ def grid_from_args(args: argparse.Namespace) -> Any:
     --seed make the grid."""
     from experiments.study import Grid
 
-    chosen = {"config_file": args.config, "flags": flags_from_args(args), "params": args.param,
+    chosen = {"config_file": config_path(args.config), "flags": flags_from_args(args), "params": args.param,
               "backbones": args.backbone or [], "seeds": args.seed or [], "name": args.study}
-    return Grid.from_file(args.file, **chosen) if hasattr(args, "file") else Grid(**chosen)
+    return Grid.from_file(config_path(args.file, "studies"), **chosen) if hasattr(args, "file") else Grid(**chosen)
 
 
 def progress_bar(args: argparse.Namespace) -> bool:
@@ -164,7 +177,7 @@ def train_one(config: Any, args: argparse.Namespace) -> None:
           + f" after {summary['env_steps']} steps ({summary['steps_per_second']:.0f} steps/s)")
     print(f"  summary:     {directory / 'summary.json'}")
     print(f"  tensorboard: tensorboard --logdir {directory}")
-    print(f"  evaluate:    python train_rl.py evaluate {directory}")
+    print(f"  evaluate:    {' '.join(invocation())} evaluate {directory}")
 
 
 def _run(argv: list[str], study_file: bool) -> int:
@@ -179,7 +192,7 @@ def _run(argv: list[str], study_file: bool) -> int:
         if is_study(args):
             from experiments.study import run_study
 
-            command = shlex.join(["python", "train_rl.py", *(["study"] if study_file else []), *argv])
+            command = shlex.join([*invocation(), *(["study"] if study_file else []), *argv])
             return run_study(grid_from_args(args), command, args.launcher, args.workers, args.ray_address,
                              args.retry_failed, args.report, args.reps, args.verbose,
                              max_retries=args.max_retries)

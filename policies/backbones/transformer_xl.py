@@ -296,9 +296,13 @@ class StepCache:
         return hash(tuple((t.data_ptr(), t._version) for t in self.tensors)) & (2**62 - 1)
 
     def position_terms(self, stamp: int, compute: Callable[[], list[Tensor | None]]) -> list[Tensor | None]:
-        """The position terms for rollout steps, recomputed (without gradient) only when ``stamp`` changes."""
+        """The position terms for steps. Without gradient (rollouts, ``predict``) they are cached and recomputed
+        only when ``stamp`` changes, as ordinary tensors even under ``torch.inference_mode``, so a later step with
+        gradient may read them; with gradient they are computed afresh, so it reaches the position parameters."""
+        if torch.is_grad_enabled():
+            return compute()
         if self.terms is None or self.terms[0] != stamp:
-            with torch.no_grad():
+            with torch.inference_mode(False), torch.no_grad():
                 self.terms = (stamp, compute())
         return self.terms[1]
 

@@ -1,0 +1,1 @@
+"""engram's configuration files, installed as the package data ``engram.configs`` (`experiments.config_files`)."""

@@ -1,0 +1,125 @@
+"""Wrappers a run applies to each environment copy (``env_wrapper``), and two that make a POMDP of an MDP.
+
+A run's ``env_wrapper`` is written as in rl-zoo3's hyper-parameter files: one import path, a one-key mapping
+``{path: {keyword: value}}``, or a list of them, applied in order to every copy::
+
+    env_wrapper:
+      - envs.wrappers.MaskVelocity
+      - gymnasium.wrappers.TimeLimit: {max_episode_steps: 200}
+
+:class:`MaskVelocity` drops the velocities of the classic-control tasks, so that they must be inferred from
+a memory of positions (the "no velocity" POMDPs of Meng et al. 2021 and of rl-zoo3's ``*NoVel`` tasks);
+:class:`MaskObservation` drops any chosen entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.imports import ImportPathError, cause, load_object
+
+
+class WrapperSpec(NamedTuple):
+    """One wrapper: its import path and keyword arguments."""
+
+    path: str
+    kwargs: dict[str, Any]
+
+
+class EnvWrapperError(ValueError):
+    """An ``env_wrapper`` entry that is malformed, does not import, or fails on the env; names the entry."""
+
+
+def parse_env_wrapper(value: Any) -> list[WrapperSpec]:
+    """The wrappers ``value`` names (``None``, a path, ``{path: kwargs}``, or a list of those), in order."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    specs = []
+    for item in items:
+        if isinstance(item, str) and item:
+            specs.append(WrapperSpec(item, {}))
+        elif isinstance(item, dict) and len(item) == 1:
+            (path, kwargs), = item.items()
+            if not isinstance(path, str) or not (kwargs is None or isinstance(kwargs, dict)):
+                raise EnvWrapperError(f"env_wrapper entry {item!r}: expected {{import.path: {{keyword: value}}}}")
+            specs.append(WrapperSpec(path, dict(kwargs or {})))
+        else:
+            raise EnvWrapperError(f"env_wrapper entry {item!r}: expected an import path such as "
+                                  "envs.wrappers.MaskVelocity, or a one-key mapping {import.path: {keyword: value}}")
+    return specs
+
+
+def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
+    """``env`` wrapped by each of ``specs`` in turn; :class:`EnvWrapperError` naming the one that fails."""
+    for spec in specs:
+        try:
+            wrapper = load_object(spec.path)
+        except ImportPathError as error:
+            raise EnvWrapperError(f"env_wrapper {spec.path!r}: {error}") from None
+        if not callable(wrapper):
+            raise EnvWrapperError(f"env_wrapper {spec.path!r} is a {type(wrapper).__name__}, not a wrapper class "
+                                  "or function")
+        try:
+            wrapped = wrapper(env, **spec.kwargs)
+        except Exception as error:  # the wrapper's own refusal of this env or of its keywords
+            raise EnvWrapperError(f"env_wrapper {spec.path!r} fails on {_env_name(env)} ({cause(error)})") from None
+        if not isinstance(wrapped, gym.Env):
+            raise EnvWrapperError(f"env_wrapper {spec.path!r} returned a {type(wrapped).__name__}, not a "
+                                  "gymnasium env")
+        env = wrapped
+    return env
+
+
+def _env_name(env: gym.Env) -> str:
+    return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+
+
+class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """A flat Box observation without the entries at indices ``drop``."""
+
+    def __init__(self, env: gym.Env, drop: Sequence[int]) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, drop=list(drop))
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"MaskObservation needs a flat Box observation, got {space}")
+        size = space.shape[0]
+        bad = [i for i in drop if not isinstance(i, int) or not -size <= i < size]
+        if bad or not drop:
+            raise ValueError(f"drop={list(drop)!r}: expected a non-empty list of indices in [0, {size})")
+        self.keep = np.setdiff1d(np.arange(size), np.asarray(drop) % size)
+        self.observation_space = spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self.keep]
+
+
+VELOCITIES: dict[str, tuple[int, ...]] = {
+    "CartPole": (1, 3),  # x, ẋ, θ, θ̇
+    "Pendulum": (2,),  # cos θ, sin θ, θ̇
+    "MountainCar": (1,),  # x, ẋ
+    "MountainCarContinuous": (1,),
+    "Acrobot": (4, 5),  # cos θ1, sin θ1, cos θ2, sin θ2, θ̇1, θ̇2
+    "LunarLander": (2, 3, 5),  # x, y, ẋ, ẏ, angle, angular velocity, legs
+    "LunarLanderContinuous": (2, 3, 5),
+}
+"""the velocity entries of gymnasium's classic-control (and Box2D lander) observations, by task name"""
+
+
+class MaskVelocity(MaskObservation):
+    """A classic-control task without its velocities (:data:`VELOCITIES`): the agent must infer them from
+    the positions it remembers."""
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)  # first: its own (empty) arguments are the ones recorded
+        name = env.spec.id.split("/")[-1].rsplit("-v", 1)[0] if env.spec is not None else None
+        if name not in VELOCITIES:
+            raise ValueError(f"MaskVelocity knows the velocities of {', '.join(VELOCITIES)}, not of "
+                             f"{_env_name(env)}; use envs.wrappers.MaskObservation with drop: [indices]")
+        super().__init__(env, VELOCITIES[name])

@@ -1,0 +1,96 @@
+"""A configuration file named on the command line: an existing path wins, else a shipped file by its short name
+(in the command's folder first), else one line naming the shipped files, exit status 2, for every command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import train_rl
+from experiments import tune
+from experiments.cli import train as train_cli
+from experiments.config import ConfigError
+from experiments.config_files import config_path, shipped_dir, shipped_names
+from experiments.tune_space import load_space
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "configs"
+
+
+@pytest.mark.parametrize("name,folder,file", [
+    ("demo", "", "demo.yaml"),
+    ("demo.yaml", "", "demo.yaml"),
+    ("configs/demo.yaml", "", "demo.yaml"),
+    ("studies/demo", "", "studies/demo.yaml"),
+    ("demo", "studies", "studies/demo.yaml"),
+    ("studies/demo.yaml", "studies", "studies/demo.yaml"),
+    ("memory_chain", "studies", "memory_chain.yaml"),
+    ("ppo", "tune", "tune/ppo.yaml"),
+    ("configs/tune/gtrxl.yaml", "tune", "tune/gtrxl.yaml"),
+    ("python", "lm", "lm/python.yaml"),
+])
+def test_a_short_name_resolves_to_the_shipped_file(name, folder, file, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the names are shipped files
+    assert config_path(name, folder) == str(SHIPPED / file)
+
+
+def test_an_existing_path_wins_over_a_short_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("demo").write_text("total_timesteps: 64\n")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "demo.yaml").write_text("total_timesteps: 64\n")
+    assert config_path("demo") == "demo"
+    assert config_path("configs/demo.yaml") == "configs/demo.yaml"
+    assert config_path(None) is None
+
+
+def test_an_unknown_name_is_one_line_naming_the_shipped_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        config_path("demoo")
+    assert str(error.value) == ("config file 'demoo' does not exist, nor is it the name of a shipped run config "
+                                f"({', '.join(shipped_names())})")
+    assert "demo, memory_chain" in str(error.value)
+    with pytest.raises(ConfigError, match=r"shipped study file \(demo, learners, memory"):
+        config_path("nope", "studies")
+
+
+def test_shipped_files_are_the_package_data_and_a_source_tree_finds_its_own(monkeypatch):
+    assert shipped_dir() == SHIPPED  # the editable install maps engram.configs onto configs/
+    monkeypatch.setitem(sys.modules, "engram.configs", None)  # as when engram was never installed
+    assert shipped_dir() == SHIPPED
+    assert "demo" in shipped_names() and shipped_names("lm") == ["python"]
+
+
+@pytest.mark.parametrize("argv", [["--config", "nope"], ["study", "nope"], ["tune", "--config", "nope"],
+                                  ["tune", "--space", "nope"], ["tune", "--suite", "nope"],
+                                  ["lm", "train", "-c", "nope"]])
+def test_every_command_refuses_an_unknown_name_with_exit_2(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # nothing is written: the name is refused first
+    assert train_rl.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config file 'nope' does not exist, nor is it the name of a shipped" in err
+
+
+def test_run_config_and_study_file_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = train_cli.config_from_args(train_cli.make_parser().parse_args(["--config", "demo"]))
+    assert (config.env, config.env_kwargs, config.total_timesteps) == ("TMaze-v0", {"length": 20}, 150000)
+    grid = train_cli.grid_from_args(train_cli.make_parser(study_file=True).parse_args(["demo"]))
+    assert grid.name == "study_demo"
+    assert grid.config_file == str(SHIPPED / "memory_chain.yaml")  # `config: ../memory_chain.yaml`, beside the file
+    grid = train_cli.grid_from_args(train_cli.make_parser().parse_args(["--config", "demo", "--seed", "0", "1"]))
+    assert yaml.safe_load(yaml.safe_dump(grid.record()))["config"] == str(SHIPPED / "demo.yaml")  # study.yaml's
+
+
+def test_tune_spaces_and_suite_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = tune.make_parser().parse_args(["--config", "demo", "--space", "ppo", "gtrxl", "--log-dir", str(tmp_path)])
+    settings = tune.settings_from_args(args, "")
+    assert settings.space == load_space([SHIPPED / "tune" / "ppo.yaml", SHIPPED / "tune" / "gtrxl.yaml"])
+    assert tune.SPACE_DIR == SHIPPED / "tune"
+    args = tune.make_parser().parse_args(["--suite", "learners", "--log-dir", str(tmp_path)])
+    assert len(tune.base_configs(args)) == 2

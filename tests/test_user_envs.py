@@ -1,0 +1,272 @@
+"""A user's environment reaches every command: a registered gymnasium id (``--gym-packages``), an entry point
+``module:Class`` or ``module:make_fn``, wrappers from the command line or a config, every observation and action
+space SB3 supports, SubprocVecEnv; and a bad env spec exits 2 with one line, with nothing created."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+
+import envs
+import train_rl
+from envs.wrappers import MaskVelocity, parse_env_wrapper
+from experiments.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[1]
+USER_MODULE = textwrap.dedent('''
+    """A user's POMDPs: the cue of the first step must be answered at the last, through any space."""
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium import spaces
+
+    OBSERVATIONS = {
+        "box": lambda n: spaces.Box(0.0, 1.0, (3,), np.float32),
+        "image": lambda n: spaces.Box(0, 255, (36, 36, 3), np.uint8),
+        "dict": lambda n: spaces.Dict({"cue": spaces.Box(0.0, 1.0, (2,), np.float32), "clock": spaces.Discrete(n + 1)}),
+        "discrete": lambda n: spaces.Discrete(3),
+        "multidiscrete": lambda n: spaces.MultiDiscrete([3, n + 1]),
+        "multibinary": lambda n: spaces.MultiBinary(3),
+    }
+    ACTIONS = {"discrete": spaces.Discrete(2), "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
+               "multidiscrete": spaces.MultiDiscrete([2, 2]), "multibinary": spaces.MultiBinary(2)}
+
+
+    class Cue(gym.Env):
+        """Step 0 shows cue c in {0, 1}; step ``length`` asks for it; the answer is rewarded 1 if it is c."""
+
+        def __init__(self, length=3, obs="box", action="discrete"):
+            self.length, self.obs, self.action = length, obs, action
+            self.observation_space = OBSERVATIONS[obs](length)
+            self.action_space = ACTIONS[action]
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t, self.cue = 0, int(self.np_random.integers(2))
+            return self._observe(), {}
+
+        def _observe(self):
+            shown = self.cue + 1 if self.t == 0 else 0  # 0: nothing, 1 or 2: the cue
+            if self.obs == "box":
+                return np.array([shown == 1, shown == 2, self.t == self.length], np.float32)
+            if self.obs == "image":
+                image = np.zeros((36, 36, 3), np.uint8)
+                image[..., 0], image[..., 1] = 255 * (shown == 1), 255 * (shown == 2)
+                return image
+            if self.obs == "dict":
+                return {"cue": np.array([shown == 1, shown == 2], np.float32), "clock": self.t}
+            if self.obs == "discrete":
+                return shown
+            if self.obs == "multidiscrete":
+                return np.array([shown, self.t])
+            return np.array([shown == 1, shown == 2, self.t == self.length], np.int8)
+
+        def _answer(self, action):
+            if self.action == "box":
+                return int(np.asarray(action).reshape(-1)[0] > 0)
+            return int(np.asarray(action).reshape(-1)[0])
+
+        def step(self, action):
+            self.t += 1
+            if self.t <= self.length:
+                return self._observe(), 0.0, False, False, {}
+            success = self._answer(action) == self.cue
+            return self._observe(), float(success), True, False, {"is_success": success}
+
+
+    def make_cue(length=3):
+        return Cue(length)
+
+
+    gym.register("UserCue-v0", entry_point=Cue, max_episode_steps=20)
+''')
+SMALL = ["--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
+         "-p", "ppo.n_steps=8", "ppo.batch_size=16", "ppo.n_epochs=1", "ppo.segment_length=4", "n_eval_envs=2",
+         "gtrxl.memory_length=4", "gtrxl.d_model=8", "gtrxl.n_heads=2", "lstm.hidden_size=8"]
+SPACES = [(obs, "discrete") for obs in ("box", "image", "dict", "discrete", "multidiscrete", "multibinary")] + [
+    ("box", action) for action in ("box", "multidiscrete", "multibinary")]
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory holding the user's module ``user_pomdp.py``, which is imported from there."""
+    (tmp_path / "user_pomdp.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("user_pomdp", None)
+    for env_id in [i for i in gym.registry if i == "UserCue-v0"]:
+        del gym.registry[env_id]
+
+
+def engram(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``train_rl.py argv`` in a new process, run from ``cwd`` as a user runs it."""
+    return subprocess.run([sys.executable, str(REPO / "train_rl.py"), *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_registered_id_trains_and_evaluates_from_the_command_line(user_dir: Path) -> None:
+    trained = engram("--env", "UserCue-v0", "--gym-packages", "user_pomdp", "-n", "64", "--log-dir", "runs",
+                     *SMALL, cwd=user_dir)
+    assert trained.returncode == 0, trained.stderr
+    run = user_dir / "runs" / "UserCue-v0__ppo-gtrxl__0"
+    assert (run / "model.zip").is_file()
+    assert yaml.safe_load((run / "config.yaml").read_text())["gym_packages"] == ["user_pomdp"]
+    scored = engram("evaluate", str(run), "--episodes", "3", cwd=user_dir)  # the run's packages are imported again
+    assert scored.returncode == 0, scored.stderr
+    assert "3 episodes per policy" in scored.stdout
+
+
+@pytest.mark.parametrize("spec", ["user_pomdp:Cue", "user_pomdp:make_cue", "user_pomdp:UserCue-v0"])
+def test_entry_points_and_gymnasium_module_form_train(user_dir: Path, spec: str) -> None:
+    assert train_rl.main(["--env", spec, "--env-kwargs", "length=2", "-n", "32", "--log-dir", "runs", *SMALL]) == 0
+    summary = json.loads((user_dir / "runs" / f"{spec.replace(':', '-')}__ppo-gtrxl__0" / "summary.json").read_text())
+    assert summary["env"] == spec and summary["env_steps"] == 32
+
+
+def test_every_space_trains_evaluates_and_reports_through_a_study_file(user_dir: Path) -> None:
+    tasks = [{"env": "user_pomdp:Cue", "env_kwargs": {"obs": obs, "action": action, "length": 2}}
+             for obs, action in SPACES]
+    tasks[1]["policy"] = {"features_extractor_kwargs": {"features_dim": 16}}  # the image's NatureCNN, made small
+    study = {"name": "spaces", "settings": {"total_timesteps": 32, "n_envs": 2, "eval_freq": 16,
+                                            "n_eval_episodes": 2, "n_eval_envs": 2, "checkpoint_freq": 0,
+                                            "ppo": {"n_steps": 8, "batch_size": 16, "n_epochs": 1,
+                                                    "segment_length": 4},
+                                            "lstm": {"hidden_size": 8}},
+             "tasks": tasks, "backbones": ["lstm"], "seeds": [0]}
+    (user_dir / "spaces.yaml").write_text(yaml.safe_dump(study))
+    ran = engram("study", "spaces.yaml", "--workers", "1", "--log-dir", "runs", "--reps", "20", cwd=user_dir)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    report = (user_dir / "runs" / "spaces" / "report.md").read_text()
+    assert all(f"obs={obs}" in report for obs, _ in SPACES)
+    summaries = sorted((user_dir / "runs" / "spaces").glob("*/*/summary.json"))
+    assert len(summaries) == len(SPACES)
+    image_run = next(path.parent for path in summaries if "obs_image" in str(path))
+    scored = engram("evaluate", str(image_run), "--episodes", "2", "--stochastic", cwd=user_dir)
+    assert scored.returncode == 0, scored.stderr
+
+
+def test_a_wrapper_from_a_config_file_changes_what_the_policy_sees(tmp_path: Path) -> None:
+    config = {"env": "CartPole-v1", "total_timesteps": 32,
+              "env_wrapper": ["envs.wrappers.MaskVelocity", {"gymnasium.wrappers.TimeLimit": {"max_episode_steps": 7}}]}
+    (tmp_path / "masked.yaml").write_text(yaml.safe_dump(config))
+    assert train_rl.main(["--config", str(tmp_path / "masked.yaml"), "--log-dir", str(tmp_path), *SMALL]) == 0
+    run = tmp_path / "CartPole-v1__ppo-gtrxl__0"
+    from agents import MemoryPPO
+
+    assert MemoryPPO.load(run / "model.zip").observation_space.shape == (2,)  # x and θ, no velocities
+    assert json.loads((run / "summary.json").read_text())["final_mean_return"] <= 7  # the time limit held
+
+
+def test_tune_searches_a_user_env(user_dir: Path) -> None:
+    tuned = engram("tune", "--env", "UserCue-v0", "--gym-packages", "user_pomdp", "-n", "32", "--trials", "1",
+                   "--tune-seeds", "1", "--log-dir", "runs", "--eval-freq", "16", "--n-eval-episodes", "2",
+                   "--space", str(REPO / "configs" / "tune" / "ppo.yaml"),
+                   "-p", "n_envs=2", "ppo.n_steps=8", "ppo.batch_size=16", "ppo.segment_length=4", "ppo.n_epochs=1",
+                   "gtrxl.d_model=8", "n_eval_envs=2", cwd=user_dir)
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert "1 trials (1 complete)" in tuned.stdout
+
+
+def test_list_envs_shows_the_ids_a_package_registers(user_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert train_rl.main(["list", "envs", "--gym-packages", "user_pomdp"]) == 0
+    listed = capsys.readouterr().out
+    assert "UserCue-v0" in listed and "gymnasium (user_pomdp)" in listed and "CartPole-v1" in listed
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--env", "CartPol-v1"], "env='CartPol-v1': Unknown env id 'CartPol-v1': gymnasium's registry does not hold it. "
+                              "Did you mean CartPole-v1"),
+    (["--env", "UserCue-v0"], "env='UserCue-v0': Unknown env id"),  # its module was not named
+    (["--env", "no_such_module:Env"], "env='no_such_module:Env': module 'no_such_module' does not import "
+                                      "(ModuleNotFoundError: No module named 'no_such_module')"),
+    (["--env", "broken_module:Env"], "module 'broken_module' does not import (ZeroDivisionError: division by zero)"),
+    (["--env", "user_pomdp:Nothing"], "module 'user_pomdp' has no attribute 'Nothing', and gymnasium's registry "
+                                      "holds no id 'Nothing'"),
+    (["--env", "collections:OrderedDict"], "'collections:OrderedDict' is the class OrderedDict, which is not a "
+                                           "gymnasium.Env subclass"),
+    (["--env", "user_pomdp:OBSERVATIONS"], "'user_pomdp:OBSERVATIONS' is a dict, not an env class or a function"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "lenght=3"], "user_pomdp:Cue got unexpected keyword argument(s) "
+                                                               "'lenght' (did you mean 'length'?)"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "length=abc"], "env_kwargs.length='abc': expected an integer"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=text"], "env='user_pomdp:Cue' with env_kwargs obs='text' does "
+                                                               "not build (KeyError: 'text')"),
+    (["--gym-packages", "no_such_package"], "gym_packages=['no_such_package']: module 'no_such_package' does not "
+                                            "import (ModuleNotFoundError"),
+    (["--env-wrapper", "no_such.Wrapper"], "env_wrapper 'no_such.Wrapper': module 'no_such' does not import"),
+    (["--env-wrapper", "envs.wrappers.Nothing"], "env_wrapper 'envs.wrappers.Nothing': module 'envs.wrappers' has "
+                                                 "no attribute 'Nothing'"),
+    (["--env-wrapper", "envs.wrappers.MaskVelocity"],
+     "env_wrapper 'envs.wrappers.MaskVelocity' fails on engram/TMaze-v0 (ValueError: MaskVelocity knows"),
+    (["--env-wrapper", "{a: 1, b: 2}"], "env_wrapper=[{'a': 1, 'b': 2}]: env_wrapper entry {'a': 1, 'b': 2}"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=text", "--env-wrapper", "[1]"], "env_wrapper=[[1]]"),
+])
+def test_a_bad_env_spec_exits_2_with_one_line_and_creates_nothing(user_dir: Path, argv: list[str], expected: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (user_dir / "broken_module.py").write_text("1 / 0\n")
+    assert train_rl.main([*argv, "-n", "32", "--log-dir", "runs", *SMALL]) == 2
+    error = capsys.readouterr().err
+    assert expected in error, error
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert not (user_dir / "runs").exists()
+
+
+@pytest.mark.parametrize("command", [["study", "study.yaml"], ["tune", "--space", str(REPO / "configs/tune/ppo.yaml")],
+                                     ["train"]])
+def test_every_command_refuses_a_bad_spec_before_creating_anything(tmp_path: Path, command: list[str]) -> None:
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({"tasks": [{"env": "TMaze-v0"}, {"env": "CartPol-v1"}]}))
+    options = ["--log-dir", "runs"] + (["--env", "CartPol-v1"] if command[0] != "study" else [])
+    refused = engram(*command, *options, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert "Unknown env id 'CartPol-v1'" in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_evaluate_on_another_env_is_checked_against_the_model(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert train_rl.main(["--env", "CartPole-v1", "--env-wrapper", "envs.wrappers.MaskVelocity", "-n", "32",
+                          "--log-dir", str(tmp_path), *SMALL]) == 0
+    run = str(tmp_path / "CartPole-v1__ppo-gtrxl__0")
+    capsys.readouterr()
+    assert train_rl.main(["evaluate", run, "--env", "CartPol-v1"]) == 2
+    assert "Unknown env id 'CartPol-v1'" in capsys.readouterr().err
+    assert train_rl.main(["evaluate", run, "--env-wrapper"]) == 2  # without the mask: four numbers, not two
+    assert "does not fit the model" in capsys.readouterr().err
+    assert train_rl.main(["evaluate", run, "--episodes", "2", "--env", "CartPole-v1"]) == 0  # masked as the run was
+
+
+def test_engram_tasks_with_wrappers_or_subprocesses_run_as_single_copies() -> None:
+    batched = envs.make_vec_env("TMaze-v0", 3, seed=4, length=3)
+    single = envs.make_vec_env("TMaze-v0", 3, seed=4, length=3,
+                               env_wrapper="gymnasium.wrappers.RecordEpisodeStatistics")
+    subproc = envs.make_vec_env("TMaze-v0", 3, seed=4, length=3, vec_env="subproc")
+    try:
+        assert type(batched.venv).__name__ == "BatchedVecEnv"
+        assert type(single.venv).__name__ == "SeededDummyVecEnv"
+        assert type(subproc.venv).__name__ == "SeededSubprocVecEnv"
+        first = batched.reset()
+        np.testing.assert_array_equal(single.reset(), first)  # the same copy seeds, whatever steps them
+        np.testing.assert_array_equal(subproc.reset(), first)
+    finally:
+        subproc.close()
+
+
+def test_parsed_wrappers_and_run_names() -> None:
+    assert parse_env_wrapper(None) == []
+    assert parse_env_wrapper("a.B") == [("a.B", {})]
+    assert parse_env_wrapper(["a.B", {"c:D": {"k": 1}}]) == [("a.B", {}), ("c:D", {"k": 1})]
+    config = RunConfig(env="my.pkg:Maze")
+    assert config.run_name() == "my.pkg-Maze__ppo-gtrxl__0"
+    masked = MaskVelocity(gym.make("Pendulum-v1"))
+    assert masked.observation_space.shape == (2,) and masked.reset(seed=0)[0].shape == (2,)
+    with pytest.raises(ValueError, match="MaskObservation with drop"):
+        MaskVelocity(gym.make("FrozenLake-v1"))
