@@ -12,6 +12,7 @@ imports it when called, so ``--help`` loads neither torch nor SB3::
     python train_rl.py evaluate runs/TMaze-v0__ppo-gtrxl__0 --episodes 100 --record tmaze.gif
     python train_rl.py list backbones
     python train_rl.py plot runs/TMaze-v0__ppo --group-by backbone --out curves.png
+    python train_rl.py inspect runs/TMaze-v0__ppo-gtrxl__0 --episodes 4 --out inspect/gtrxl
     python train_rl.py lm train -c configs/lm/python.yaml --progress
     python train_rl.py lm eval runs/lm/python__lm-trxl__0 --memory-length 128 256
 """
@@ -25,6 +26,7 @@ from typing import NamedTuple, NoReturn
 
 import experiments.threads  # noqa: F401  (first: OMP_WAIT_POLICY=PASSIVE before torch loads OpenMP)
 from experiments.cli.parser import program
+from experiments.exits import run_command
 
 
 class Command(NamedTuple):
@@ -44,8 +46,10 @@ COMMANDS: dict[str, Command] = {
     "evaluate": Command("experiments.cli.evaluate", "main", "RUN_DIR_OR_MODEL",
                         "score a trained agent over N episodes, render it or record a video"),
     "list": Command("experiments.cli.listing", "main", "[WHAT]",
-                    "backbones, attentions, positions, envs, configs or learners, with a summary each"),
+                    "backbones, attentions, positions, envs, configs, learners or hyperparams, with a summary each"),
     "plot": Command("experiments.cli.plot", "main", "RUN_DIRS...", "learning curves of any runs as a PNG"),
+    "inspect": Command("experiments.cli.inspect", "main", "RUN_DIR_OR_MODEL",
+                       "what a trained agent's memory reads: saliency and attention maps over episodes"),
     "tune": Command("experiments.tune", "main", "[OPTIONS]", "search hyper-parameters with Optuna"),
     "lm": Command("experiments.lm_workbench", "main", "{train,eval,sample} ...",
                   "language models on the same backbones"),
@@ -64,14 +68,18 @@ def overview() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command named first in ``argv`` (``train`` when the first word is not a command)."""
+    """Run the command named first in ``argv`` (``train`` when the first word is not a command) and return its exit
+    status; a signal or a failing disk ends every command alike (:func:`experiments.exits.run_command`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
         print(overview())
     name = argv[0] if argv[:1] and argv[0] in COMMANDS else "train"
     command = COMMANDS[name]
-    run = getattr(importlib.import_module(command.module), command.function)
-    return run(argv[1:] if argv[:1] == [name] else argv)
+
+    def run(words: list[str]) -> int:
+        return getattr(importlib.import_module(command.module), command.function)(words)
+
+    return run_command(run, argv[1:] if argv[:1] == [name] else argv)
 
 
 def run() -> NoReturn:

@@ -8,7 +8,7 @@ import zipfile
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -19,15 +19,19 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import json_to_data
+from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
+from agents.advantages import SUSTAINED_ROLLOUTS, normalized, sustained_scale
 from agents.buffer import MINIBATCH_ORDERS, MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
+from policies.options import Relation, checked
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
+from policies.rules import Count, Entries, OneOf, Range, Switch
 from policies.window import strip_cache
 
 DEFAULT_UNIFORM_KL = 0.01
@@ -39,6 +43,23 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 under ``torch.autocast`` (Micikevicius et al. 2018's mixed precision, with bfloat16's float32 range,
 so no loss scaling); parameters, gradients, the optimizer, the heads and the losses stay float32, and
 rollouts are computed in float32 as before."""
+
+LearningRate = Annotated[float | Schedule, Range(0.0, schedule=True,
+                                                 note="0: the policy stays as it starts, e.g. from init_from")]
+AuxCoefs = Annotated[dict[str, float] | None, Entries(Range(0.0))]
+UniformKLCoef = Annotated[float | None, Range(0.0, optional=True)]
+MinibatchOrder = Annotated[str, OneOf(lambda: MINIBATCH_ORDERS)]
+Precision = Annotated[str, OneOf(lambda: PRECISIONS)]
+AdvantageScaleDecay = Annotated[float, Range(0.0, 1.0, note="0: SB3's per-minibatch standardisation")]
+
+
+def _whole_segments(option: str) -> Relation:
+    return Relation(option, (option, "segment_length"), lambda o: o[option] % o["segment_length"] == 0,
+                    lambda o: f"a multiple of the training segment, {o.show('segment_length')}")
+
+
+WHOLE_SEGMENTS = (_whole_segments("n_steps"), _whole_segments("batch_size"))
+"""``n_steps`` and ``batch_size`` are multiples of ``segment_length``: the buffer cuts both into segments"""
 
 
 def _saved_data(path: str | Path) -> dict[str, Any]:
@@ -121,7 +142,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         ``n_steps`` and ``batch_size`` must be multiples of it.
     :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
         ``{"ponder_cost": 0.01}``); defaults to the backbone's ``aux_loss_coefs``.
-    :param normalize_advantage: standardise advantages per minibatch.
+    :param normalize_advantage: standardise advantages per minibatch, dividing by their std or by the scale the run
+        has sustained, whichever is larger (:mod:`agents.advantages`).
+    :param advantage_scale_decay: ``δ``, the factor by which that sustained scale may fall per rollout; 0 gives
+        SB3's per-minibatch standardisation, which amplifies the value function's residue once a task is solved.
     :param minibatch_order: ``shuffled`` (SB3's, the default) or ``by-env``: minibatches of whole
         envs, whose windows share their records, so each record is projected once for many
         samples (:func:`policies.window.shared_windows`); its effect on learning is in docs/benchmarks/speed.md.
@@ -143,29 +167,21 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     learner_policy_options: tuple[str, ...] = ()
     """policy options the learner sets from options of its own (saved with it), not from ``policy_kwargs``"""
 
-    def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: int, batch_size: int,
-                 segment_length: int, aux_coefs: dict[str, float] | None, normalize_advantage: bool,
-                 uniform_kl_coef: float | None, minibatch_order: str = "shuffled", precision: str = "fp32",
-                 **kwargs: Any) -> None:
-        for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("segment_length", segment_length)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name, value in (("n_steps", n_steps), ("batch_size", batch_size)):
-            if value % segment_length:
-                raise ValueError(f"{name}={value} is not a multiple of segment_length={segment_length}")
-        if minibatch_order not in MINIBATCH_ORDERS:
-            raise ValueError(f"unknown minibatch_order {minibatch_order!r}; "
-                             f"valid orders: {', '.join(MINIBATCH_ORDERS)}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
+    @checked(*WHOLE_SEGMENTS)
+    def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: Any, *, n_steps: Count, batch_size: Count,
+                 segment_length: Count, aux_coefs: AuxCoefs, normalize_advantage: Switch,
+                 uniform_kl_coef: UniformKLCoef, advantage_scale_decay: AdvantageScaleDecay = 0.999,
+                 minibatch_order: MinibatchOrder = "shuffled", precision: Precision = "fp32", **kwargs: Any) -> None:
         self.precision = precision
         self.batch_size = batch_size
         self.segment_length = segment_length
         self.minibatch_order = minibatch_order
         self.aux_coefs = aux_coefs
         self.normalize_advantage = normalize_advantage
-        if uniform_kl_coef is not None and uniform_kl_coef < 0:
-            raise ValueError(f"uniform_kl_coef must be >= 0, got {uniform_kl_coef}")
+        self.advantage_scale_decay = advantage_scale_decay
+        self.advantage_scale = 0.0
+        """σ̄, the sustained advantage scale (:mod:`agents.advantages`), saved with the model"""
+        self._advantage_stds: list[float] = []
         self.uniform_kl_coef = uniform_kl_coef
         self._last_state: PolicyState | None = None
         self.learner_class = type(self).__name__
@@ -280,9 +296,17 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             last_values = self.policy.predict_values(obs_as_tensor(new_obs, self.device), self._last_state,
                                                      torch.as_tensor(dones, device=self.device).bool())
         buffer.compute_returns_and_advantage(last_values=last_values, dones=dones)
+        self._track_advantage_scale(float(buffer.advantages.std()))
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _track_advantage_scale(self, std: float) -> None:
+        """Update σ̄ with the advantage std of the rollout just collected, and log both."""
+        self._advantage_stds = [*self._advantage_stds, std][-SUSTAINED_ROLLOUTS:]
+        self.advantage_scale = sustained_scale(self.advantage_scale, self._advantage_stds, self.advantage_scale_decay)
+        self.logger.record("train/advantage_std", std)
+        self.logger.record("train/advantage_scale", self.advantage_scale)
 
     def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """The actions taken at a rollout step, ``log π_old`` of them, and what the learner stores
@@ -328,7 +352,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
         advantages = batch.advantages
         if self.normalize_advantage and len(advantages) > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            advantages = normalized(advantages, self.advantage_scale)
         aux_loss = self._aux_loss(aux, logs)
         if self.uniform_kl_coef:
             barrier = uniform_kl(distribution).mean()

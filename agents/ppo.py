@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import torch
 from stable_baselines3.common.policies import BasePolicy
@@ -12,13 +12,30 @@ from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explai
 from torch import Tensor
 
 from agents.exploration import behaviour_sample, check_action_space
-from agents.on_policy import MemoryOnPolicyAlgorithm
+from agents.on_policy import (
+    AdvantageScaleDecay,
+    AuxCoefs,
+    LearningRate,
+    MemoryOnPolicyAlgorithm,
+    MinibatchOrder,
+    Precision,
+    UniformKLCoef,
+)
+from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
+from policies.rules import Count, NonNegative, Positive, Probability, Range, Switch
 
 SelfMemoryPPO = TypeVar("SelfMemoryPPO", bound="MemoryPPO")
 
 LEARNING_RATE = LinearSchedule(1e-3, 0.0, 1.0)
 """the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; docs/notes/tuned-defaults.md)"""
+ClipRange = Annotated[float | Schedule, Range(0.0, low_open=True, schedule=True)]
+"""PPO's ``ε`` (Schulman et al. 2017)"""
+ClipRangeVF = Annotated[float | Schedule | None, Range(0.0, low_open=True, optional=True, schedule=True)]
+"""the clip range of values; ``None``: values are not clipped"""
+TargetKL = Annotated[float | None, Range(0.0, low_open=True, optional=True)]
+ExplorationFloor = Annotated[float | Schedule, Range(0.0, 1.0, schedule=True)]
+"""the mixture weight ``ε`` of the uniform policy (:mod:`agents.exploration`)"""
 
 
 class MemoryPPO(MemoryOnPolicyAlgorithm):
@@ -30,7 +47,10 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
     ``max_grad_norm``, ``target_kl``), with its defaults except four chosen by a seed study on memory tasks
     (docs/notes/tuned-defaults.md): ``learning_rate`` 1e-3 decaying linearly to 0, ``n_steps`` 64, ``batch_size``
     256 and ``n_epochs`` 4 (RecurrentPPO: constant 3e-4, 128, 128, 10); plus the memory options of
-    :class:`MemoryOnPolicyAlgorithm` (``segment_length``, ``aux_coefs``). The backbone is chosen in ``policy_kwargs``:
+    :class:`MemoryOnPolicyAlgorithm` (``segment_length``, ``aux_coefs``, ``advantage_scale_decay``: advantages are
+    standardised per minibatch but never divided by less than the scale the run has sustained, so that a solved
+    policy is not moved by its value function's residue, :mod:`agents.advantages`). The backbone is chosen in
+    ``policy_kwargs``:
     ``MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gtrxl",
     "backbone_kwargs": {"memory_length": 64}})``.
 
@@ -47,22 +67,20 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
 
+    @checked()
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: GymEnv | str,
-                 learning_rate: float | Schedule = LEARNING_RATE, n_steps: int = 64, batch_size: int = 256,
-                 n_epochs: int = 4, gamma: float = 0.99, gae_lambda: float = 0.95,
-                 clip_range: float | Schedule = 0.2, clip_range_vf: float | Schedule | None = None,
-                 normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
-                 max_grad_norm: float = 0.5, target_kl: float | None = None,
-                 exploration_floor: float | Schedule = 0.0, uniform_kl_coef: float | None = None,
-                 segment_length: int = 16, minibatch_order: str = "shuffled", precision: str = "fp32",
-                 aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
+                 learning_rate: LearningRate = LEARNING_RATE, n_steps: Count = 64, batch_size: Count = 256,
+                 n_epochs: Count = 4, gamma: Probability = 0.99, gae_lambda: Probability = 0.95,
+                 clip_range: ClipRange = 0.2, clip_range_vf: ClipRangeVF = None,
+                 normalize_advantage: Switch = True, advantage_scale_decay: AdvantageScaleDecay = 0.999,
+                 ent_coef: NonNegative = 0.0, vf_coef: NonNegative = 0.5,
+                 max_grad_norm: Positive = 0.5, target_kl: TargetKL = None,
+                 exploration_floor: ExplorationFloor = 0.0, uniform_kl_coef: UniformKLCoef = None,
+                 segment_length: Count = 16, minibatch_order: MinibatchOrder = "shuffled",
+                 precision: Precision = "fp32", aux_coefs: AuxCoefs = None, stats_window_size: Count = 100,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, seed: int | None = None, device: torch.device | str = "auto",
                  _init_setup_model: bool = True) -> None:
-        if n_epochs < 1:
-            raise ValueError(f"n_epochs must be >= 1, got {n_epochs}")
-        if isinstance(clip_range_vf, int | float) and not clip_range_vf > 0:
-            raise ValueError(f"clip_range_vf must be > 0 (or None to not clip values), got {clip_range_vf}")
         self.n_epochs = n_epochs
         self.clip_range = clip_range
         self.clip_range_vf = clip_range_vf
@@ -71,7 +89,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
                          segment_length=segment_length, minibatch_order=minibatch_order, precision=precision,
                          aux_coefs=aux_coefs,
-                         normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
+                         normalize_advantage=normalize_advantage, advantage_scale_decay=advantage_scale_decay,
+                         uniform_kl_coef=uniform_kl_coef,
                          gamma=gamma, gae_lambda=gae_lambda,
                          ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,

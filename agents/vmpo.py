@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import torch
 from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import explained_variance
 from torch import Tensor, nn
 
-from agents.on_policy import MemoryOnPolicyAlgorithm, NonFiniteError
+from agents.on_policy import (
+    AdvantageScaleDecay,
+    AuxCoefs,
+    LearningRate,
+    MemoryOnPolicyAlgorithm,
+    MinibatchOrder,
+    NonFiniteError,
+    Precision,
+    UniformKLCoef,
+)
 from agents.vmpo_losses import (
     gaussian_kl_covariance,
     gaussian_kl_mean,
@@ -21,11 +30,15 @@ from agents.vmpo_losses import (
     top_half,
     trust_region_loss,
 )
+from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
-from policies.popart import PopArtValueHead
+from policies.popart import PopArtBeta, PopArtValueHead
+from policies.rules import Count, NonNegative, Positive, Probability, Range, Switch
 
 SelfVMPO = TypeVar("SelfVMPO", bound="VMPO")
 DUAL_MIN = 1e-8
+AlphaInit = Annotated[float | None, Range(0.0, low_open=True, optional=True)]
+"""the initial trust-region multiplier ``α₀``; ``None``: 5 for discrete actions, 1 (``α_μ``, ``α_Σ``) for Gaussian"""
 
 
 class Duals(nn.Module):
@@ -65,26 +78,20 @@ class VMPO(MemoryOnPolicyAlgorithm):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MemoryPolicy": MemoryActorCriticPolicy}
     learner_policy_options = ("popart", "popart_beta")
 
+    @checked()
     def __init__(self, policy: str | type[MemoryActorCriticPolicy], env: GymEnv | str,
-                 learning_rate: float | Schedule = 1e-3, n_steps: int = 32, batch_size: int = 128,
-                 n_epochs: int = 4, gamma: float = 0.99, vf_coef: float = 0.5, max_grad_norm: float = 0.5,
-                 epsilon_eta: float = 0.01, epsilon_alpha: float = 0.01, epsilon_alpha_mu: float = 0.0075,
-                 epsilon_alpha_sigma: float = 1e-5, eta_init: float = 1.0, alpha_init: float | None = None,
-                 dual_learning_rate: float = 1e-2, normalize_advantage: bool = True,
-                 uniform_kl_coef: float | None = None, popart: bool = False, popart_beta: float = 1e-3,
-                 segment_length: int = 16, minibatch_order: str = "shuffled", precision: str = "fp32",
-                 aux_coefs: dict[str, float] | None = None, stats_window_size: int = 100,
+                 learning_rate: LearningRate = 1e-3, n_steps: Count = 32, batch_size: Count = 128,
+                 n_epochs: Count = 4, gamma: Probability = 0.99, vf_coef: NonNegative = 0.5,
+                 max_grad_norm: Positive = 0.5, epsilon_eta: Positive = 0.01, epsilon_alpha: Positive = 0.01,
+                 epsilon_alpha_mu: Positive = 0.0075, epsilon_alpha_sigma: Positive = 1e-5, eta_init: Positive = 1.0,
+                 alpha_init: AlphaInit = None, dual_learning_rate: Positive = 1e-2,
+                 normalize_advantage: Switch = True, advantage_scale_decay: AdvantageScaleDecay = 0.999,
+                 uniform_kl_coef: UniformKLCoef = None, popart: Switch = False,
+                 popart_beta: PopArtBeta = 1e-3, segment_length: Count = 16,
+                 minibatch_order: MinibatchOrder = "shuffled", precision: Precision = "fp32",
+                 aux_coefs: AuxCoefs = None, stats_window_size: Count = 100,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
                  seed: int | None = None, device: torch.device | str = "auto", _init_setup_model: bool = True) -> None:
-        for name, value in (("epsilon_eta", epsilon_eta), ("epsilon_alpha", epsilon_alpha),
-                            ("epsilon_alpha_mu", epsilon_alpha_mu), ("epsilon_alpha_sigma", epsilon_alpha_sigma),
-                            ("eta_init", eta_init), ("dual_learning_rate", dual_learning_rate)):
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        if alpha_init is not None and not alpha_init > 0:
-            raise ValueError(f"alpha_init must be > 0, got {alpha_init}")
-        if n_epochs < 1:
-            raise ValueError(f"n_epochs must be >= 1, got {n_epochs}")
         self.n_epochs = n_epochs
         self.epsilon_eta, self.epsilon_alpha = epsilon_eta, epsilon_alpha
         self.epsilon_alpha_mu, self.epsilon_alpha_sigma = epsilon_alpha_mu, epsilon_alpha_sigma
@@ -94,7 +101,8 @@ class VMPO(MemoryOnPolicyAlgorithm):
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, batch_size=batch_size,
                          segment_length=segment_length, minibatch_order=minibatch_order, precision=precision,
                          aux_coefs=aux_coefs,
-                         normalize_advantage=normalize_advantage, uniform_kl_coef=uniform_kl_coef,
+                         normalize_advantage=normalize_advantage, advantage_scale_decay=advantage_scale_decay,
+                         uniform_kl_coef=uniform_kl_coef,
                          gamma=gamma, gae_lambda=1.0,
                          ent_coef=0.0, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,

@@ -27,10 +27,11 @@ import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 from sb3_contrib import RecurrentPPO
 
-from experiments.config import ACTIVATIONS, RunConfig, algo_defaults, build_config, parse_value, plain
+from experiments.config import RunConfig, algo_defaults, build_config, parse_value, plain
 from experiments.evaluation import evaluate
 from experiments.training import EVAL_SEED_OFFSET, make_run_env, train
 from experiments.validation import validate
+from policies.policy_options import ACTIVATIONS
 
 SHARED_PPO = ("n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "learning_rate", "clip_range", "ent_coef",
               "vf_coef", "max_grad_norm")

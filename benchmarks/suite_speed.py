@@ -1,6 +1,8 @@
-"""Suite speed: engram's default GTrXL, GRU and MLP in steps/s, and RecurrentPPO's library defaults at one budget.
+"""Suite speed: engram's default backbones in steps/s against the GRU, and RecurrentPPO's defaults at one budget.
 
-Two parts, one torch thread throughout (issue 31, deliverable 3):
+Two parts, one torch thread throughout (issue 31, deliverable 3); ``--recurrent`` runs the first alone for the linear
+recurrent memories (FFM, LRU, minGRU, Mamba, mLSTM) against the GRU on two POPGym tasks and T-Maze-20, with the
+bytes each stores per env step in the rollout buffer:
 
 1. **Steps/s in interleaved rounds.** One learner per (task, backbone), each exactly what
    ``train_rl.py --env TASK --backbone B`` builds with every default (no config, no ``-p``: MemoryPPO's
@@ -24,6 +26,7 @@ Usage::
 
     .venv/bin/python benchmarks/suite_speed.py            # about 35 minutes on a busy 2-core machine
     .venv/bin/python benchmarks/suite_speed.py --quick    # smoke run (a minute), prints and writes nothing
+    .venv/bin/python benchmarks/suite_speed.py --recurrent --rounds 3    # the recurrent memories against the GRU
 """
 
 from __future__ import annotations
@@ -50,7 +53,14 @@ from experiments.training import build_model, make_envs
 POPGYM_TASKS = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0")
 SPEED_TASKS = (*POPGYM_TASKS, "MiniGrid-MemoryS11-v0")
 BACKBONES = ("gtrxl", "gru", "mlp")
+RECURRENT_MEMORIES = ("gru", "ffm", "lru", "mingru", "mamba", "mlstm")
+"""``--recurrent``: the linear recurrent memories, and the GRU they are measured against"""
+RECURRENT_TASKS = (*POPGYM_TASKS, "TMaze-20")
+TASKS = {"TMaze-20": ("TMaze-v0", {"length": 20})}
+"""tasks named by a label: the env id and its keyword arguments (any other task is an env id alone)"""
 TARGET_GTRXL_OVER_GRU = 0.5
+TARGET_OVER_GRU = {"gtrxl": TARGET_GTRXL_OVER_GRU, **{name: 1.0 for name in RECURRENT_MEMORIES if name != "gru"}}
+"""each backbone's target of steps/s over the GRU's (none for the MLP)"""
 TARGET_OVER_RECURRENT_PPO = 5.0
 
 
@@ -65,13 +75,15 @@ class Settings:
     backbones: tuple[str, ...] = BACKBONES
     seed: int = 0
     threads: int = 1
+    against_recurrent_ppo: bool = True
 
 
 def engram_default(task: str, backbone: str, seed: int) -> tuple[Any, Any]:
     """The learner ``train_rl.py --env task --backbone backbone --seed seed`` trains, and its evaluation envs,
     built in the same order (the envs, then the learner, which seeds every generator), so training from here
     draws the same numbers as that run does."""
-    config = build_config(None, {"env": task, "backbone": backbone, "seed": seed})
+    env_id, env_kwargs = TASKS.get(task, (task, {}))
+    config = build_config(None, {"env": env_id, "env_kwargs": env_kwargs, "backbone": backbone, "seed": seed})
     env, eval_env = make_envs(config)
     return build_model(config, env, tensorboard_log=None), eval_env
 
@@ -94,12 +106,22 @@ def timed_learn(model: Any, steps: int) -> dict[str, float]:
             "load_average": round(os.getloadavg()[0], 2)}
 
 
-def speed_rounds(s: Settings) -> list[dict[str, Any]]:
-    """Every (task, backbone) learner once per round, in an order shuffled per round."""
+def learners(s: Settings) -> dict[tuple[str, str], Any]:
+    """One default learner per (task, backbone), after a warm-up rollout and update each."""
     models = {(task, backbone): engram_default(task, backbone, s.seed)[0]
               for task in s.speed_tasks for backbone in s.backbones}
-    for model in models.values():  # warm-up: one rollout and update each
+    for model in models.values():
         model.learn(model.n_steps * model.n_envs)
+    return models
+
+
+def buffer_bytes(models: dict[tuple[str, str], Any]) -> dict[str, int]:
+    """Bytes each learner's rollout buffer stores per env step (its backbone's memory), by ``"task backbone"``."""
+    return {f"{task} {backbone}": model.rollout_buffer.bytes_per_step() for (task, backbone), model in models.items()}
+
+
+def speed_rounds(s: Settings, models: dict[tuple[str, str], Any]) -> list[dict[str, Any]]:
+    """Every (task, backbone) learner once per round, in an order shuffled per round."""
     rows = []
     for round_index in range(s.rounds):
         order = random.Random(s.seed + round_index).sample(list(models), len(models))
@@ -111,17 +133,25 @@ def speed_rounds(s: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+def compared(s: Settings) -> list[str]:
+    """The backbones measured against the GRU."""
+    return [backbone for backbone in s.backbones if backbone != "gru"]
+
+
 def ratios(rows: list[dict[str, Any]], s: Settings) -> list[dict[str, Any]]:
-    """GTrXL's steps per CPU second over the GRU's (``gtrxl_over_gru``), and the same of wall seconds, per
-    task and round."""
+    """Each backbone's steps per CPU second over the GRU's (``<backbone>_over_gru``), and the same of wall seconds,
+    per task and round."""
     speed = {(r["task"], r["round"], r["backbone"]): r for r in rows}
     out = []
     for task in s.speed_tasks:
         for round_index in range(s.rounds):
-            gtrxl, gru = speed[task, round_index, "gtrxl"], speed[task, round_index, "gru"]
-            out.append({"task": task, "round": round_index,
-                        "gtrxl_over_gru": round(gtrxl["steps_per_cpu_second"] / gru["steps_per_cpu_second"], 3),
-                        "gtrxl_over_gru_wall": round(gtrxl["steps_per_second"] / gru["steps_per_second"], 3)})
+            gru = speed[task, round_index, "gru"]
+            row: dict[str, Any] = {"task": task, "round": round_index}
+            for backbone in compared(s):
+                other = speed[task, round_index, backbone]
+                row[f"{backbone}_over_gru"] = round(other["steps_per_cpu_second"] / gru["steps_per_cpu_second"], 3)
+                row[f"{backbone}_over_gru_wall"] = round(other["steps_per_second"] / gru["steps_per_second"], 3)
+            out.append(row)
     return out
 
 
@@ -158,8 +188,8 @@ def against_recurrent_ppo(s: Settings) -> list[dict[str, Any]]:
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """Medians per (task, backbone), the median and range of GTrXL/GRU per task, and engram over RecurrentPPO;
-    each of CPU time (the targets') and of wall time (``_wall``)."""
+    """Medians per (task, backbone), the median and range of each backbone over the GRU per task, and engram over
+    RecurrentPPO; each of CPU time (the targets') and of wall time (``_wall``)."""
     s = result["settings"]
     out: dict[str, Any] = {}
     for suffix, rate in (("", "steps_per_cpu_second"), ("_wall", "steps_per_second")):
@@ -167,13 +197,16 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             f"{task} {backbone}": statistics.median(r[rate] for r in result["rounds"]
                                                     if (r["task"], r["backbone"]) == (task, backbone))
             for task in s["speed_tasks"] for backbone in s["backbones"]}
-        per_task = {}
-        for task in s["speed_tasks"]:
-            values = [r[f"gtrxl_over_gru{suffix}"] for r in result["ratios"] if r["task"] == task]
-            per_task[task] = {"median": statistics.median(values), "range": [min(values), max(values)]}
-        out[f"gtrxl_over_gru{suffix}"] = per_task
+        for backbone in s["backbones"]:
+            if backbone == "gru":
+                continue
+            per_task = {}
+            for task in s["speed_tasks"]:
+                values = [r[f"{backbone}_over_gru{suffix}"] for r in result["ratios"] if r["task"] == task]
+                per_task[task] = {"median": statistics.median(values), "range": [min(values), max(values)]}
+            out[f"{backbone}_over_gru{suffix}"] = per_task
     contrib = {}
-    for task in s["score_tasks"]:
+    for task in s["score_tasks"] if result["recurrent_ppo"] else []:
         engram, other = (next(r for r in result["recurrent_ppo"] if r["task"] == task and r["learner"].startswith(p))
                          for p in ("engram", "RecurrentPPO"))
         contrib[task] = {"speedup": round(other["cpu_s"] / engram["cpu_s"], 2),
@@ -193,7 +226,9 @@ def _range(ratio: dict[str, Any]) -> str:
 
 def render(result: dict[str, Any]) -> str:
     s, sm = result["settings"], result["summary"]
-    lines = [*heading("Suite speed: engram's default backbones, and RecurrentPPO's defaults", result),
+    title = ("Suite speed: engram's default backbones, and RecurrentPPO's defaults" if result["recurrent_ppo"] else
+             "Suite speed: the linear recurrent memories against the GRU")
+    lines = [*heading(title, result),
              machine_line(result), "",
              f"One torch thread. Every learner is what `train_rl.py --env TASK --backbone B` builds with every "
              f"default (MemoryPPO, 16 envs, the backbone's default size). {s['rounds']} interleaved rounds, each "
@@ -208,18 +243,30 @@ def render(result: dict[str, Any]) -> str:
     for r in sorted(result["rounds"], key=lambda r: (r["round"], r["task"], r["backbone"])):
         lines.append(f"| {r['round']} | `{r['task']}` | {r['backbone']} | {r['steps_per_cpu_second']:,.0f} | "
                      f"{r['steps_per_second']:,.0f} | {r['collect_share']:.0%} | {r['load_average']:.2f} |")
-    lines += ["", f"## GTrXL over GRU (target ≥ {TARGET_GTRXL_OVER_GRU}×)", "",
-              "Median CPU steps/s per backbone; GTrXL/GRU: median (range) of the per-round ratios.", "",
-              "| task | " + " | ".join(s["backbones"]) + " | GTrXL/GRU per round (CPU) | GTrXL/GRU (CPU) "
-              "| GTrXL/GRU (wall) | target |",
-              "|---|" + "---:|" * len(s["backbones"]) + "---|---|---|---|"]
+    lines += ["", "## Over the GRU", "",
+              "Median CPU steps/s per backbone; over GRU: median (range) of the per-round ratios of CPU steps/s "
+              "(and of wall steps/s); target: GTrXL ≥ 0.5×, each linear recurrent memory ≥ 1×. Bytes/step: what the "
+              "rollout buffer stores per env step (`bytes_per_step`: the backbone's per-step record, amortised "
+              "window prefix and validity bytes).", "",
+              "| task | backbone | CPU steps/s | over GRU per round (CPU) | over GRU (CPU) | over GRU (wall) "
+              "| bytes/step | target |",
+              "|---|---|---:|---|---|---|---:|---|"]
     for task in s["speed_tasks"]:
-        per_round = " / ".join(f"{r['gtrxl_over_gru']:.2f}" for r in result["ratios"] if r["task"] == task)
-        cpu = sm["gtrxl_over_gru"][task]
-        medians = " | ".join(f"{sm['median_steps_per_second'][f'{task} {b}']:,.0f}" for b in s["backbones"])
-        wall = _range(sm["gtrxl_over_gru_wall"][task])
-        lines.append(f"| `{task}` | {medians} | {per_round} | {_range(cpu)} | {wall} "
-                     f"| {_met(cpu['median'] >= TARGET_GTRXL_OVER_GRU)} |")
+        for b in s["backbones"]:
+            speed = f"{sm['median_steps_per_second'][f'{task} {b}']:,.0f}"
+            size = sm.get("bytes_per_step", {}).get(f"{task} {b}")
+            size = "" if size is None else f"{size:,}"
+            if b == "gru":
+                lines.append(f"| `{task}` | gru | {speed} | | | | {size} | |")
+                continue
+            per_round = " / ".join(f"{r[f'{b}_over_gru']:.2f}" for r in result["ratios"] if r["task"] == task)
+            cpu, wall = sm[f"{b}_over_gru"][task], sm[f"{b}_over_gru_wall"][task]
+            target = TARGET_OVER_GRU.get(b)
+            verdict = "" if target is None else f"≥ {target:g}×: {_met(cpu['median'] >= target)}"
+            lines.append(f"| `{task}` | {b} | {speed} | {per_round} | {_range(cpu)} | {_range(wall)} | {size} "
+                         f"| {verdict} |")
+    if not result["recurrent_ppo"]:
+        return "\n".join(lines) + "\n"
     lines += ["", f"## Against sb3-contrib's RecurrentPPO, {s['budget']:,} env steps (target ≥ "
               f"{TARGET_OVER_RECURRENT_PPO:g}× the speed, learning at least as well)", "",
               "`RecurrentPPO(\"MlpLstmPolicy\", envs.make_vec_env(task, 1, seed=0), seed=0)`: the library's defaults "
@@ -256,21 +303,29 @@ def main() -> None:
     parser.add_argument("--steps", type=positive, default=Settings.steps, help="env steps per speed measurement")
     parser.add_argument("--budget", type=positive, default=Settings.budget,
                         help="env steps of each run against RecurrentPPO")
-    parser.add_argument("--name", default="suite_speed", help="results file name")
+    parser.add_argument("--recurrent", action="store_true",
+                        help="the linear recurrent memories against the GRU on two POPGym tasks and T-Maze-20, with "
+                             "their buffer bytes per step; no RecurrentPPO part")
+    parser.add_argument("--name", help="results file name (default: suite_speed, or recurrent_memories_speed with "
+                                       "--recurrent)")
     args = parser.parse_args()
-    settings = Settings(rounds=args.rounds, steps=args.steps, budget=args.budget)
+    chosen = {"speed_tasks": RECURRENT_TASKS, "backbones": RECURRENT_MEMORIES,
+              "against_recurrent_ppo": False} if args.recurrent else {}
+    settings = Settings(rounds=args.rounds, steps=args.steps, budget=args.budget, **chosen)
     if args.quick:
-        settings = Settings(rounds=1, steps=2048, budget=2048, episodes=8)
+        settings = Settings(rounds=1, steps=2048, budget=2048, episodes=8, **chosen)
     torch.set_num_threads(settings.threads)
     result: dict[str, Any] = {**provenance(), "machine": machine_info(), "settings": asdict(settings)}
-    result["rounds"] = speed_rounds(settings)
+    models = learners(settings)
+    sizes = buffer_bytes(models)
+    result["rounds"] = speed_rounds(settings, models)
     result["ratios"] = ratios(result["rounds"], settings)
-    result["recurrent_ppo"] = against_recurrent_ppo(settings)
-    result["summary"] = summary(result)
+    result["recurrent_ppo"] = against_recurrent_ppo(settings) if settings.against_recurrent_ppo else []
+    result["summary"] = {**summary(result), "bytes_per_step": sizes}
     if args.quick:
         print(render({**result, "machine": {**result["machine"], "load_average_at_end": list(os.getloadavg())}}))
     else:
-        write_results(args.name, result, render)
+        write_results(args.name or ("recurrent_memories_speed" if args.recurrent else "suite_speed"), result, render)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ so a page links a results file as ``../results/NAME.md``.
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import inspect
 import re
 import sys
@@ -141,7 +139,10 @@ def entry_options(entry: Any) -> dict[str, Any]:
 
 
 def catalogue(registry: dict[str, Any], setting: str) -> str:
-    """One section per registry entry: summary, complexity, options and the class's docstring."""
+    """One section per registry entry: summary, complexity, options (default and valid values) and the class's
+    docstring."""
+    from policies.options import option_rules as option_rules_of
+
     sections = []
     for name, entry in registry.items():
         cls = entry_class(entry)
@@ -154,8 +155,10 @@ def catalogue(registry: dict[str, Any], setting: str) -> str:
             lines += ["", f"Time its paper claims for n tokens: {complexity}."]
         options = registry.options(name) if callable(getattr(registry, "options", None)) else entry_options(entry)
         if options:
-            lines += ["", table(["option", "default"], [[f"`{option}`", code(default)]
-                                                        for option, default in options.items()])]
+            rules = option_rules_of(cls.__init__)
+            lines += ["", table(["option", "default", "valid values"],
+                                [[f"`{option}`", code(default), rules[option].describe() if option in rules else ""]
+                                 for option, default in options.items()])]
         lines += ["", "\n\n".join(paragraphs)]
         sections.append("\n".join(lines))
     return "\n\n".join(sections)
@@ -200,33 +203,47 @@ def algo_options(name: str) -> str:
 # --- run settings, policy options and flags ---------------------------------------------------------------------
 
 
-def attribute_docs(cls: type) -> dict[str, str]:
-    """The docstrings written under a dataclass's fields."""
-    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
-    return {node.target.id: " ".join(after.value.value.split())
-            for node, after in zip(body, body[1:], strict=False)
-            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)}
-
-
 def run_settings() -> str:
-    """Every field of ``RunConfig``: default, the flag that sets it, and its docstring."""
-    from experiments.config import RunConfig
+    """Every field of ``RunConfig``: default, the flag that sets it, and its doc (the field's metadata)."""
+    from experiments.config import FIELDS, field_default
 
     flags: dict[str, str] = {}
     for _, action in parser_actions():  # the main parser comes first: its flag names a setting
         if action.option_strings:
             flags.setdefault(action.dest, action.option_strings[0])
-    docs = attribute_docs(RunConfig)
-    rows = []
-    for field in dataclasses.fields(RunConfig):
-        if field.name == "options":
-            continue
-        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-        meaning = docs.get(field.name) or field.metadata.get("help", "")
-        rows.append([f"`{field.name}`", code(default), f"`{flags[field.name]}`" if field.name in flags else "`-p`",
-                     rst_to_markdown(meaning)])
+    rows = [[f"`{name}`", code(field_default(spec)), f"`{flags[name]}`" if name in flags else "`-p`",
+             rst_to_markdown(spec.metadata["doc"])] for name, spec in FIELDS.items()]
     return table(["setting", "default", "set with", "meaning"], rows)
+
+
+def option_rules() -> str:
+    """The valid values of every setting and option as its rule describes them (``describe()``): the run settings,
+    then the options of each learner, backbone, attention, position scheme and of the policy, read from the
+    annotations of their constructors (:mod:`policies.options`); an option's row names every component whose
+    rule for it reads the same."""
+    from agents import ALGOS
+    from experiments.config import FIELDS, POLICY_OPTIONS, algo_defaults
+    from policies import ATTENTIONS, BACKBONES, POSITIONS
+    from policies.options import option_rules as rules_of
+    from policies.policy import MemoryActorCriticPolicy
+
+    rows = [[f"`{name}`", "run setting", spec.metadata["rule"].describe()] for name, spec in FIELDS.items()]
+    kinds = [("learner", {name: (cls, algo_defaults(name)) for name, cls in ALGOS.items()}),
+             ("backbone", {name: (spec.cls, spec.options()) for name, spec in BACKBONES.items()}),
+             ("attention", {name: (entry.cls, ATTENTIONS.options(name)) for name, entry in ATTENTIONS.items()}),
+             ("position", {name: (entry.cls, POSITIONS.options(name)) for name, entry in POSITIONS.items()})]
+    for kind, components in kinds:
+        takers: dict[tuple[str, str], list[str]] = {}
+        for name, (cls, options) in components.items():
+            rules = rules_of(cls.__init__)
+            for option in options:
+                takers.setdefault((option, rules[option].describe()), []).append(f"`{name}`")
+        prefix = {"attention": "attention_options.", "position": "position_options."}.get(kind, "")
+        rows += [[f"`{prefix}{option}`", f"{kind} " + ", ".join(names), valid]
+                 for (option, valid), names in takers.items()]
+    policy_rules = rules_of(MemoryActorCriticPolicy.__init__, spelled=True)
+    rows += [[f"`policy.{option}`", "policy", policy_rules[option].describe()] for option in POLICY_OPTIONS]
+    return table(["setting or option", "of", "valid values"], rows)
 
 
 def policy_options() -> str:
@@ -335,8 +352,8 @@ def configs() -> str:
 GENERATORS: dict[str, Callable[..., str]] = {
     "backbones": backbones, "backbone-options": backbone_options, "attentions": attentions,
     "positions": positions, "learners": learners, "algo-options": algo_options, "run-settings": run_settings,
-    "policy-options": policy_options, "flags": flags, "env-families": env_families, "engram-tasks": engram_tasks,
-    "configs": configs,
+    "policy-options": policy_options, "option-rules": option_rules, "flags": flags, "env-families": env_families,
+    "engram-tasks": engram_tasks, "configs": configs,
 }
 
 

@@ -54,6 +54,7 @@ class Args:
     clip_range: float = 0.2
     clip_range_vf: float | None = None  # engram's default: the value loss is not clipped
     normalize_advantage: bool = True
+    advantage_scale_decay: float = 0.999  # δ: Â is never divided by less than the scale the run has sustained
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     uniform_kl_coef: float = 0.01  # engram's KL(U ‖ π) barrier, on by default for finite action spaces
@@ -308,16 +309,24 @@ def gae(rewards: Tensor, values: Tensor, starts: Tensor, last_value: Tensor, las
 
 
 # ---------------------------------------------------------------------------------------------- PPO
-def ppo_loss(agent: Agent, batch: dict[str, Tensor], args: Args) -> tuple[Tensor, dict[str, float]]:
+def sustained_scale(previous: float, recent_stds: list[float], decay: float) -> float:
+    """σ̄ after a rollout: the median advantage std of the last 5 rollouts, falling by at most ``decay`` per
+    rollout (0: no floor). A solved policy's advantages are its value function's residue; standardising them
+    without this floor gives the residue the scale of a learning signal (docs/notes/learning-after-solving.md)."""
+    return 0.0 if decay == 0 else max(float(np.median(recent_stds)), decay * previous)
+
+
+def ppo_loss(agent: Agent, batch: dict[str, Tensor], args: Args, scale: float = 0.0) -> tuple[Tensor, dict[str, float]]:
     """MemoryPPO's loss on N segments, recomputed from their stored windows with gradients inside them:
     ``L = −E[min(ρ Â, clip(ρ, 1 ± ε) Â)] + c_v E[(R − V)²] − c_e E[H(π)] + c_U E[KL(U ‖ π)]``,
-    ``ρ = π(a)/π_old(a)``, ``KL(U ‖ π) = −log|A| − mean_a log π(a)``; Â standardised per minibatch."""
+    ``ρ = π(a)/π_old(a)``, ``KL(U ‖ π) = −log|A| − mean_a log π(a)``; ``Â = (A − mean A) / max(std A, σ̄)`` per
+    minibatch, σ̄ = ``scale`` (:func:`sustained_scale`)."""
     logits, values, _ = agent(batch["obs"], batch["memory"], batch["valid"], batch["starts"])
     log_pi = logits.log_softmax(dim=-1)  # [T, N, A]
     log_prob = log_pi.gather(-1, batch["actions"][..., None]).squeeze(-1)
     advantages = batch["advantages"]
     if args.normalize_advantage and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        advantages = (advantages - advantages.mean()) / (advantages.std().clamp(min=scale) + 1e-8)
     ratio = torch.exp(log_prob - batch["log_probs"])
     policy_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - args.clip_range, 1 + args.clip_range))
     if args.clip_range_vf is not None:  # V_old + clip(V − V_old, ±ε_v)
@@ -353,6 +362,7 @@ def main(args: Args) -> None:
     memory, valid = torch.zeros(E, M, L, D), torch.zeros(E, M, dtype=torch.bool)  # the windows, kept across rollouts
     start = torch.ones(E, dtype=torch.bool)  # every env begins an episode
     n_updates, successes, began = args.total_timesteps // (S * E), [], time.time()
+    stds, scale = [], 0.0  # advantage stds of the last rollouts, and σ̄
     for update in range(n_updates):
         for group in optimizer.param_groups:
             group["lr"] = args.learning_rate * (1 - (update + 1) / n_updates)  # SB3: progress after the rollout
@@ -375,13 +385,15 @@ def main(args: Args) -> None:
             last_value = agent(obs[None], memory, valid, start[None])[1][0]
         rollout.advantages, rollout.returns = gae(rewards, rollout.values, rollout.starts, last_value, start,
                                                   args.gamma, args.gae_lambda)
+        stds = [*stds, rollout.advantages.std(correction=0).item()][-5:]
+        scale = sustained_scale(scale, stds, args.advantage_scale_decay)
         seg_env, seg_t0 = np.repeat(np.arange(E), S // T), np.tile(np.arange(0, S, T), E)
         for _ in range(args.n_epochs):  # update: shuffled minibatches of segments, each from its stored window
             order = rng.permutation(len(seg_env))
             for first in range(0, len(order), args.batch_size // T):
                 chosen = order[first:first + args.batch_size // T]
                 batch = segment_batch(rollout, torch.as_tensor(seg_env[chosen]), torch.as_tensor(seg_t0[chosen]), T)
-                loss, stats = ppo_loss(agent, batch, args)
+                loss, stats = ppo_loss(agent, batch, args, scale)
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)

@@ -1,5 +1,6 @@
 """What exists, with a one-line summary each: backbones, attentions, position schemes, environments,
-configuration files and learners, read from their registries (``train_rl.py list``).
+configuration files, learners and the entries of the hyper-parameter files, read from their registries and files
+(``train_rl.py list``).
 
 Each catalogue imports its registry only when asked for, so listing configs loads no torch.
 """
@@ -12,8 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from experiments import strict_yaml
 from experiments.config_files import shipped_dir
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -95,13 +95,21 @@ def configs(directory: Path | None = None) -> dict[str, str]:
     directory = directory or shipped_dir()
     listed = {}
     for path in sorted(directory.rglob("*.yaml")):
-        yaml.safe_load(path.read_text())
+        strict_yaml.load(path.read_text())
         listed[f"configs/{path.relative_to(directory).as_posix()}"] = config_summary(path)
     return listed
 
 
+def hyperparams() -> dict[str, str]:
+    """The entries of the shipped hyper-parameter files as ``FILE#KEY`` (what ``--hyperparams`` takes), each with the
+    first sentence of the comment above it and its conditions (:func:`experiments.hyperparams.catalogue`)."""
+    from experiments.hyperparams import catalogue
+
+    return catalogue()
+
+
 CATALOGS: dict[str, Callable[[], dict[str, str]]] = {
     "backbones": backbones, "attentions": attentions, "positions": positions, "envs": envs, "configs": configs,
-    "learners": learners,
+    "learners": learners, "hyperparams": hyperparams,
 }
 """what ``train_rl.py list WHAT`` shows, by name"""

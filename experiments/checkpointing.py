@@ -1,20 +1,26 @@
 """A run's checkpoints on disk: each written whole (a temporary file renamed into place, so a run killed at any
-moment leaves the previous one intact), and pruned to the newest few and the best."""
+moment leaves the previous one intact) with the record of its run's settings (:mod:`experiments.run_identity`),
+and pruned to the newest few and the best."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from experiments.run_dir import best_checkpoint, checkpoints, replace_synced, temporary_name
+from experiments.atomic import atomic_path
+from experiments.run_dir import best_checkpoint, checkpoints
+from experiments.run_identity import add_record
 
 
-def save_model_atomic(model: BaseAlgorithm, path: Path) -> None:
-    """``model.save`` to a temporary file, flushed to disk and renamed over ``path`` (a ``.zip``)."""
-    tmp = temporary_name(path)
-    model.save(tmp)
-    replace_synced(tmp, path)
+def save_model_atomic(model: BaseAlgorithm, path: Path, record: dict[str, Any] | None = None) -> None:
+    """``model.save`` to ``path`` (a ``.zip``) whole or not at all (:func:`experiments.atomic.atomic_path`), with
+    ``record``, the settings of its run, inside it (:func:`experiments.run_identity.add_record`)."""
+    with atomic_path(path) as tmp:
+        model.save(tmp)
+        if record is not None:
+            add_record(tmp, record)
 
 
 def prune_checkpoints(directory: Path, keep: int, rows: list[dict[str, str]]) -> list[int]:

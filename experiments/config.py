@@ -1,4 +1,5 @@
-"""Run configuration: defaults < YAML file < command-line flags < ``-p key=value`` overrides.
+"""Run configuration: defaults < the env's hyper-parameter entry < YAML file < command-line flags < ``-p key=value``
+overrides.
 
 A YAML file holds the run settings (the fields of :class:`RunConfig`) and, under a key named
 after an algorithm (``ppo``) or a backbone (``gtrxl``), that component's options, so one file
@@ -14,52 +15,66 @@ can carry options for several backbones and ``--backbone`` picks one::
 
 Every key and value is checked; a bad one raises :class:`ConfigError` naming it and the
 valid choices. Values are parsed safely (``ast.literal_eval`` / YAML), never evaluated.
+
+Under all of them lies the entry of the learner's hyper-parameter file that matches the run's env
+(``configs/hyperparams/ppo.yml``; :mod:`experiments.hyperparams`), unless the ``hyperparams`` setting turns it off.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from stable_baselines3.common.utils import LinearSchedule
-from torch import nn
 
-from agents import ALGOS, PRECISIONS
-from envs.registry import VEC_ENVS
-from experiments.rules import (
+from experiments import strict_yaml
+from experiments.rules import Device, Directory, EnvWrappers, SavedModel
+from policies.rules import (
     ConfigError,
-    Device,
-    Directory,
     Entries,
-    EnvWrappers,
     Items,
     OneOf,
     Range,
     Rule,
-    SavedModel,
     Text,
+    is_linear_schedule,
     one_line,
+    shown,
 )
-from policies.registry import BACKBONES, saved_options
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
                   "features_extractor_class": None, "features_extractor_kwargs": None,
                   "share_features_extractor": True, "log_std_init": 0.0, "normalize_images": True,
                   "lstm_hidden_size": None, "n_lstm_layers": None, "enable_critic_lstm": None, "shared_lstm": None}
+"""the ``policy`` options a configuration sets, with their defaults as a configuration file writes them (their
+rules are in the policy's signature, :class:`policies.policy.MemoryActorCriticPolicy`)"""
 
 
-def _rule(rule: Rule, **kwargs: Any) -> Any:
-    """A field whose valid values ``rule`` declares (read by :func:`experiments.validation.validate`)."""
-    return field(metadata={"rule": rule}, **kwargs)
+def registry(module: str, name: str) -> Callable[[], Any]:
+    """The registry ``module.name`` (``agents.ALGOS``), imported when first read: a configuration is read
+    without torch, and a rule lists a registry's names only when it refuses a value."""
+    return lambda: getattr(importlib.import_module(module), name)
 
 
+algos, backbones = registry("agents", "ALGOS"), registry("policies.registry", "BACKBONES")
+
+
+def _rule(rule: Rule, doc: str, **kwargs: Any) -> Any:
+    """A field whose valid values ``rule`` declares (read by :func:`experiments.validation.validate`) and whose
+    ``doc`` is its ``--help`` text."""
+    return field(metadata={"rule": rule, "doc": doc}, **kwargs)
+
+
+DEFAULT_REPS = 2000
+"""bootstrap resamples of a study's report (``--reps``)"""
 SEED_LIMIT = 2**32 - 1 - 10_000
 """the largest seed: numpy seeds are below 2**32, and evaluation envs are seeded
 ``seed + experiments.training.EVAL_SEED_OFFSET`` (10,000)"""
@@ -68,68 +83,64 @@ COUNT = Range(1, integer=True)
 
 @dataclass
 class RunConfig:
-    """Everything one training run needs. Field docs double as ``--help`` text; each field's
-    ``rule`` metadata declares its valid values (:mod:`experiments.rules`)."""
+    """Everything one training run needs. Each field's metadata holds its ``rule``, which declares its valid values
+    (:mod:`policies.rules`, :mod:`experiments.rules`), and its ``doc``, the ``--help`` text."""
 
-    algo: str = _rule(OneOf(lambda: ALGOS), default="ppo")
-    """learner: a key of ``agents.ALGOS``"""
-    backbone: str = _rule(OneOf(lambda: BACKBONES), default="gtrxl")
-    """memory backbone: a key of ``policies.BACKBONES``"""
-    env: str = _rule(Text(), default="TMaze-v0")
-    """environment: an engram task, any gymnasium id (MiniGrid-*, popgym-*, CartPole-v1, ids registered by
-    gym_packages), or an entry point module.path:EnvClass"""
-    env_kwargs: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict)
-    """keyword arguments of the environment"""
-    gym_packages: list[str] = _rule(Items(Text(), empty_ok=True), default_factory=list)
-    """modules imported before the environment is made, e.g. ones that register gymnasium ids"""
-    env_wrapper: Any = _rule(EnvWrappers(), default=None)
-    """wrappers of each environment copy, in order: an import path, {path: {keyword: value}}, or a list of them"""
-    vec_env: str = _rule(OneOf(lambda: VEC_ENVS), default="dummy")
-    """how copies are stepped: dummy (in this process; engram's tasks numpy-batched) or subproc (a process each)"""
-    n_envs: int = _rule(COUNT, default=16)
-    """parallel environment copies"""
-    seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0)
-    """random seed of the run"""
-    total_timesteps: int = _rule(COUNT, default=100_000)
-    """environment steps to train for"""
-    device: str = _rule(Device(), default="auto")
-    """torch device: auto, cpu, cuda, cuda:1, ..."""
-    threads: int = _rule(Range(0, integer=True, note="0: every core"), default=1)
-    """torch CPU threads; 0: every core this process may use. One by default: a second thread gains at most
-    1.45x on an idle machine and loses several times that once another process holds a core (docs/notes/threads.md)"""
-    precision: str = _rule(OneOf(lambda: PRECISIONS), default="fp32")
-    """compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"""
-    log_dir: str = _rule(Directory(), default="runs")
-    """parent directory of run directories"""
-    eval_freq: int = _rule(Range(0, integer=True, note="0: only at the end"), default=10_000)
-    """evaluate every this many environment steps (0: only at the end)"""
-    n_eval_episodes: int = _rule(COUNT, default=20)
-    """episodes per evaluation"""
-    n_eval_envs: int = _rule(COUNT, default=4)
-    """parallel environment copies used for evaluation"""
-    checkpoint_freq: int = _rule(Range(0, integer=True, note="0: none"), default=10_000)
-    """save a checkpoint every this many environment steps (0: none)"""
-    keep_checkpoints: int = _rule(Range(0, integer=True, note="0: keep all"), default=3)
-    """checkpoints kept in checkpoints/: the newest this many plus the one with the best evaluation (0: keep all)"""
-    success_threshold: float = _rule(Range(0.0, 1.0), default=0.9)
-    """success rate that counts as solving the task (for summaries)"""
-    stop_when_solved: int = _rule(Range(0, integer=True, note="0: never stop early"), default=0)
-    """stop training after this many evaluations in a row at success_threshold or above (0: train the
-    whole budget; SB3's StopTrainingOnRewardThreshold, on the success rate)"""
-    solved_lr_factor: float = _rule(Range(0.0, 1.0, low_open=True, note="1: keep the learning rate"), default=1.0)
-    """once solved_lr_streak evaluations in a row reach success_threshold, multiply the learning rate by this
-    factor for the rest of the run (1: never): a solved policy is then refined in small steps instead of being
-    moved off its solution"""
-    solved_lr_streak: int = _rule(COUNT, default=1)
-    """evaluations in a row at success_threshold before solved_lr_factor applies (2: a solved evaluation must be
-    confirmed by the next, so a lucky one does not slow a policy that is not there yet)"""
-    init_from: str = _rule(SavedModel(), default="")
-    """start from the policy weights of a saved model (a run directory or its model.zip), e.g. one trained
-    on an easier version of the task (rl-zoo3's --trained-agent); the architecture must match"""
-    policy: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict)
-    """policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"""
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """options per algorithm or backbone name (YAML keys named after them)"""
+    algo: str = _rule(OneOf(algos), default="ppo", doc="learner: a key of ``agents.ALGOS``")
+    backbone: str = _rule(OneOf(backbones), default="gtrxl", doc=(
+        "memory backbone: a key of ``policies.BACKBONES``"))
+    env: str = _rule(Text(), default="TMaze-v0", doc=(
+        "environment: an engram task, any gymnasium id (MiniGrid-*, popgym-*, CartPole-v1, ids registered by "
+        "gym_packages), or an entry point module.path:EnvClass"))
+    env_kwargs: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict, doc=(
+        "keyword arguments of the environment"))
+    gym_packages: list[str] = _rule(Items(Text(), empty_ok=True), default_factory=list, doc=(
+        "modules imported before the environment is made, e.g. ones that register gymnasium ids"))
+    env_wrapper: Any = _rule(EnvWrappers(), default=None, doc=(
+        "wrappers of each environment copy, in order: an import path, {path: {keyword: value}}, or a list of them"))
+    vec_env: str = _rule(OneOf(registry("envs.registry", "VEC_ENVS")), default="dummy", doc=(
+        "how copies are stepped: dummy (in this process; engram's tasks numpy-batched) or subproc (a process each)"))
+    n_envs: int = _rule(COUNT, default=16, doc="parallel environment copies")
+    seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0, doc="random seed of the run")
+    total_timesteps: int = _rule(COUNT, default=100_000, doc="environment steps to train for")
+    device: str = _rule(Device(), default="auto", doc="torch device: auto, cpu, cuda, cuda:1, ...")
+    threads: int = _rule(Range(0, integer=True, note="0: every core"), default=1, doc=(
+        "torch CPU threads; 0: every core this process may use. One by default: a second thread gains at most 1.45x on "
+        "an idle machine and loses several times that once another process holds a core (docs/notes/threads.md)"))
+    precision: str = _rule(OneOf(registry("agents", "PRECISIONS")), default="fp32", doc=(
+        "compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"))
+    log_dir: str = _rule(Directory(), default="runs", doc="parent directory of run directories")
+    eval_freq: int = _rule(Range(0, integer=True, note="0: only at the end"), default=10_000, doc=(
+        "evaluate every this many environment steps (0: only at the end)"))
+    n_eval_episodes: int = _rule(COUNT, default=20, doc="episodes per evaluation")
+    n_eval_envs: int = _rule(COUNT, default=4, doc="parallel environment copies used for evaluation")
+    checkpoint_freq: int = _rule(Range(0, integer=True, note="0: none"), default=10_000, doc=(
+        "save a checkpoint every this many environment steps (0: none)"))
+    keep_checkpoints: int = _rule(Range(0, integer=True, note="0: keep all"), default=3, doc=(
+        "checkpoints kept in checkpoints/: the newest this many plus the one with the best evaluation (0: keep all)"))
+    success_threshold: float = _rule(Range(0.0, 1.0), default=0.9, doc=(
+        "success rate that counts as solving the task (for summaries)"))
+    stop_when_solved: int = _rule(Range(0, integer=True, note="0: never stop early"), default=0, doc=(
+        "stop training after this many evaluations in a row at success_threshold or above (0: train the whole budget; "
+        "SB3's StopTrainingOnRewardThreshold, on the success rate)"))
+    solved_lr_factor: float = _rule(Range(0.0, 1.0, low_open=True, note="1: keep the learning rate"), default=1.0, doc=(
+        "once solved_lr_streak evaluations in a row reach success_threshold, multiply the learning rate by this factor "
+        "for the rest of the run (1: never): a solved policy is then refined in small steps instead of being moved off "
+        "its solution"))
+    solved_lr_streak: int = _rule(COUNT, default=1, doc=(
+        "evaluations in a row at success_threshold before solved_lr_factor applies (2: a solved evaluation must be "
+        "confirmed by the next, so a lucky one does not slow a policy that is not there yet)"))
+    hyperparams: str = _rule(Text(), default="auto", doc=(
+        "the hyper-parameter entry the settings start from (docs/hyperparams.md): auto (the entry of the learner's "
+        "shipped file, configs/hyperparams/<algo>.yml, that matches env), none, a file of entries (FILE, or a shipped "
+        "name: ppo), or one entry of it (FILE#KEY); a run's config.yaml records the entry applied, FILE#KEY or none"))
+    init_from: str = _rule(SavedModel(), default="", doc=(
+        "start from the policy weights of a saved model (a run directory or its model.zip), e.g. one trained on an "
+        "easier version of the task (rl-zoo3's --trained-agent); the architecture must match"))
+    policy: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict, doc=(
+        "policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"))
+    options: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "doc": "options per algorithm or backbone name (YAML keys named after them)"})
 
     def algo_options(self) -> dict[str, Any]:
         return dict(self.options.get(self.algo, {}))
@@ -149,6 +160,11 @@ class RunConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options"}
 
 
+def field_default(spec: dataclasses.Field[Any]) -> Any:
+    """The default of a run setting (a fresh one for a list or a mapping)."""
+    return spec.default_factory() if spec.default is dataclasses.MISSING else spec.default  # type: ignore[misc]
+
+
 def env_slug(env: str) -> str:
     """An env spec as part of a folder name: ``engram/TMaze-v0`` → ``engram-TMaze-v0``, ``pkg.envs:Maze`` →
     ``pkg.envs-Maze``."""
@@ -157,7 +173,7 @@ def env_slug(env: str) -> str:
 
 def algo_defaults(name: str) -> dict[str, Any]:
     """The options of an algorithm with their defaults (from its constructor)."""
-    params = inspect.signature(ALGOS[name].__init__).parameters
+    params = inspect.signature(algos()[name].__init__).parameters
     skip = {"self", "policy", "env", "policy_kwargs", "tensorboard_log", "verbose", "seed", "device", "precision",
             "_init_setup_model"}
     return {k: p.default for k, p in params.items() if k not in skip and p.default is not inspect.Parameter.empty}
@@ -165,9 +181,9 @@ def algo_defaults(name: str) -> dict[str, Any]:
 
 def section_defaults(name: str) -> dict[str, Any]:
     """Options of the algorithm or backbone ``name``."""
-    if name in ALGOS:
+    if name in algos():
         return algo_defaults(name)
-    return BACKBONES[name].options()
+    return backbones()[name].options()
 
 
 def parse_value(text: str) -> Any:
@@ -176,11 +192,13 @@ def parse_value(text: str) -> Any:
     Never evaluated as code."""
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, RecursionError, MemoryError):  # too deep or too long for Python's parser too
         pass
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = strict_yaml.load(text)
+    except strict_yaml.StrictYAMLError as error:
+        raise ConfigError(f"{shown(text)}: {error.problem}") from None
+    except (yaml.YAMLError, ValueError, RecursionError):  # an integer of more digits than Python converts, ...
         return text
     flow_collection = isinstance(value, dict | list) and text.lstrip()[:1] in ("{", "[")
     return value if isinstance(value, bool | type(None)) or flow_collection else text
@@ -191,37 +209,46 @@ def coerce(key: str, value: Any, default: Any) -> Any:
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}={value!r}: expected true or false")
+        raise ConfigError(f"{key}={shown(value)}: expected true or false")
     if isinstance(default, int) and not isinstance(value, bool):
         number = _parse_number(value)
         if isinstance(number, float) and number.is_integer():
             number = int(number)
         if isinstance(number, int):
             return number
-        raise ConfigError(f"{key}={value!r}: expected an integer")
-    if isinstance(default, float | LinearSchedule) or (default is None and _parse_number(value) is not None):
+        raise ConfigError(f"{key}={shown(value)}: expected an integer")
+    number_like = isinstance(default, float) or is_linear_schedule(default)
+    if number_like or (default is None and _parse_number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_"):
             return _linear_schedule(key, value)
         number = _parse_number(value)
         if number is None and not (default is None and value is None):
-            raise ConfigError(f"{key}={value!r}: expected a number (or lin_<number> for a linear schedule)")
+            raise ConfigError(f"{key}={shown(value)}: expected a number (or lin_<number> for a linear schedule)")
         if number is None or default is None:  # optional options keep ints as ints (d_head, d_inner)
             return number
+        if isinstance(number, int) and abs(number) > _LARGEST_FLOAT:  # a float holds inf, not an int this large
+            raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
         return float(number)
     if isinstance(default, str) and not isinstance(value, str):
-        raise ConfigError(f"{key}={value!r}: expected a string")
+        raise ConfigError(f"{key}={shown(value)}: expected a string")
     if isinstance(default, dict) and not isinstance(value, dict):
-        raise ConfigError(f"{key}={value!r}: expected a mapping")
+        raise ConfigError(f"{key}={shown(value)}: expected a mapping")
     if isinstance(default, list) and isinstance(value, str):
         return [value]
     return value
 
 
-def _linear_schedule(key: str, text: str) -> LinearSchedule:
-    """``lin_<start>`` (to 0) or ``lin_<start>_<end>``: linear in the training progress (rl-zoo style)."""
+_LARGEST_FLOAT = sys.float_info.max
+
+
+def _linear_schedule(key: str, text: str) -> Any:
+    """``lin_<start>`` (to 0) or ``lin_<start>_<end>``: SB3's ``LinearSchedule`` of the training progress (rl-zoo
+    style), imported here, so a configuration without schedules is read without torch."""
+    from stable_baselines3.common.utils import LinearSchedule
+
     parts = [_parse_number(part) for part in text[4:].split("_")]
     if len(parts) not in (1, 2) or any(part is None for part in parts):
-        raise ConfigError(f"{key}={text!r}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
+        raise ConfigError(f"{key}={shown(text)}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
                           "e.g. lin_3e-4 or lin_2.75e-4_1e-5")
     return LinearSchedule(float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0, 1.0)
 
@@ -243,15 +270,14 @@ def _parse_number(value: Any) -> int | float | None:
 
 
 def _valid_top_level() -> list[str]:
-    return [*FIELDS, *ALGOS, *BACKBONES]
+    return [*FIELDS, *algos(), *backbones()]
 
 
 def apply(config: RunConfig, key: str, value: Any) -> None:
     """Set a dotted ``key`` (``seed``, ``env_kwargs.length``, ``gtrxl.memory_length``, ``policy.net_arch``)."""
     head, _, rest = key.partition(".")
     if head in FIELDS:
-        spec = FIELDS[head]
-        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
+        default = field_default(FIELDS[head])
         if isinstance(default, dict):
             if not rest:
                 for sub, sub_value in coerce(head, value, default).items():
@@ -259,28 +285,30 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
                 return
             if head == "policy":
                 if rest not in POLICY_OPTIONS:
-                    raise ConfigError(f"unknown policy option {rest!r}; valid options: {', '.join(POLICY_OPTIONS)}")
+                    raise ConfigError(f"unknown policy option {shown(rest)}; valid options: "
+                                      f"{', '.join(POLICY_OPTIONS)}")
                 if POLICY_OPTIONS[rest] is not None:
                     value = coerce(key, value, POLICY_OPTIONS[rest])
             _set_nested(getattr(config, head), rest, value)
             return
         if rest:
-            raise ConfigError(f"{key!r}: {head} has no sub-keys")
+            raise ConfigError(f"{shown(key)}: {head} has no sub-keys")
         setattr(config, head, coerce(key, value, default))
         return
-    if head in ALGOS or head in BACKBONES:
+    if head in algos() or head in backbones():
         valid = section_defaults(head)
         if not rest:
             if not isinstance(value, dict):
-                raise ConfigError(f"{head!r} holds the options of {head} and must be a mapping, got {value!r}")
+                raise ConfigError(f"{shown(head)} holds the options of {head} and must be a mapping, "
+                                  f"got {shown(value)}")
             for sub, sub_value in value.items():
                 apply(config, f"{head}.{sub}", sub_value)
             return
         if rest not in valid:
-            raise ConfigError(f"unknown option {rest!r} for {head}; valid options: {', '.join(valid)}")
+            raise ConfigError(f"unknown option {shown(rest)} for {head}; valid options: {', '.join(valid)}")
         config.options.setdefault(head, {})[rest] = coerce(key, value, valid[rest])
         return
-    raise ConfigError(f"unknown configuration key {head!r}; valid keys: {', '.join(_valid_top_level())}")
+    raise ConfigError(f"unknown configuration key {shown(head)}; valid keys: {', '.join(_valid_top_level())}")
 
 
 def _set_nested(target: dict[str, Any], dotted: str, value: Any) -> None:
@@ -296,7 +324,8 @@ _KINDS = {list: "a list", str: "a string", int: "an integer", float: "a number",
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping a YAML settings file holds; :class:`ConfigError` (one line, naming the file) if it is
-    missing, unreadable, binary or not UTF-8, empty, not valid YAML, or not a mapping."""
+    missing, unreadable, binary or not UTF-8, empty, not valid YAML (a repeated key or an alias bomb included:
+    :mod:`experiments.strict_yaml`), or not a mapping."""
     path = Path(path)
     name = repr(str(path))
     if not path.exists():
@@ -315,7 +344,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if "\0" in text:
         raise ConfigError(f"config file {name} is binary (it holds NUL bytes); expected a YAML mapping of settings")
     try:
-        data = yaml.safe_load(text)
+        data = strict_yaml.load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -333,20 +362,36 @@ def parse_override(text: str) -> tuple[str, Any]:
     """``key=value`` → ``(key, parsed value)``."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ConfigError(f"override {text!r} is not of the form dotted.key=value")
+        raise ConfigError(f"override {shown(text)} is not of the form dotted.key=value")
     return key.strip(), parse_value(value.strip())
 
 
 def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = None,
-                 overrides: list[str] | None = None) -> RunConfig:
-    """Defaults < YAML ``file`` < ``flags`` (already typed) < ``overrides`` (``key=value`` strings)."""
+                 overrides: list[str] | None = None, entries: bool = True) -> RunConfig:
+    """Defaults < the hyper-parameter entry of the run's env < YAML ``file`` < ``flags`` (already typed) <
+    ``overrides`` (``key=value`` strings). The entry is the one :func:`experiments.hyperparams.entry_for` finds for
+    the settings of the layers above it (their env, learner and ``hyperparams``); ``hyperparams`` then records it
+    (``FILE#KEY``, or ``none``). ``entries=False``: no entry, ``hyperparams`` as the layers give it (a run's own
+    ``config.yaml``, which holds every setting and the entry it was made from)."""
+    layers = [*(load_yaml(file) if file else {}).items(), *(flags or {}).items(),
+              *(parse_override(text) for text in overrides or [])]
+    config = _layered(layers)
+    if not entries:
+        return config
+    from experiments.hyperparams import entry_for
+
+    entry = entry_for(config)
+    if entry is not None:
+        config = _layered([*entry.settings.items(), *layers])
+    config.hyperparams = "none" if entry is None else entry.name
+    return config
+
+
+def _layered(layers: list[tuple[str, Any]]) -> RunConfig:
+    """The defaults with each ``(key, value)`` of ``layers`` set in turn."""
     config = RunConfig()
-    for key, value in (load_yaml(file) if file else {}).items():
+    for key, value in layers:
         apply(config, key, value)
-    for key, value in (flags or {}).items():
-        apply(config, key, value)
-    for text in overrides or []:
-        apply(config, *parse_override(text))
     return config
 
 
@@ -354,13 +399,15 @@ def with_every_option(data: dict[str, Any], saved: bool = False) -> dict[str, An
     """A configuration (as :meth:`RunConfig.to_dict` gives it) whose learner and backbone sections hold every
     option, defaults included. ``saved``: ``data`` was read from a run's ``config.yaml``, so a backbone option it
     lacks means what it did when the run was made (`policies.registry.saved_options`)."""
+    from policies.registry import saved_options
+
     algo, backbone = data.get("algo", RunConfig.algo), data.get("backbone", RunConfig.backbone)
     out = dict(data)
-    if algo in ALGOS:
+    if algo in algos():
         out[algo] = {**algo_defaults(algo), **(data.get(algo) or {})}
-    if backbone in BACKBONES:
+    if backbone in backbones():
         given = data.get(backbone) or {}
-        out[backbone] = saved_options(backbone, given) if saved else BACKBONES[backbone].resolve(given)
+        out[backbone] = saved_options(backbone, given) if saved else backbones()[backbone].resolve(given)
     return out
 
 
@@ -380,6 +427,6 @@ def plain(value: Any) -> Any:
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
-    if isinstance(value, LinearSchedule):
+    if is_linear_schedule(value):
         return f"lin_{value.start}_{value.end}"
     return value

@@ -2,15 +2,16 @@
 
 engram ships its configuration files (``configs/`` of the repository) as the package data ``engram.configs``,
 found with :mod:`importlib.resources` wherever engram is installed. Every command that reads one (``--config``,
-``study FILE``, ``tune --suite`` and ``--space``, ``lm train -c``) turns its argument into a path with
-:func:`config_path`:
+``study FILE``, ``tune --suite`` and ``--space``, ``lm train -c``, ``--hyperparams``) turns its argument into a path
+with :func:`config_path`:
 
 1. an existing path wins (``--config my_task.yaml``, or ``configs/demo.yaml`` in a clone);
-2. else a shipped file by its name under ``configs/``, with or without ``.yaml`` and a leading ``configs/``,
-   looked up in the command's folder first (``studies``, ``tune``, ``lm``), then at the top:
+2. else a shipped file by its name under ``configs/``, with or without its suffix (``.yaml``; ``.yml`` for the
+   hyper-parameter files) and a leading ``configs/``, looked up in the command's folder first (``studies``,
+   ``tune``, ``lm``, ``hyperparams``), then at the top:
    ``--config demo``, ``--config demo.yaml``, ``--config configs/demo.yaml``, ``study demo``,
-   ``study studies/demo``, ``tune --space ppo``, ``lm train -c python``;
-3. else :class:`~experiments.rules.ConfigError`, one line naming the shipped files of the command's folder.
+   ``study studies/demo``, ``tune --space ppo``, ``lm train -c python``, ``--hyperparams ppo``;
+3. else :class:`~policies.rules.ConfigError`, one line naming the shipped files of the command's folder.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-FOLDERS = {"": "run config", "studies": "study file", "tune": "search space", "lm": "LM config"}
+FOLDERS = {"": "run config", "studies": "study file", "tune": "search space", "lm": "LM config",
+           "hyperparams": "hyper-parameter file"}
 """the folders of the shipped files, and what each holds"""
+SUFFIXES = {"hyperparams": ".yml"}
+"""the suffix of a folder's files where it is not ``.yaml`` (rl-zoo3 names its hyper-parameter files ``<algo>.yml``)"""
 
 
 def shipped_dir() -> Path:
@@ -32,8 +36,8 @@ def shipped_dir() -> Path:
 
 
 def shipped_names(folder: str = "") -> list[str]:
-    """The names of the shipped files of ``folder`` (``""``: the run configs at the top), without ``.yaml``."""
-    return sorted(path.stem for path in (shipped_dir() / folder).glob("*.yaml"))
+    """The names of the shipped files of ``folder`` (``""``: the run configs at the top), without their suffix."""
+    return sorted(path.stem for path in (shipped_dir() / folder).glob(f"*{SUFFIXES.get(folder, '.yaml')}"))
 
 
 def config_path(name: str | None, folder: str = "") -> str | None:
@@ -42,12 +46,13 @@ def config_path(name: str | None, folder: str = "") -> str | None:
     A string, as paths given on the command line are (a study records it in ``study.yaml``)."""
     if name is None or Path(name).exists():
         return name
-    stem = name.removeprefix("configs/").removesuffix(".yaml")
+    suffix = SUFFIXES.get(folder, ".yaml")
+    stem = name.removeprefix("configs/").removesuffix(suffix)
     root = shipped_dir()
-    for candidate in (root / folder / f"{stem}.yaml", root / f"{stem}.yaml"):
+    for candidate in (root / folder / f"{stem}{suffix}", root / f"{stem}{suffix}"):
         if candidate.is_file():
             return str(candidate)
-    from experiments.rules import ConfigError  # here: resolving a name loads no torch (``list configs``)
+    from policies.rules import ConfigError  # here: resolving a name loads no torch (``list configs``)
 
     raise ConfigError(f"config file {name!r} does not exist, nor is it the name of a shipped {FOLDERS[folder]} "
                       f"({', '.join(shipped_names(folder))})")

@@ -11,7 +11,7 @@ collapse in the deterministic score alone is then not a collapse of what was lea
 a forked random state, so adding it does not change the training that follows.
 
 Files are written to a temporary name, flushed to disk and renamed into place (``os.replace`` is
-atomic on POSIX; :func:`experiments.run_dir.replace_synced`), so a run killed at any moment, or a
+atomic on POSIX; :mod:`experiments.atomic`), so a run killed at any moment, or a
 machine that loses power, leaves the previous checkpoint, CSV or summary intact. ``evaluations.csv``
 is rewritten whole at each evaluation rather than appended to: it holds a few hundred rows at most,
 so the rewrite costs far less than the evaluation, and no reader ever sees half a row.
@@ -34,8 +34,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv
 
+from experiments.atomic import write_atomic
 from experiments.checkpointing import prune_checkpoints, save_model_atomic
-from experiments.run_dir import CHECKPOINT_PREFIX, checkpoint_walls, read_json, record_progress, write_atomic
+from experiments.run_dir import CHECKPOINT_PREFIX, checkpoint_walls, read_json, record_progress
 from experiments.solved_lr import solved_schedule
 
 BEST_MODEL, BEST_RECORD = "best_model.zip", "best_model.json"
@@ -132,7 +133,8 @@ class EvalLog:
 class RunCallback(BaseCallback):
     """Periodic evaluation (``evaluations.csv``, ``eval/*`` in tensorboard, ``best_model.zip``),
     periodic checkpoints (``checkpoints/model_<steps>_steps.zip``, the newest ``keep_checkpoints`` and the
-    best kept) and ``progress.json``.
+    best kept) and ``progress.json``. Every model it saves holds ``record``, the settings of its run
+    (:mod:`experiments.run_identity`).
 
     Frequencies count environment steps (not calls per env, unlike SB3's callbacks). The
     evaluation row of a step is written before its checkpoint; resuming from a checkpoint drops
@@ -148,7 +150,7 @@ class RunCallback(BaseCallback):
     def __init__(self, run_dir: Path, eval_env: VecEnv | None, eval_freq: int, n_eval_episodes: int,
                  checkpoint_freq: int, wall_offset: float = 0.0, stop_when_solved: int = 0,
                  success_threshold: float = 0.9, solved_lr_factor: float = 1.0, solved_lr_streak: int = 1,
-                 keep_checkpoints: int = 0) -> None:
+                 keep_checkpoints: int = 0, record: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.run_dir = run_dir
         self.eval_env = eval_env
@@ -158,6 +160,7 @@ class RunCallback(BaseCallback):
         self.eval_log = EvalLog(run_dir / "evaluations.csv")
         self.checkpoints = run_dir / "checkpoints"
         self.keep_checkpoints = keep_checkpoints
+        self.record = record
         self.wall_offset = wall_offset
         self.started = time.time()
         self.best_return = -np.inf
@@ -213,7 +216,8 @@ class RunCallback(BaseCallback):
         """Save a checkpoint, prune the older ones (``keep_checkpoints``) and record ``progress.json``."""
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         wall = self.wall_seconds()
-        save_model_atomic(self.model, self.checkpoints / f"{CHECKPOINT_PREFIX}{self.num_timesteps}_steps.zip")
+        save_model_atomic(self.model, self.checkpoints / f"{CHECKPOINT_PREFIX}{self.num_timesteps}_steps.zip",
+                          self.record)
         kept = prune_checkpoints(self.checkpoints, self.keep_checkpoints, self.eval_log.rows())
         walls = {**checkpoint_walls(self.run_dir), self.num_timesteps: wall}
         record_progress(self.run_dir, self.num_timesteps, wall, {k: v for k, v in walls.items() if k in kept})
@@ -235,7 +239,7 @@ class RunCallback(BaseCallback):
             # earlier step drops both rather than keep a model from the steps it discards
             write_atomic(self.run_dir / BEST_RECORD, json.dumps({"timesteps": self.num_timesteps,
                                                                  "mean_return": row["mean_return"]}))
-            save_model_atomic(self.model, self.run_dir / BEST_MODEL)
+            save_model_atomic(self.model, self.run_dir / BEST_MODEL, self.record)
         self.eval_log.append(row)
         return result
 

@@ -26,7 +26,7 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
 from experiments.config import RunConfig, algo_defaults
-from experiments.rules import ConfigError
+from policies.rules import ConfigError
 
 FLOAT = 4
 """bytes of a float32"""

@@ -26,10 +26,11 @@ import argparse
 import copy
 import csv
 import dataclasses
+import io
 import itertools
 import json
 import math
-import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -43,54 +44,68 @@ import yaml
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
+from experiments.atomic import atomic_path, write_atomic
 from experiments.cli.parser import OneLineParser, program
-from experiments.config import ConfigError, load_yaml, parse_override
+from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
 from experiments.lm_data import DATASETS, TokenStream, make_stream, segments
-from experiments.run_dir import latest_checkpoint, write_atomic
-from experiments.training import torch_threads
+from experiments.rules import Device, Directory
+from experiments.run_dir import RunBusyError, check_not_busy, holds_run, latest_checkpoint, read_json, run_lock
+from experiments.training import notify, torch_threads
 from policies import BACKBONES
 from policies.lm.knn import Datastore, knn_lm_loss, segment_keys
 from policies.lm.model import MemoryLanguageModel, scored_mean
 from policies.lm.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
+from policies.options import check_options
+from policies.rules import Entries, Flag, Items, OneOf, Range, Rule, one_line, short
 from policies.window import State
 
 CHECKPOINT_PREFIX = "lm_"
 EVAL_COLUMNS = ["step", "train_loss", "valid_bits_per_token", "wall_seconds"]
 
 
+def _setting(rule: Rule, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A field of :class:`LMConfig` whose valid values ``rule`` declares (:func:`check_lm_config`)."""
+    return field(default=default, metadata={"rule": rule}, **kwargs)
+
+
+COUNT = Range(1, integer=True)
+NON_NEGATIVE = Range(0.0)
+
+
 @dataclass
 class LMConfig:
-    """Settings of one language-model run (YAML keys and ``-p key=value`` overrides)."""
+    """Settings of one language-model run (YAML keys and ``-p key=value`` overrides); each field declares the
+    rule of its valid values (:mod:`policies.rules`), checked by :func:`check_lm_config`."""
 
-    data: str = "python"
-    backbone: str = "trxl"
-    backbone_options: dict[str, Any] = field(default_factory=lambda: {
+    data: str = _setting(OneOf(lambda: DATASETS), "python")
+    backbone: str = _setting(OneOf(lambda: BACKBONES), "trxl")
+    backbone_options: dict[str, Any] = _setting(Entries(optional=False), default_factory=lambda: {
         "d_model": 128, "n_layers": 2, "n_heads": 4, "memory_length": 128})
-    d_embed: int = 64
-    future_targets: int = 0
-    future_weight: float = 0.5
-    intermediate_weight: float = 0.0
-    intermediate_fade: bool = True
-    segment_length: int = 64
-    batch_size: int = 16
-    steps: int = 2000
-    learning_rate: float = 5e-4
-    max_grad_norm: float = 0.25
-    eval_every: int = 250
-    eval_segments: int = 32
-    checkpoint_every: int = 250
-    seed: int = 0
-    threads: int = 0
-    device: str = "cpu"
-    log_dir: str = "runs/lm"
-    max_bytes: int = 4_000_000
-    copy_tokens: int = 200_000
-    copy_vocab: int = 16
-    copy_distance: int = 64
-    recall_tokens: int = 200_000
-    recall_vocab: int = 32
-    recall_pairs: int = 8
+    d_embed: int = _setting(COUNT, 64)
+    future_targets: int = _setting(Range(0, integer=True), 0)
+    future_weight: float = _setting(NON_NEGATIVE, 0.5)
+    intermediate_weight: float = _setting(NON_NEGATIVE, 0.0)
+    intermediate_fade: bool = _setting(Flag(), True)
+    segment_length: int = _setting(COUNT, 64)
+    batch_size: int = _setting(COUNT, 16)
+    steps: int = _setting(COUNT, 2000)
+    learning_rate: float = _setting(Range(0.0, low_open=True), 5e-4)
+    max_grad_norm: float = _setting(Range(0.0, low_open=True), 0.25)
+    eval_every: int = _setting(COUNT, 250)
+    eval_segments: int = _setting(COUNT, 32)
+    checkpoint_every: int = _setting(COUNT, 250)
+    seed: int = _setting(Range(0, SEED_LIMIT, integer=True), 0)
+    threads: int = _setting(Range(0, integer=True, note="0: every core"), 0)
+    device: str = _setting(Device(), "cpu")
+    log_dir: str = _setting(Directory(), "runs/lm")
+    max_bytes: int = _setting(COUNT, 4_000_000)
+    copy_tokens: int = _setting(COUNT, 200_000)
+    copy_vocab: int = _setting(Range(2, integer=True), 16)
+    copy_distance: int = _setting(COUNT, 64)
+    recall_tokens: int = _setting(COUNT, 200_000)
+    recall_vocab: int = _setting(Range(3, integer=True), 32)
+    recall_pairs: int = _setting(COUNT, 8)
 
     def run_name(self) -> str:
         return f"{self.data}__lm-{self.backbone}__{self.seed}"
@@ -106,14 +121,18 @@ class LMConfig:
                            distance=self.copy_distance, n_pairs=self.recall_pairs, seed=self.seed)
 
 
-FIELDS = {f.name for f in dataclasses.fields(LMConfig)}
+FIELDS = {f.name: f for f in dataclasses.fields(LMConfig)}
+RESUMABLE = ("steps", "device", "threads", "log_dir", "eval_every", "eval_segments", "checkpoint_every")
+"""settings a resumed run may change: its budget, where and how fast it runs, how often it reports"""
 
 
 def build_lm_config(file: str | Path | None = None, overrides: list[str] | None = None) -> LMConfig:
-    """A config from defaults, a YAML file, then ``key=value`` overrides (``backbone_options.d_model=64``).
+    """A config from defaults, a YAML file, then ``key=value`` overrides (``backbone_options.d_model=64``), checked
+    by :func:`check_lm_config`.
 
     Raises:
-        ConfigError: an unknown key, data set or backbone; the message lists the valid ones.
+        ConfigError: an unknown key, or a value of the wrong type or outside its rule; one line naming the key, the
+            value and what is valid.
     """
     values: dict[str, Any] = {}
     for key, value in (load_yaml(file) if file else {}).items():
@@ -122,18 +141,52 @@ def build_lm_config(file: str | Path | None = None, overrides: list[str] | None 
         key, value = parse_override(text)
         head, _, rest = key.partition(".")
         if rest and head == "backbone_options":
-            values.setdefault("backbone_options", dict(LMConfig().backbone_options))[rest] = value
+            options = values.get("backbone_options", LMConfig().backbone_options)
+            values["backbone_options"] = {**(options if isinstance(options, dict) else {}), rest: value}
         else:
             values[key] = value
-    unknown = sorted(set(values) - FIELDS)
+    unknown = sorted(set(values) - set(FIELDS))
     if unknown:
-        raise ConfigError(f"unknown LM setting(s) {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(FIELDS))}")
-    config = LMConfig(**values)
-    if config.data not in DATASETS:
-        raise ConfigError(f"unknown data {config.data!r}; valid data: {', '.join(DATASETS)}")
-    if config.backbone not in BACKBONES:
-        raise ConfigError(f"unknown backbone {config.backbone!r}; valid backbones: {', '.join(BACKBONES)}")
+        raise ConfigError(f"unknown LM setting(s) {', '.join(short(repr(key)) for key in unknown)}; valid: "
+                          f"{', '.join(sorted(FIELDS))}")
+    config = LMConfig(**{key: coerce(key, value, field_default(FIELDS[key])) for key, value in values.items()})
+    if config.backbone in BACKBONES:  # each option it takes as the type of its default (an unknown one: refused next)
+        defaults = BACKBONES[config.backbone].options()
+        config.backbone_options = {
+            key: coerce(f"backbone_options.{key}", value, defaults[key]) if defaults.get(key) is not None else value
+            for key, value in config.backbone_options.items()}
+    check_lm_config(config)
     return config
+
+
+def check_lm_config(config: LMConfig) -> None:
+    """Refuse ``config`` (:class:`ConfigError`, one line naming the key, the value and what is valid) where a setting
+    breaks its rule, a backbone option is unknown or refused by the backbone's own rules, or the
+    model, the synthetic data or its segments cannot be made; before anything is created. The model is built on
+    PyTorch's ``meta`` device: every constructor check runs, no storage is allocated."""
+    for spec in dataclasses.fields(LMConfig):
+        spec.metadata["rule"].check(spec.name, getattr(config, spec.name))
+    valid = BACKBONES[config.backbone].options()
+    unknown = [key for key in config.backbone_options if key not in valid]
+    if unknown:
+        raise ConfigError(f"unknown option {short(repr(unknown[0]))} in backbone_options of {config.backbone}; valid "
+                          f"options: {', '.join(valid)}")
+    check_options(BACKBONES[config.backbone].cls.__init__, config.backbone_options, prefix="backbone_options.")
+    try:
+        with torch.device("meta"):
+            MemoryLanguageModel(2, config.backbone, config.d_embed, config.future_targets, **config.backbone_options)
+    except Exception as error:  # a constructor's own check, named with the options it was given
+        raise ConfigError(f"backbone={config.backbone} with backbone_options {short(repr(config.backbone_options))}: "
+                          f"{one_line(error)}") from None
+    if config.data != "python":  # synthetic data is made in milliseconds: its own checks run now
+        try:
+            batches = segments(config.stream("validation"), config.batch_size, config.segment_length)
+            scored = sum(int(next(batches)[2][1:].sum()) for _ in range(config.eval_segments))
+        except ValueError as error:
+            raise ConfigError(f"data={config.data}: {one_line(error)}") from None
+        if not scored:
+            raise ConfigError(f"eval_segments={config.eval_segments}: the first {config.eval_segments} validation "
+                              f"segments of data={config.data} hold no scored token; expected more segments")
 
 
 def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> MemoryLanguageModel:
@@ -150,13 +203,49 @@ def _latest_checkpoint(directory: Path) -> Path | None:
 
 
 def _save_checkpoint(directory: Path, step: int, model: MemoryLanguageModel, optimizer: torch.optim.Optimizer,
-                     state: State) -> None:
+                     state: State, config: LMConfig) -> None:
+    """The model, optimizer, carried memory, step, random state and the run's settings, written whole
+    (:func:`experiments.atomic.atomic_path`)."""
     path = directory / "checkpoints" / f"{CHECKPOINT_PREFIX}{step}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "state": state, "rng": torch.get_rng_state()}, temporary)
-    os.replace(temporary, path)
+    with atomic_path(path) as tmp:
+        torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "state": state, "rng": torch.get_rng_state(), "config": dataclasses.asdict(config)}, tmp)
+
+
+def _load_checkpoint(path: Path, device: str) -> dict[str, Any]:
+    """A checkpoint's content; :class:`ConfigError` naming the file when it does not load (truncated, damaged)."""
+    try:
+        saved = torch.load(path, map_location=device, weights_only=False)
+        if not isinstance(saved, dict) or not {"step", "model"} <= set(saved):
+            raise ValueError("it holds no LM checkpoint (no step and model)")
+    except Exception as error:  # zip, pickle and torch errors alike: the file is unusable
+        raise ConfigError(f"checkpoint {str(path)!r} does not load ({type(error).__name__}: "
+                          f"{short(str(error), 200)})") from None
+    return saved
+
+
+def _check_same_lm_run(config: LMConfig, saved: dict[str, Any], source: str) -> None:
+    """Refuse to resume with settings other than the run's own (``saved``), except those of :data:`RESUMABLE`."""
+    current = dataclasses.asdict(config)
+    changed = [f"{key} ({short(repr(saved[key]))} in the run, {short(repr(current[key]))} now)"
+               for key in sorted(FIELDS) if key not in RESUMABLE and key in saved and saved[key] != current[key]]
+    if changed:
+        raise ConfigError(f"--resume with settings that differ from {source} in: {', '.join(changed)}")
+
+
+def _evaluation_rows(log: Path, step: int) -> list[list[str]]:
+    """The rows of ``evaluations.csv`` at steps up to ``step`` (a resumed run redoes the later ones)."""
+    if not log.exists():
+        return []
+    with log.open(newline="") as handle:
+        return [row for row in list(csv.reader(handle))[1:] if row and int(row[0]) <= step]
+
+
+def _write_evaluations(log: Path, rows: list[list[str]]) -> None:
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows([EVAL_COLUMNS, *rows])
+    write_atomic(log, text.getvalue())
 
 
 def evaluation_segments(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int
@@ -314,30 +403,65 @@ def spalm_bits(model: MemoryLanguageModel, retrieval: GatedRetrieval, stream: To
 
 
 def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> dict[str, Any]:
-    """Train (or, with ``resume``, continue) the run of ``config``; returns its summary."""
+    """Train (or, with ``resume``, continue) the run of ``config``; returns its summary.
+
+    The run directory has the guarantees of an RL run's (docs/run-directories.md): ``config`` is checked before
+    anything is created (:func:`check_lm_config`), one process writes it (its lock,
+    :func:`~experiments.run_dir.run_lock`), a new run refuses a directory that holds one, and every file is written
+    whole (:mod:`experiments.atomic`).
+    ``resume`` continues from the newest checkpoint, with the settings it was made with (those of
+    :data:`RESUMABLE` may change), dropping the evaluations after it; one that already reaches ``steps`` changes
+    nothing."""
+    check_lm_config(config)
     torch.set_num_threads(torch_threads(config.threads))
     directory = config.directory()
-    checkpoint = _latest_checkpoint(directory) if resume else None
-    if directory.exists() and not resume and any(directory.iterdir()):
+    try:
+        check_not_busy(directory)
+    except RunBusyError as error:
+        raise ConfigError(str(error)) from None
+    if not resume and holds_run(directory):
         raise ConfigError(f"{str(directory)!r} already holds a run; pass --resume to continue it or choose "
                           "another --log-dir or seed")
-    directory.mkdir(parents=True, exist_ok=True)
+    checkpoint = _latest_checkpoint(directory) if resume else None
+    saved = None if checkpoint is None else _load_checkpoint(checkpoint, config.device)
+    if saved is not None:
+        previous = saved.get("config") or (load_yaml(directory / "config.yaml")
+                                           if (directory / "config.yaml").exists() else {})
+        _check_same_lm_run(config, previous, f"the run in {str(directory)!r}")
+        summary = read_json(directory / "summary.json")
+        if saved["step"] >= config.steps and summary is not None:
+            notify(f"{str(directory)!r} already trained {saved['step']} steps of {config.steps}: nothing to resume, "
+                   "nothing changed")
+            return summary
+    existed = directory.exists()
+    try:
+        with run_lock(directory):
+            return _train_lm_locked(config, directory, saved, progress)
+    except RunBusyError as error:
+        raise ConfigError(str(error)) from None
+    except ConfigError:
+        if not existed:  # refused before training: leave no directory behind
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _train_lm_locked(config: LMConfig, directory: Path, saved: dict[str, Any] | None,
+                     progress: bool) -> dict[str, Any]:
     write_atomic(directory / "config.yaml", yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     torch.manual_seed(config.seed)
     train, valid = config.stream("train"), config.stream("validation")
     model = build_model(config, train.vocab_size).to(config.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     state, step = model.initial_state(config.batch_size), 0
-    if checkpoint is not None:
-        saved = torch.load(checkpoint, map_location=config.device, weights_only=False)
+    if saved is not None:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state, step = saved["state"], saved["step"]
         torch.set_rng_state(saved["rng"])
-    writer = SummaryWriter(str(directory))
     log = directory / "evaluations.csv"
-    if not log.exists():
-        write_atomic(log, ",".join(EVAL_COLUMNS) + "\n")
+    rows = _evaluation_rows(log, step)
+    _write_evaluations(log, rows)
+    writer = SummaryWriter(str(directory))
     batches = segments(train, config.batch_size, config.segment_length, first=step)
     started, losses, first = time.time(), [], step
     bar = _progress_bar(config.steps, step) if progress else None
@@ -361,12 +485,11 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
         if step % config.eval_every == 0 or step == config.steps:
             bits = bits_per_token(model, valid, config, config.eval_segments)
             writer.add_scalar("eval/bits_per_token", bits, step)
-            with log.open("a") as handle:
-                csv.writer(handle).writerow([step, f"{sum(losses) / len(losses):.5f}", f"{bits:.5f}",
-                                             f"{time.time() - started:.1f}"])
+            rows.append([str(step), f"{sum(losses) / len(losses):.5f}", f"{bits:.5f}", f"{time.time() - started:.1f}"])
+            _write_evaluations(log, rows)
             losses = []
         if step % config.checkpoint_every == 0 or step == config.steps:
-            _save_checkpoint(directory, step, model, optimizer, state)
+            _save_checkpoint(directory, step, model, optimizer, state, config)
     writer.close()
     if bar is not None:
         bar.close()
@@ -390,12 +513,12 @@ def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, Memory
     (``memory_length`` for evaluation with a longer memory than training)."""
     if not (directory / "config.yaml").exists():
         raise ConfigError(f"{str(directory)!r} is not an LM run directory (no config.yaml)")
-    config = LMConfig(**load_yaml(directory / "config.yaml"))
+    config = build_lm_config(directory / "config.yaml")
     checkpoint = _latest_checkpoint(directory)
     if checkpoint is None:
         raise ConfigError(f"{str(directory)!r} has no checkpoint yet")
     model = build_model(config, config.stream("validation").vocab_size, **option_overrides).to(config.device)
-    weights = torch.load(checkpoint, map_location=config.device, weights_only=False)["model"]
+    weights = _load_checkpoint(checkpoint, config.device)["model"]
     misfits = [name for name, tensor in model.state_dict().items()
                if name in weights and weights[name].shape != tensor.shape]
     if misfits:  # e.g. Linformer's projections have memory_length + 1 columns
@@ -452,11 +575,30 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMAND_OPTIONS: dict[str, Rule] = {
+    "memory_length": Items(COUNT, empty_ok=True), "segments": COUNT,
+    "knn_weight": Items(Range(0.0, 1.0), empty_ok=True), "knn_k": COUNT, "datastore_segments": COUNT,
+    "spalm_steps": Range(0, integer=True), "spalm_lr": Range(0.0, low_open=True), "spalm_lm_lr": NON_NEGATIVE,
+    "exit_threshold": Items(Range(), empty_ok=True),  # above 1: no position leaves early
+    "n": COUNT, "temperature": Range(0.0, low_open=True),
+}
+"""the options of ``lm eval`` and ``lm sample`` with their rules"""
+
+
+def check_command_options(args: argparse.Namespace) -> None:
+    """Each option of :data:`COMMAND_OPTIONS` given to the command against its rule (:class:`ConfigError` naming
+    the flag)."""
+    for name, rule in COMMAND_OPTIONS.items():
+        if getattr(args, name, None) is not None:  # None: not given, or not an option of this command
+            rule.check("-n" if name == "n" else f"--{name.replace('_', '-')}", getattr(args, name))
+
+
 def main(argv: list[str]) -> int:
     """``train_rl.py lm train|eval|sample``; exit status 2 on bad input, with the valid choices named."""
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
+        check_command_options(args)
         if args.command == "train":
             summary = train_lm(build_lm_config(config_path(args.config, "lm"), args.param), args.resume, args.progress)
             print(json.dumps(summary, indent=2))

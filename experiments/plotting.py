@@ -7,7 +7,6 @@ finished runs with a pointwise 95 % bootstrap band (:func:`experiments.stats.cur
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,15 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from experiments import stats
+from experiments.atomic import atomic_path
 from experiments.run_dir import FINISHED, UNSUCCESSFUL, Run
 
 
 def save_figure(figure: Figure, path: Path) -> None:
-    """Write ``figure`` as a PNG (to a temporary name, then renamed over ``path``)."""
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    figure.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+    """Write ``figure`` to ``path`` (a PNG, or the format its suffix names) whole or not at all
+    (:func:`experiments.atomic.atomic_path`)."""
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=110, bbox_inches="tight")
 
 
 def group_colors(names: Sequence[str]) -> dict[str, Any]:

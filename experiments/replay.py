@@ -3,7 +3,10 @@ scoring it over episodes as the run's own evaluations do, and playing episodes t
 
 Scores use the run's evaluation set-up by default (``n_eval_envs`` copies seeded ``seed + 10000``,
 ``n_eval_episodes`` episodes, the most probable action), which is what the run's final evaluation
-(``summary.json``) ran, so the same model scores the same numbers.
+(``summary.json``) ran, so the same model scores the same numbers. The run's settings are its ``config.yaml`` as
+written, which holds every setting and the hyper-parameter entry it was made from; an environment given in its
+place starts from the settings of its own entry (:mod:`experiments.hyperparams`). Which model is scored (the final
+``model.zip``, ``best_model.zip``, a checkpoint) is named with the step it was saved at.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ import numpy as np
 import torch
 
 from agents import ALGOS, saved_learner
+from experiments.atomic import write_new
 from experiments.config import ConfigError, RunConfig, build_config
-from experiments.evaluation import EvalResult, evaluate
-from experiments.rules import short
+from experiments.evaluation import BEST_MODEL, BEST_RECORD, EvalResult, evaluate
+from experiments.model_files import damage
+from experiments.rules import Device
+from experiments.run_dir import CHECKPOINT_PREFIX, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env
+from policies.rules import short
 
 MODEL_FILE = "model.zip"
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
@@ -46,6 +53,29 @@ class SavedAgent:
         """The seed of the run's evaluation environment."""
         return self.config.seed + EVAL_SEED_OFFSET
 
+    @property
+    def kind(self) -> str:
+        """Which of its run's models this is: ``final`` (``model.zip``), ``best`` (``best_model.zip``, the model of
+        the run's best evaluation, as SB3's ``EvalCallback`` keeps it), ``checkpoint``, else ``saved``."""
+        name, folder = self.model_path.name, self.model_path.parent.name
+        if name == MODEL_FILE and self.model_path.parent == self.directory:
+            return "final"
+        if name == BEST_MODEL:
+            return "best"
+        return "checkpoint" if folder == "checkpoints" and name.startswith(CHECKPOINT_PREFIX) else "saved"
+
+    def described(self) -> str:
+        """The model scored, in words: ``the final model (model.zip), saved at 320 steps``; for ``best_model.zip``
+        also the step of the evaluation that chose it."""
+        steps = int(self.model.num_timesteps)
+        what = {"final": "the final model", "best": "the best evaluation's model", "checkpoint": "a checkpoint",
+                "saved": "a saved model"}[self.kind]
+        text = f"{what} ({self.model_path.name}), saved at {steps:,} steps"
+        record = read_json(self.model_path.parent / BEST_RECORD) if self.kind == "best" else None
+        if record is not None:
+            text += f" (the evaluation at {int(record['timesteps']):,} steps, mean return {record['mean_return']:.3f})"
+        return text
+
 
 def locate(path: str | Path) -> tuple[Path, Path | None]:
     """The model file and run directory (holding ``config.yaml``) of a run directory (its final
@@ -63,25 +93,58 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
 
 def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
                env_kwargs: dict[str, Any] | None = None, env_wrapper: Any = None,
-               gym_packages: list[str] | None = None) -> SavedAgent:
+               gym_packages: list[str] | None = None, hyperparams: str = "auto") -> SavedAgent:
     """Load the model at ``path`` with the learner class that saved it (recorded in the zip, else the run's
-    ``algo``), and its run's configuration; ``env`` replaces the environment (and its keyword arguments),
-    ``env_kwargs`` are set over them, ``env_wrapper`` (``[]``: none) replaces the run's wrappers and
-    ``gym_packages`` are imported after the run's."""
+    ``algo``), and its run's configuration (its ``config.yaml`` as written); ``env`` replaces the environment, its
+    keyword arguments and (where that entry has them) wrappers by those of its hyper-parameter entry, found as
+    training finds it with ``hyperparams`` (a model without a run takes every setting of the entry);
+    ``env_kwargs`` are set over them, ``env_wrapper`` (``[]``: none) replaces the wrappers and ``gym_packages`` are
+    imported after the run's. A device this machine lacks, or a model that does not load (truncated, damaged, not
+    SB3's), raises :class:`ConfigError` naming it."""
+    Device().check("device", device)
     model_path, run = locate(path)
     if run is None and env is None:
         raise ConfigError(f"no config.yaml beside {str(model_path)!r}: give the environment with --env")
-    config = build_config(run / "config.yaml") if run is not None else RunConfig()
+    if (why := damage(model_path)) is not None:
+        raise ConfigError(f"model {str(model_path)!r} does not load: {why}")
+    config = build_config(run / "config.yaml", entries=False) if run is not None else RunConfig()
+    try:
+        learner = saved_learner(model_path) or ALGOS[config.algo].__name__
+    except Exception as error:  # a zip whose data is not SB3's JSON
+        raise unloadable(model_path, error) from error
     if env is not None:
-        config.env, config.env_kwargs = env, {}
+        algo = next((name for name, cls in ALGOS.items() if cls.__name__ == learner), config.algo)
+        config = scored_on(config, env, env_kwargs or {}, algo, hyperparams, whole=run is None)
     config.env_kwargs.update(env_kwargs or {})
     if env_wrapper is not None:
         config.env_wrapper = env_wrapper or None
     config.gym_packages = [*config.gym_packages, *(gym_packages or [])]
     learners = {cls.__name__: cls for cls in ALGOS.values()}
-    learner = saved_learner(model_path) or ALGOS[config.algo].__name__
-    model = learners[learner].load(model_path, device=device)
+    try:
+        model = learners[learner].load(model_path, device=device)
+    except Exception as error:  # pickle, torch and key errors alike: the file is no model engram loads
+        raise unloadable(model_path, error) from error
     return SavedAgent(model, config, model_path, run if run is not None else model_path.parent)
+
+
+def unloadable(model_path: Path, error: Exception) -> ConfigError:
+    """The one-line error of a model that does not load, naming the file and the exception."""
+    return ConfigError(f"model {str(model_path)!r} does not load ({type(error).__name__}: {short(str(error), 200)})")
+
+
+def scored_on(config: RunConfig, env: str, env_kwargs: dict[str, Any], algo: str, hyperparams: str,
+              whole: bool) -> RunConfig:
+    """``config`` with ``env`` in place of its environment: ``env_kwargs`` over the keyword arguments, and the
+    wrappers where it has some, of the hyper-parameter entry training would start ``algo`` on ``env`` with
+    ``env_kwargs`` from (none: ``env_kwargs`` alone, the run's wrappers); ``whole``: every setting of that entry (a
+    model without a run). ``hyperparams`` then names that entry."""
+    entry = build_config(None, {"algo": algo, "env": env, "env_kwargs": env_kwargs, "hyperparams": hyperparams})
+    if whole:
+        return entry
+    config.env, config.env_kwargs, config.hyperparams = env, entry.env_kwargs, entry.hyperparams
+    if entry.env_wrapper is not None:
+        config.env_wrapper = entry.env_wrapper
+    return config
 
 
 def check_agent_env(agent: SavedAgent) -> None:
@@ -148,7 +211,9 @@ def result_record(agent: SavedAgent, results: dict[str, EvalResult], episodes: i
     record: dict[str, Any] = {
         "model": str(agent.model_path), "learner": type(agent.model).__name__, "algo": agent.config.algo,
         "backbone": agent.config.backbone, "env": agent.config.env, "env_kwargs": agent.config.env_kwargs,
-        "episodes": episodes, "seed": seed, "n_envs": n_envs, "model_timesteps": int(agent.model.num_timesteps),
+        "model_kind": agent.kind, "model_timesteps": int(agent.model.num_timesteps),
+        "hyperparams": None if agent.config.hyperparams == "auto" else agent.config.hyperparams,  # auto: unrecorded
+        "episodes": episodes, "seed": seed, "n_envs": n_envs,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     for policy, result in results.items():
@@ -164,13 +229,14 @@ def result_record(agent: SavedAgent, results: dict[str, EvalResult], episodes: i
 
 def write_result(directory: Path, record: dict[str, Any], prefix: str = "evaluate") -> Path:
     """Write ``record`` to a new ``{prefix}_<date>-<time>.json`` in ``directory`` (``-2``, ``-3``, ... where
-    that name is taken: an earlier result is never overwritten, even by a process writing at the same time)."""
+    that name is taken: an earlier result is never overwritten, even by a process writing at the same time), whole
+    or not at all (:func:`experiments.atomic.write_new`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    text = json.dumps(record, indent=2)
     for n in itertools.count(1):
         path = directory / (f"{prefix}_{stamp}.json" if n == 1 else f"{prefix}_{stamp}-{n}.json")
         try:
-            with path.open("x") as f:
-                json.dump(record, f, indent=2)
+            write_new(path, text)
             return path
         except FileExistsError:
             continue

@@ -7,8 +7,9 @@
 - per task (and over all tasks when they share a [0, 1] success score), final scores: mean, std,
   median and IQM with 95 % stratified bootstrap CIs, every run's score, and the probability of
   improvement between each pair of backbones — ``scores_<task>.png``, ``improvement_<task>.png``;
-- per task, reliability: share of runs that solve the task, runs that diverged or failed, and
-  the dispersion (IQR) and risk (CVaR of the worst 25 %) of the final scores (Chan et al. 2020);
+- per task, reliability: share of runs that solve the task, runs that solved it and then lost it (an evaluation
+  at or above the threshold, the final one below), runs that diverged or failed, and the dispersion (IQR) and risk
+  (CVaR of the worst 25 %) of the final scores (Chan et al. 2020);
 - per task, the final and best (POPGym's MMER) deterministic evaluations of every finished run, with the
   normalised score (:mod:`experiments.suite_scores`: ``0.5·R + 0.5`` for POPGym, the success rate where a task
   reports one);
@@ -18,8 +19,9 @@
   ``scores_suite.png``, ``improvement_suite.png``.
 
 The score of a run is its final evaluation's success rate where the task reports success, else
-its final mean return; a run that diverged or failed is scored by its last evaluation before it
-stopped (left out of the scores when it has none) and never counts as solved. See
+its final mean return (the final model's, ``model.zip``; never ``best_model.zip``'s); a run that diverged or
+failed is scored by its last evaluation before it stopped (left out of the scores when it has none) and never
+counts as solved. Each run's outcome (:func:`outcome`) and best evaluation are listed beside its final score. See
 :mod:`experiments.stats` for the definitions.
 """
 
@@ -38,6 +40,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from experiments import stats
+from experiments.config import DEFAULT_REPS
 from experiments.plotting import group_colors, plot_curves, save_figure
 from experiments.run_dir import (
     DIVERGED,
@@ -55,8 +58,9 @@ from experiments.run_dir import (
 )
 from experiments.suite_scores import RunScores, Suite, normalisation_name, normalised_score, run_scores, suite_matrices
 
-DEFAULT_REPS = 2000
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
+SOLVED, SOLVED_THEN_LOST, NOT_SOLVED = "solved", "solved, then lost", "not solved"
+"""the outcomes of a finished run (:func:`outcome`); a run that is not finished has its state's name"""
 REFERENCE_BACKBONE = "gtrxl"
 """the backbone whose P(X > Y) against each other one the suite section states first"""
 
@@ -86,6 +90,8 @@ class Reliability:
     diverged: int
     failed: int
     solved: int
+    solved_then_lost: int
+    """finished runs that reached the threshold at an evaluation and ended below it (:func:`outcome`)"""
     iqr: float
     cvar: float
     worst: float
@@ -129,15 +135,39 @@ def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).reshape(-1, 1)
 
 
+def outcome(run: Run, success: bool, threshold: float) -> str:
+    """What became of a run: :data:`SOLVED` (finished, its final score ≥ ``threshold``), :data:`SOLVED_THEN_LOST`
+    (finished below it after an evaluation of ``evaluations.csv`` at or above it), :data:`NOT_SOLVED`, or, for a run
+    that is not finished, its state (``diverged``, ``failed``, ``unfinished``, ``pending``)."""
+    state = run.state()
+    if state != FINISHED:
+        return STATE_NAMES.get(state, state)
+    score = run.score(success)
+    if score is not None and score >= threshold:
+        return SOLVED
+    _, values = run.curve(success)
+    return SOLVED_THEN_LOST if bool(np.any(values >= threshold)) else NOT_SOLVED
+
+
+def best_score(run: Run, success: bool) -> float | None:
+    """The run's best deterministic evaluation (success rate or mean return), its final one included; ``None``
+    when it has none."""
+    _, values = run.curve(success)
+    final = run.score(success) if run.state() == FINISHED else None
+    finite = [float(v) for v in values if np.isfinite(v)] + ([final] if final is not None else [])
+    return max(finite, default=None)
+
+
 def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
-    """Outcomes, runs solved (finished runs scoring ≥ ``threshold``) and dispersion of one group of runs."""
+    """Outcomes (:func:`outcome`), runs solved (finished runs scoring ≥ ``threshold``) and dispersion of one group
+    of runs."""
     states = [run.state() for run in runs]
     scores = _score_matrix(runs, success).ravel()
-    finished_scores = [run.score(success) for run, state in zip(runs, states, strict=True) if state == FINISHED]
+    outcomes = [outcome(run, success, threshold) for run in runs]
     has_scores = scores.size > 0
     return Reliability(
         runs=len(runs), finished=states.count(FINISHED), diverged=states.count(DIVERGED), failed=states.count(FAILED),
-        solved=sum(s >= threshold for s in finished_scores),
+        solved=outcomes.count(SOLVED), solved_then_lost=outcomes.count(SOLVED_THEN_LOST),
         iqr=stats.iqr(scores) if has_scores else float("nan"),
         cvar=stats.cvar(scores) if has_scores else float("nan"),
         worst=float(scores.min()) if has_scores else float("nan"),
@@ -351,12 +381,12 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
         share = f"{rel.solved}/{rel.with_result}"
         if rel.with_result:
             share += f" ({rel.solved / rel.with_result:.0%})"
-        rows.append([backbone, rel.runs, rel.finished, share, rel.diverged, rel.failed,
+        rows.append([backbone, rel.runs, rel.finished, share, rel.solved_then_lost, rel.diverged, rel.failed,
                      rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst)),
                      *("–" if low is None else _format_number(low)
                        for low in (rel.lowest_after_solving, rel.lowest_after_solving_stochastic))])
-    lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "diverged", "failed",
-                     "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
+    lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "solved, then lost",
+                     "diverged", "failed", "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
                      "lowest after solving, stochastic policy"], rows)
     return [*lines, ""]
 
@@ -463,16 +493,20 @@ def retries(run: Run) -> int:
 def _runs_section(study: Study) -> list[str]:
     rows = []
     for run in study.runs:
-        state = run.state()
         summary = run.summary or {}
-        success = next(task.success for task in study.tasks if task.label == task_label(run.config))
-        score = run.score(success)
+        task = next(task for task in study.tasks if task.label == task_label(run.config))
+        score, best = run.score(task.success), best_score(run, task.success)
+        state = run.state()
         rows.append([run.directory.relative_to(study.directory).as_posix(), STATE_NAMES.get(state, state),
                      run.timesteps(), retries(run), "–" if score is None else f"{score:.3f}",
+                     "–" if best is None else f"{best:.3f}",
+                     outcome(run, task.success, task.threshold) if state == FINISHED else "–",
                      summary.get("wall_seconds", "–"), summary.get("steps_per_second", "–"),
                      run.error().splitlines()[0][:100] if run.error() else ""])
-    header = ["run", "state", "steps", "retries", "score", "wall s", "steps/s", "message"]
-    return ["## Runs", "", *_table(header, rows), ""]
+    header = ["run", "state", "steps", "retries", "score", "best", "outcome", "wall s", "steps/s", "message"]
+    legend = ("Score: the final evaluation (of model.zip); best: the highest deterministic evaluation, the final one "
+              "included; outcome of a finished run: solved, solved, then lost, or not solved.")
+    return ["## Runs", "", legend, "", *_table(header, rows), ""]
 
 
 def _retries_sentence(runs: list[Run]) -> str:
@@ -497,9 +531,12 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
         lines += ["Produced by:", "", "```",
                   *dict.fromkeys(entry["command"] for entry in commands), "```", ""]
     lines += [
-        "Scores are each run's final evaluation (success rate where the task reports success, else mean return); "
-        "a run that diverged or failed is scored by its last evaluation before it stopped and never counts as "
-        "solved. Intervals are 95 % percentile CIs of a stratified bootstrap over runs "
+        "Scores are each run's final evaluation (success rate where the task reports success, else mean return), "
+        "the final model's (model.zip), not the best evaluation's (best_model.zip); a run that diverged or failed is "
+        "scored by its last evaluation before it stopped and never counts as solved. A finished run that reached the "
+        "threshold at an evaluation and ended below it is \"solved, then lost\": it counts among the runs not "
+        "solved, and each run's best evaluation is listed beside its final one (Runs). "
+        "Intervals are 95 % percentile CIs of a stratified bootstrap over runs "
         f"({study.reps} resamples; Agarwal et al. 2021). IQM is the mean of the middle 50 % of scores; "
         "P(X > Y) the probability that a run of X scores higher than a run of Y (ties count ½). "
         "IQR and CVaR 25 % (mean of the worst quarter of final scores) measure dispersion and risk "

@@ -22,15 +22,9 @@ from pathlib import Path
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.summary.writer.record_writer import RecordWriter
 
+from experiments.atomic import atomic_path
 from experiments.evaluation import BEST_MODEL, BEST_RECORD, EvalLog
-from experiments.run_dir import (
-    PROGRESS_FILE,
-    checkpoint_walls,
-    read_json,
-    record_progress,
-    replace_synced,
-    temporary_name,
-)
+from experiments.run_dir import PROGRESS_FILE, checkpoint_walls, read_json, record_progress
 
 EVENT_GLOB = "*/events.out.tfevents.*"
 
@@ -64,13 +58,11 @@ def rewind_tensorboard(directory: Path, steps: int) -> None:
             path.unlink()
             emptied.add(path.parent)
             continue
-        tmp = temporary_name(path)
-        with tmp.open("wb") as handle:
+        with atomic_path(path) as tmp, tmp.open("wb") as handle:
             writer = RecordWriter(handle)
             for record, _ in kept:
                 writer.write(record)
             writer.flush()
-        replace_synced(tmp, path)
     for folder in emptied:
         if not any(folder.iterdir()):
             folder.rmdir()

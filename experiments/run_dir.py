@@ -4,8 +4,8 @@ learning curve as studies and reports read them.
 A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/`` (:func:`run_dir`); a study puts the
 runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
 environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`). Every file is
-written atomically and durably (:func:`write_atomic`, :func:`replace_synced`), and one process at a
-time writes a run directory (:func:`run_lock`); docs/run-directories.md says what that guarantees.
+written atomically and durably (:mod:`experiments.atomic`), and one process at a time writes a run
+directory (:func:`run_lock`); docs/run-directories.md says what that guarantees.
 
 Reading needs only the files a run writes (:mod:`experiments.training`) plus ``status.json``, which a
 study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
 
 from envs.wrappers import parse_env_wrapper
+from experiments.atomic import write_atomic
+from experiments.strict_yaml import load as load_yaml_text
 
 if TYPE_CHECKING:
     from experiments.config import RunConfig
@@ -80,31 +81,6 @@ def slug(text: str) -> str:
 def task_folder(config: dict[str, Any]) -> str:
     """The folder of a task's runs inside a study directory."""
     return slug(task_label(config))
-
-
-def temporary_name(path: Path) -> Path:
-    """Where ``path`` is written before it is renamed into place (hidden, same directory and suffix)."""
-    return path.with_name(f".{path.stem}.tmp{path.suffix}")
-
-
-def replace_synced(tmp: Path, path: Path) -> None:
-    """Flush ``tmp`` to disk, rename it over ``path`` (atomic on POSIX) and flush the directory, so
-    that after a crash or power loss ``path`` holds either its old content or all of the new."""
-    with tmp.open("rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name, then :func:`replace_synced` it over ``path``."""
-    tmp = temporary_name(path)
-    tmp.write_text(text)
-    replace_synced(tmp, path)
 
 
 class RunBusyError(RuntimeError):
@@ -193,7 +169,7 @@ def best_checkpoint(found: list[tuple[Path, int]], rows: list[dict[str, str]]) -
 def read_study_record(directory: Path) -> dict[str, Any]:
     """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
     path = Path(directory) / STUDY_FILE
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
 
 
 def write_status(directory: Path, state: str, **fields: Any) -> None:
@@ -241,7 +217,7 @@ class Run:
     @cached_property
     def config(self) -> dict[str, Any]:
         path = self.directory / "config.yaml"
-        return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
 
     @cached_property
     def summary(self) -> dict[str, Any] | None:

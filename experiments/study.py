@@ -34,9 +34,11 @@ A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is opti
     backbones: [gtrxl, trxl-i, trxl, lstm, mlp]
     seeds: [0, 1, 2, 3, 4]    # or a count: 5
 
-Precedence, lowest first: defaults, ``config`` (a task's own ``config`` replaces it; both are
-relative to the study file), ``settings``, the task's keys, command-line flags, ``-p`` overrides;
-``--backbone`` and ``--seed`` replace the file's lists.
+Precedence, lowest first: defaults, the hyper-parameter entry of each run's env (:mod:`experiments.hyperparams`;
+``hyperparams: none`` in ``settings`` or a task, or ``--hyperparams none``, turns it off), ``config`` (a task's own
+``config`` replaces it; both are relative to the study file), ``settings``, the task's keys, command-line flags,
+``-p`` overrides; ``--backbone`` and ``--seed`` replace the file's lists. Each run's ``config.yaml`` records the
+entry it started from, and a rerun refuses runs made from another.
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ import yaml
 
 from agents import NonFiniteError
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, env_slug, load_yaml, save_config
+from experiments.hyperparams import applied_line
 from experiments.launchers import DEFAULT_MAX_RETRIES, Lost, launch
 from experiments.report import DEFAULT_REPS, build_report
-from experiments.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
 from experiments.run_dir import (
     DIVERGED,
     FAILED,
@@ -81,9 +83,10 @@ from experiments.run_dir import (
     write_atomic,
     write_status,
 )
-from experiments.training import check_same_config, train
+from experiments.training import check_same_run, train
 from experiments.validation import validate_all
 from policies.registry import BACKBONES
+from policies.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
 
 STUDY_KEYS: dict[str, Rule] = {
     "name": Text(forbidden="/\\", note="the study directory under log_dir"),
@@ -270,15 +273,16 @@ def execute(task: RunTask) -> dict[str, Any]:
 
 
 def check_consistency(configs: list[RunConfig]) -> None:
-    """Refuse a study whose existing run directories hold other configurations."""
+    """Refuse a study whose existing run directories hold other configurations (in their ``config.yaml`` or
+    recorded in their checkpoints: :func:`experiments.training.check_same_run`)."""
     for config in configs:
-        saved = run_dir(config) / "config.yaml"
-        if saved.exists():
+        directory = run_dir(config)
+        if directory.is_dir():
             try:
-                check_same_config(config, saved)
+                check_same_run(config, directory)
             except ConfigError as error:
                 changed = str(error).rpartition(" in: ")[2]
-                raise ConfigError(f"{str(saved.parent)!r} already holds a run of another configuration (differs in: "
+                raise ConfigError(f"{str(directory)!r} already holds a run of another configuration (differs in: "
                                   f"{changed}); choose another --study name or --log-dir") from error
 
 
@@ -429,6 +433,9 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
     diverged or failed (or were lost too often), 130 when interrupted (rerun to resume)."""
     stream = stream or sys.stderr
     directory, configs = grid.study_configs()
+    line = applied_line([config.hyperparams for config in configs])
+    if line is not None:
+        print(line, file=stream, flush=True)
     with _study_lock(directory):
         check_consistency(configs)
         for config in configs:

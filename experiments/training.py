@@ -25,11 +25,12 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
 from envs.imports import ImportPathError, load_object
+from experiments.atomic import write_error
 from experiments.checkpointing import save_model_atomic
-from experiments.config import ACTIVATIONS, ConfigError, RunConfig, load_yaml, plain, save_config, with_every_option
+from experiments.config import ConfigError, RunConfig, load_yaml, plain, save_config, with_every_option
 from experiments.evaluation import RunCallback, evaluate_both
+from experiments.model_files import damage
 from experiments.rewind import rewind
-from experiments.rules import one_line
 from experiments.run_dir import (
     Run,
     RunBusyError,
@@ -41,7 +42,10 @@ from experiments.run_dir import (
     run_lock,
     write_atomic,
 )
+from experiments.run_identity import config_record, read_record
 from policies import BACKBONES
+from policies.policy_options import ACTIVATIONS
+from policies.rules import one_line, short
 
 EVAL_SEED_OFFSET = 10_000
 
@@ -103,11 +107,16 @@ def load_policy_weights(model: Any, source: str) -> None:
         path = path / "model.zip"
     if not path.is_file():
         raise ConfigError(f"init_from={source!r}: no saved model there (a run directory with model.zip, or a .zip)")
-    _, params, _ = load_from_zip_file(path, device=model.device)
+    if (why := damage(path)) is not None:
+        raise ConfigError(f"init_from={source!r}: {str(path)!r} does not load: {why}")
     try:
+        _, params, _ = load_from_zip_file(path, device=model.device)
         model.policy.load_state_dict(params["policy"])
     except RuntimeError as error:
-        raise ConfigError(f"init_from={source!r} holds a policy of another architecture: {error}") from error
+        raise ConfigError(f"init_from={source!r} holds a policy of another architecture: {one_line(error)}") from error
+    except Exception as error:  # pickle, torch and key errors alike: the file is no model of this kind
+        raise ConfigError(f"init_from={source!r}: {str(path)!r} does not load ({type(error).__name__}: "
+                          f"{short(str(error), 200)})") from error
 
 
 def torch_threads(threads: int) -> int:
@@ -128,19 +137,26 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     newest checkpoint that loads (step 0 when there is none), its logs rewound to that step first
     (:mod:`experiments.rewind`). Messages about what resuming does go to stderr. ``extra_callback`` runs
     after the run's own (evaluation and checkpoints) at every step, and may stop the run early by returning False.
+
+    A write that fails (a full disk, a read-only file system) raises :class:`experiments.atomic.WriteError` naming
+    the file, or the run directory where the library that failed does not say which file; the run resumes from its
+    newest checkpoint once the fault is mended.
     """
     torch.set_num_threads(torch_threads(config.threads))
+    directory = run_dir(config)
     try:
-        return _train_in(run_dir(config), config, resume, progress_bar, verbose, extra_callback)
+        return _train_in(directory, config, resume, progress_bar, verbose, extra_callback)
     except RunBusyError as error:
         raise ConfigError(str(error)) from error
+    except OSError as error:
+        raise (write_error(error, directory) if error.filename is None else error) from error
 
 
 def _train_in(directory: Path, config: RunConfig, resume: bool, progress_bar: bool, verbose: int,
               extra_callback: BaseCallback | None) -> dict[str, Any]:
     check_not_busy(directory)  # first: a run being written is refused as such, whatever else holds
-    if resume and (directory / "config.yaml").exists():
-        check_same_config(config, directory / "config.yaml")
+    if resume:
+        check_same_run(config, directory)
     if not resume:
         refuse_existing_run(directory)
     elif (finished := finished_summary(directory, config.total_timesteps)) is not None:
@@ -178,9 +194,10 @@ def _train_locked(config: RunConfig, directory: Path, resume: bool, progress_bar
         model = build_model(config, env, str(directory))
         if config.init_from:
             load_policy_weights(model, config.init_from)
+    record = config_record(config)
     callback = RunCallback(directory, eval_env, config.eval_freq, config.n_eval_episodes, config.checkpoint_freq,
                            wall_offset, config.stop_when_solved, config.success_threshold, config.solved_lr_factor,
-                           config.solved_lr_streak, config.keep_checkpoints)
+                           config.solved_lr_streak, config.keep_checkpoints, record)
     model.verbose = verbose
     started, steps_before = time.time(), model.num_timesteps
     remaining = config.total_timesteps - model.num_timesteps
@@ -191,11 +208,16 @@ def _train_locked(config: RunConfig, directory: Path, resume: bool, progress_bar
                         reset_num_timesteps=loaded is None)
         except NonFiniteError as error:
             raise NonFiniteError(f"{error}; {checkpoint_note(directory)}") from error
-    else:
+        model.logger.close()  # tensorboard's events on disk now: a write that fails fails here, not unseen at exit
+    else:  # the checkpoint resumed from reaches the budget: the run ends there, and it holds that checkpoint
+        notify(f"{str(directory)!r}: its newest checkpoint ({model.num_timesteps} steps) reaches "
+               f"total_timesteps={config.total_timesteps}: nothing to train; the run ends there (final model, "
+               "evaluation and summary)")
         callback.init_callback(model)
     elapsed = time.time() - started
-    save_model_atomic(model, directory / "model.zip")
-    callback.save_checkpoint()
+    save_model_atomic(model, directory / "model.zip", record)
+    if remaining > 0:
+        callback.save_checkpoint()
     eval_env.seed(config.seed + EVAL_SEED_OFFSET)  # the episodes of a fresh evaluation env: train_rl.py evaluate's
     final, final_stochastic = evaluate_both(model, eval_env, config.n_eval_episodes)
     summary = {
@@ -283,24 +305,53 @@ def checkpoint_note(directory: Path) -> str:
     return f"the last checkpoint before it is {str(latest[0])!r} (step {latest[1]})"
 
 
+def check_same_run(config: RunConfig, directory: Path) -> None:
+    """Refuse to resume the run in ``directory`` with another configuration than its own (``ConfigError`` naming the
+    keys): the one in its ``config.yaml``, and the one recorded inside each of its checkpoints
+    (:mod:`experiments.run_identity`), so a run whose ``config.yaml`` was lost or rewritten is still checked."""
+    saved = directory / "config.yaml"
+    if saved.exists():
+        check_same_config(config, saved)
+    for path, _ in reversed(checkpoints(directory / "checkpoints")):
+        record = read_record(path)
+        if record is not None:
+            _refuse_differences(config, record.settings, f"its checkpoint {str(path)!r}", record.partial)
+
+
 def check_same_config(config: RunConfig, saved: Path) -> None:
-    """Refuse to continue a run directory with another configuration (``ConfigError`` naming the keys).
+    """Refuse to continue a run directory with another configuration than its ``config.yaml`` (``ConfigError``
+    naming the keys).
 
     Compared: every setting that shapes this run, the learner's and backbone's options one by one. Not compared:
     the budget (and the early stop), device and threads, the checkpoints kept,
     where the run is written (``log_dir``: a run directory may be moved or copied into a study),
     and the sections of the other learners and backbones (a task config that gains a section for
     a new backbone still resumes the runs it already holds). A run setting that the saved file lacks
-    was added after the run was made, which behaved as its default does (``precision``: fp32); a backbone option
+    was added after the run was made, which behaved as its default does (``precision``: fp32), except the
+    hyper-parameter entry (``hyperparams``), which such a run did not record; a backbone option
     it lacks means what it meant then (`policies.registry.saved_options`), so a run made before a default
     changed is never resumed with the new one.
     """
-    previous = _compared(plain(with_every_option({**RunConfig().to_dict(), **load_yaml(saved)}, saved=True)), config)
+    _refuse_differences(config, load_yaml(saved), repr(str(saved)))
+
+
+def _refuse_differences(config: RunConfig, saved: dict[str, Any], source: str, partial: bool = False) -> None:
+    """Refuse ``config`` where it differs from the configuration ``saved`` (a ``config.yaml``, or the record of a
+    checkpoint), named ``source`` in the message. ``partial``: ``saved`` holds only some settings (what SB3 keeps
+    of a model saved before records), and only those, where set, are compared."""
+    if partial:
+        previous = _compared(plain(saved), config)
+    else:
+        previous = _compared(plain(with_every_option({**RunConfig().to_dict(), **saved}, saved=True)), config)
     current = _compared(plain(with_every_option(config.to_dict())), config)
-    changed = [f"{key} ({previous.get(key)!r} in the run, {current.get(key)!r} now)"
-               for key in sorted(set(previous) | set(current)) if previous.get(key) != current.get(key)]
+    if "hyperparams" not in saved:  # a run made before runs recorded their entry: its values are compared one by one
+        previous.pop("hyperparams", None)
+        current.pop("hyperparams", None)
+    keys = {key for key in previous if current.get(key) is not None} if partial else set(previous) | set(current)
+    changed = [f"{key} ({short(repr(previous.get(key)))} in the run, {short(repr(current.get(key)))} now)"
+               for key in sorted(keys) if previous.get(key) != current.get(key)]
     if changed:
-        raise ConfigError(f"--resume with a configuration that differs from {str(saved)!r} in: {', '.join(changed)}")
+        raise ConfigError(f"--resume with a configuration that differs from {source} in: {', '.join(changed)}")
 
 
 def _compared(data: dict[str, Any], config: RunConfig) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """``train_rl.py tune``: hyper-parameter search with Optuna (Akiba et al. 2019), as rl-zoo3's ``--optimize``.
 
 Every trial trains real engram runs, one per task and seed of ``--tune-seeds`` (one seed proves nothing), with
-the trial's values over the base configuration (defaults < ``--config`` < flags < ``-p``). Its objective is the
+the trial's values over the base configuration (defaults < the env's hyper-parameter entry < ``--config`` < flags <
+``-p``; ``--hyperparams none``: no entry). Its objective is the
 mean (or, with ``--aggregate iqm``, the interquartile mean) of the runs' final deterministic evaluation: the
 success rate where the task reports one, else the mean return (``--metric``). Several tasks, from a study file's
 ``tasks`` (``--suite``), make the objective a suite score.
@@ -43,8 +44,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents import NonFiniteError
 from envs.imports import cause
 from envs.registry import VEC_ENVS
+from experiments.atomic import atomic_path, write_atomic
 from experiments.cli.parser import invocation, program
 from experiments.config import (
+    SEED_LIMIT,
     ConfigError,
     RunConfig,
     apply,
@@ -52,21 +55,30 @@ from experiments.config import (
     parse_override,
     parse_value,
     plain,
-    save_config,
+    with_every_option,
 )
 from experiments.config_files import config_path, shipped_dir
 from experiments.evaluation import EvalLog
+from experiments.hyperparams import applied_line
 from experiments.run_dir import run_dir, slug, task_folder, task_label
 from experiments.stats import iqm
 from experiments.study import Grid
 from experiments.tune_space import SearchSpace, default_space_files, load_space
 from experiments.validation import validate_all
+from policies.rules import Range, Rule
 
 SPACE_DIR = shipped_dir() / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
 METRICS = ("auto", "success", "return")
 PRUNERS = ("median", "none")
 MAX_FAILURES = 3
+TUNE_OPTIONS: dict[str, Rule] = {
+    "trials": Range(1, integer=True), "tune_seeds": Range(1, integer=True), "workers": Range(1, integer=True),
+    "threads": Range(1, integer=True), "startup_trials": Range(0, integer=True),
+    "timeout": Range(0, low_open=True),
+    "seed": Range(0, SEED_LIMIT, integer=True),
+}
+"""the options of ``train_rl.py tune`` that are not settings of the runs, with their rules"""
 DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
@@ -284,10 +296,11 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
 
 
 def write_outputs(settings: TuneSettings) -> dict[str, Path]:
-    """``trials.csv``, ``best.yaml``, ``importance.png`` and ``history.png`` of the study (those it can make)."""
+    """``trials.csv``, ``best.yaml``, ``importance.png`` and ``history.png`` of the study (those it can make), each
+    written whole (:mod:`experiments.atomic`)."""
     study = open_study(settings)
     paths = {"trials": settings.directory / "trials.csv"}
-    study.trials_dataframe().to_csv(paths["trials"], index=False)
+    write_atomic(paths["trials"], study.trials_dataframe().to_csv(index=False))
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
         return paths
@@ -302,13 +315,13 @@ def write_best(settings: TuneSettings, best: optuna.trial.FrozenTrial, path: Pat
     """The first task's base configuration with the best trial's values, headed by where they came from."""
     values = settings.space.configured(best.params)
     config = with_values(settings.base[0], values)
-    save_config(config, path)
     header = [f"# best trial of `train_rl.py tune` study {settings.name!r}: trial {best.number}, objective "
               f"{best.value:.4f} ({settings.aggregate} {settings.metric} over seeds {settings.seeds}"
               f" and {len(settings.base)} task(s)), runs {best.user_attrs.get('scores')}",
               f"# command: {settings.command}",
               f"# values: {yaml.safe_dump(plain(values), default_flow_style=True, width=1000).strip()}"]
-    path.write_text("\n".join(header) + "\n" + path.read_text())
+    body = yaml.safe_dump(plain(with_every_option(config.to_dict())), sort_keys=False)  # as save_config writes it
+    write_atomic(path, "\n".join(header) + "\n" + body)
 
 
 def write_plots(study: optuna.Study, directory: Path, complete: int) -> dict[str, Path]:
@@ -332,7 +345,8 @@ def write_plots(study: optuna.Study, directory: Path, complete: int) -> dict[str
             figure.set_size_inches(7, 4)
             figure.tight_layout()
             paths[name] = directory / f"{name}.png"
-            figure.savefig(paths[name], dpi=80, bbox_inches="tight")
+            with atomic_path(paths[name]) as tmp:
+                figure.savefig(tmp, dpi=80, bbox_inches="tight")
             plt.close(figure)
     return paths
 
@@ -355,6 +369,9 @@ def make_parser() -> argparse.ArgumentParser:
     base.add_argument("--n-eval-episodes", type=int, help="episodes per evaluation")
     base.add_argument("--threads", type=int, default=1, help="torch threads per worker (default: %(default)s)")
     base.add_argument("--log-dir", help="the study goes to {log_dir}/tune/{name}/ (default: the config's, runs)")
+    base.add_argument("--hyperparams", metavar="FILE|none",
+                      help="the hyper-parameter entry the base configuration starts from, as for training (default: "
+                           "auto, the entry of configs/hyperparams/<algo>.yml that matches the env)")
     base.add_argument("-p", "--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                       help="dotted overrides of the base configuration")
     tune = parser.add_argument_group("search")
@@ -386,7 +403,7 @@ def base_configs(args: argparse.Namespace) -> list[RunConfig]:
         ("algo", args.algo), ("backbone", args.backbone), ("env", args.env), ("total_timesteps", args.total_timesteps),
         ("env_wrapper", args.env_wrapper), ("gym_packages", args.gym_packages), ("vec_env", args.vec_env),
         ("eval_freq", args.eval_freq), ("n_eval_episodes", args.n_eval_episodes), ("threads", args.threads),
-        ("log_dir", args.log_dir)) if value is not None}
+        ("log_dir", args.log_dir), ("hyperparams", args.hyperparams)) if value is not None}
     flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
     if args.suite:
         grid = Grid.from_file(config_path(args.suite, "studies"), config_file=config_path(args.config), flags=flags,
@@ -397,9 +414,10 @@ def base_configs(args: argparse.Namespace) -> list[RunConfig]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    for name, low in (("trials", 1), ("tune_seeds", 1), ("workers", 1), ("threads", 1), ("startup_trials", 0)):
-        if getattr(args, name) < low:
-            raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)}: expected an integer >= {low}")
+    """Each option of :data:`TUNE_OPTIONS` given against its rule (:class:`ConfigError` naming the flag)."""
+    for name, rule in TUNE_OPTIONS.items():
+        if getattr(args, name) is not None:  # None: not given (no --timeout)
+            rule.check(f"--{name.replace('_', '-')}", getattr(args, name))
 
 
 def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
@@ -458,6 +476,9 @@ def main(argv: list[str]) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    line = applied_line([config.hyperparams for config in settings.base], "tasks")
+    if line is not None:
+        print(line, file=sys.stderr)
     settings.directory.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     failed_workers = run_workers(settings, args.workers)

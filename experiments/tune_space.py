@@ -12,6 +12,10 @@ sampler functions of rl-zoo3's ``hyperparams_opt.py`` written as data)::
 Types: ``log_uniform`` and ``uniform`` (floats in [low, high]), ``int`` (integers in [low, high], optional
 ``step`` or ``log: true``) and ``categorical`` (one of ``choices``). ``template`` turns the sampled value into
 the configured one (``"lin_{}"``: a learning rate that decays linearly from the sampled value).
+
+Before any trial runs, every value a space can give (both ends of a range, every category) is checked against the
+rule of its setting, as the training command checks it (:func:`experiments.validation.check_settings`): a space
+reaching ``ppo.gamma=1.5`` is refused, naming the file, the key and the value.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.config import ConfigError, RunConfig, apply, load_yaml
+from policies.rules import short
 
 TYPES = ("log_uniform", "uniform", "int", "categorical")
 SPEC_KEYS = {"type", "low", "high", "step", "log", "choices", "template"}
@@ -39,6 +44,8 @@ class Param:
     log: bool = False
     choices: tuple[Any, ...] = ()
     template: str = ""
+    source: str = ""
+    """the space file that declares it"""
 
     def suggest(self, trial: Any) -> Any:
         """The value of this key in an Optuna ``trial`` (after ``template``)."""
@@ -54,11 +61,14 @@ class Param:
         """A sampled value as the configuration takes it."""
         return self.template.format(value) if self.template else value
 
-    def examples(self) -> list[Any]:
-        """Values at the edges of the space (checked against the configuration before any trial runs)."""
+    def examples(self) -> dict[str, Any]:
+        """Every value a category gives and both ends of a range, by where they come from (``low``, ``choice 2``),
+        as the configuration takes them."""
         if self.type == "categorical":
-            return [self.configured(choice) for choice in self.choices]
-        return [self.configured(int(v) if self.type == "int" else v) for v in (self.low, self.high)]
+            return {f"choice {index + 1} of {len(self.choices)}": self.configured(choice)
+                    for index, choice in enumerate(self.choices)}
+        return {end: self.configured(int(value) if self.type == "int" else value)
+                for end, value in (("low", self.low), ("high", self.high))}
 
 
 @dataclass
@@ -72,10 +82,18 @@ class SearchSpace:
         return {param.key: param.suggest(trial) for param in self.params}
 
     def check(self, base: RunConfig) -> None:
-        """Raise :class:`ConfigError` if a key or an edge value is not a valid setting of ``base``."""
+        """Raise :class:`ConfigError` (naming the space file, the key and the value) if a key is not a setting of
+        ``base`` or a value the space can give (:meth:`Param.examples`) breaks the rule of its setting."""
+        from experiments.validation import check_settings
+
         for param in self.params:
-            for value in param.examples():
-                apply(copy.deepcopy(base), param.key, value)
+            for where, value in param.examples().items():
+                config = copy.deepcopy(base)
+                try:
+                    apply(config, param.key, value)
+                    check_settings(config)
+                except ConfigError as error:
+                    raise ConfigError(f"search space {param.source!r}, {param.key} ({where}): {error}") from None
 
     def configured(self, values: dict[str, Any]) -> dict[str, Any]:
         """Optuna's sampled values (``trial.params``) as the configuration takes them."""
@@ -87,32 +105,36 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
     """One entry of a space file; a bad one raises :class:`ConfigError` naming the key and the valid values."""
     where = f"{source}: {key}"
     if not isinstance(spec, dict):
-        raise ConfigError(f"{where}={spec!r}: expected a mapping such as {{type: uniform, low: 0.1, high: 0.3}}")
+        raise ConfigError(f"{where}={short(repr(spec))}: expected a mapping such as "
+                          "{type: uniform, low: 0.1, high: 0.3}")
     unknown = sorted(set(spec) - SPEC_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}; valid fields: {', '.join(sorted(SPEC_KEYS))}")
     kind = spec.get("type")
     if kind not in TYPES:
-        raise ConfigError(f"{where}: type={kind!r}; valid types: {', '.join(TYPES)}")
+        raise ConfigError(f"{where}: type={short(repr(kind))}; valid types: {', '.join(TYPES)}")
     template = str(spec.get("template", ""))
     if template and "{}" not in template:
-        raise ConfigError(f"{where}: template={template!r} must contain {{}} where the value goes")
+        raise ConfigError(f"{where}: template={short(repr(template))} must contain {{}} where the value goes")
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise ConfigError(f"{where}: choices={choices!r}: expected a non-empty list")
-        return Param(key, kind, choices=tuple(choices), template=template)
+            raise ConfigError(f"{where}: choices={short(repr(choices))}: expected a non-empty list")
+        return Param(key, kind, choices=tuple(choices), template=template, source=source)
     low, high = spec.get("low"), spec.get("high")
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or not low < high:
-        raise ConfigError(f"{where}: low={low!r}, high={high!r}: expected two numbers with low < high")
+        raise ConfigError(f"{where}: low={short(repr(low))}, high={short(repr(high))}: expected two numbers with "
+                          "low < high")
     if kind == "log_uniform" and low <= 0:
-        raise ConfigError(f"{where}: low={low!r}: a log-uniform range must be positive")
+        raise ConfigError(f"{where}: low={short(repr(low))}: a log-uniform range must be positive")
     if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
-        raise ConfigError(f"{where}: low={low!r}, high={high!r}: an int range needs integer bounds")
+        raise ConfigError(f"{where}: low={short(repr(low))}, high={short(repr(high))}: an int range needs integer "
+                          "bounds")
     step = spec.get("step", 1)
     if kind == "int" and (not isinstance(step, int) or step < 1):
-        raise ConfigError(f"{where}: step={step!r}: expected a positive integer")
-    return Param(key, kind, float(low), float(high), step=step, log=bool(spec.get("log", False)), template=template)
+        raise ConfigError(f"{where}: step={short(repr(step))}: expected a positive integer")
+    return Param(key, kind, float(low), float(high), step=step, log=bool(spec.get("log", False)), template=template,
+                 source=source)
 
 
 def load_space(paths: list[str | Path]) -> SearchSpace:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.atomic import atomic_path
+
 FORMATS = (".gif", ".mp4")
 MIN_SIDE = 128
 """frames smaller than this (a T-Maze strip) are scaled up by a whole factor, pixels kept sharp"""
@@ -31,7 +33,8 @@ def upscale(frame: np.ndarray, min_side: int = MIN_SIDE) -> np.ndarray:
 
 
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
-    """Write ``frames`` (``H × W × 3`` uint8, one size) to ``path`` (``.gif`` loops forever)."""
+    """Write ``frames`` (``H × W × 3`` uint8, one size) to ``path`` (``.gif`` loops forever), whole or not at all
+    (:func:`experiments.atomic.atomic_path`)."""
     import imageio.v2 as imageio
 
     path = check_video_path(path)
@@ -39,8 +42,9 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> P
         raise ValueError("no frames to record")
     images = [upscale(np.asarray(frame, dtype=np.uint8)) for frame in frames]
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".gif":
-        imageio.mimsave(path, images, duration=1000 / fps, loop=0)
-    else:
-        imageio.mimsave(path, images, fps=fps, macro_block_size=1)
+    with atomic_path(path) as tmp:
+        if path.suffix.lower() == ".gif":
+            imageio.mimsave(tmp, images, duration=1000 / fps, loop=0)
+        else:
+            imageio.mimsave(tmp, images, fps=fps, macro_block_size=1)
     return path

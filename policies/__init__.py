@@ -7,12 +7,24 @@
   (``BACKBONES``, ``make_backbone``);
 - :mod:`policies.lm`: the language model and its retrieval (kNN-LM, SPALM);
 - at the root: the memory contract (:mod:`policies.backbone`), the window operations (:mod:`policies.window`),
-  the SB3 policy (:mod:`policies.policy`) and its PopArt value head (:mod:`policies.popart`).
+  the SB3 policy (:mod:`policies.policy`) and its PopArt value head (:mod:`policies.popart`);
+- the rules of options and their check (:mod:`policies.rules`, :mod:`policies.options`), which import no torch.
 """
 
-from policies.attention import ATTENTIONS
-from policies.backbone import MemoryBackbone
-from policies.positions import POSITIONS
-from policies.registry import BACKBONES, make_backbone
+from __future__ import annotations
 
-__all__ = ["ATTENTIONS", "BACKBONES", "POSITIONS", "MemoryBackbone", "make_backbone"]
+import importlib
+from typing import Any
+
+EXPORTS = {"ATTENTIONS": "policies.attention", "BACKBONES": "policies.registry", "POSITIONS": "policies.positions",
+           "MemoryBackbone": "policies.backbone", "make_backbone": "policies.registry"}
+"""the package's names and the modules that define them, imported on first use: importing the torch-free
+:mod:`policies.rules` and :mod:`policies.options` (the command line's run settings) loads no torch"""
+
+__all__ = list(EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in EXPORTS:
+        raise AttributeError(f"module 'policies' has no attribute {name!r}")
+    return getattr(importlib.import_module(EXPORTS[name]), name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, Unpack
 
 import numpy as np
 import torch
@@ -33,8 +33,11 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor
 
 from policies.backbone import Aux, MemoryBackbone
-from policies.popart import PopArtValueHead
-from policies.registry import BACKBONES, make_backbone
+from policies.options import checked
+from policies.policy_options import ActorCriticOptions
+from policies.popart import PopArtBeta, PopArtValueHead
+from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
+from policies.rules import Flag, OptionalMapping, Switch
 from policies.window import State
 
 PolicyState = dict[str, State]
@@ -201,11 +204,13 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     with ``backbone="lstm"`` (:func:`from_sb3_contrib`).
     """
 
+    @checked()
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, *,
-                 backbone: str = "gtrxl", backbone_kwargs: dict[str, Any] | None = None,
-                 share_backbone: bool | None = None, critic_backbone: str | None = None,
-                 critic_backbone_kwargs: dict[str, Any] | None = None, popart: bool = False,
-                 popart_beta: float = 1e-3, **kwargs: Any) -> None:
+                 backbone: BackboneName = "gtrxl", backbone_kwargs: OptionalMapping = None,
+                 share_backbone: Annotated[bool | None, Flag(optional=True)] = None,
+                 critic_backbone: CriticBackboneName = None, critic_backbone_kwargs: OptionalMapping = None,
+                 popart: Switch = False, popart_beta: PopArtBeta = 1e-3,
+                 **kwargs: Unpack[ActorCriticOptions]) -> None:
         if kwargs.pop("use_sde", False) or "sde_sample_freq" in kwargs:  # SB3's learners pass use_sde=False
             raise ValueError(GSDE_REFUSED)
         if "lstm_kwargs" in kwargs:

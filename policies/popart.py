@@ -3,8 +3,15 @@ magnitude"; used by V-MPO, Song et al. 2020, Sec. 4.1)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor, nn
+
+from policies.rules import Range
+
+PopArtBeta = Annotated[float, Range(0.0, 1.0, low_open=True)]
+"""PopArt's step size ``β`` of the value statistics"""
 
 
 class PopArtValueHead(nn.Module):

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from policies.backbone import MemoryBackbone
+from policies.backbones.ffm import FastForgetfulMemory
 from policies.backbones.linear_transformer import LinearTransformer
+from policies.backbones.lru import LinearRecurrentUnit
+from policies.backbones.mamba import Mamba
+from policies.backbones.mingru import MinGRU
 from policies.backbones.mlp import FrameStack, MLPMemoryless
+from policies.backbones.mlstm import MatrixLSTM
 from policies.backbones.recurrent import RecurrentMemory
 from policies.backbones.reversible_transformer import ReversibleTransformerXL
 from policies.backbones.transformer_xl import TransformerXL
 from policies.backbones.universal import UniversalTransformerACT
+from policies.rules import OneOf
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,23 @@ BACKBONES: dict[str, BackboneSpec] = {
                            "Linear Transformer: causal linear attention in recurrent form (Katharopoulos et al. 2020)"),
     "lstm": BackboneSpec(RecurrentMemory, "LSTM (Hochreiter & Schmidhuber 1997)", {"cell": "lstm"}),
     "gru": BackboneSpec(RecurrentMemory, "GRU (Cho et al. 2014)", {"cell": "gru"}),
+    "ffm": BackboneSpec(FastForgetfulMemory, "Fast and Forgetful Memory: decaying, oscillating linear aggregator "
+                                             "(Morad et al. 2023)"),
+    "lru": BackboneSpec(LinearRecurrentUnit, "Linear Recurrent Unit: diagonal complex linear recurrence with ring "
+                                             "initialisation (Orvieto et al. 2023)"),
+    "mamba": BackboneSpec(Mamba, "Mamba: selective state space model (S6) blocks, plain PyTorch scan "
+                                 "(Gu & Dao 2023)"),
+    "mingru": BackboneSpec(MinGRU, "minGRU: a GRU whose gates read only the input, trained with a parallel scan "
+                                   "(Feng et al. 2024)"),
+    "mlstm": BackboneSpec(MatrixLSTM, "mLSTM: the matrix-memory LSTM of xLSTM, chunked parallel form "
+                                      "(Beck et al. 2024)"),
     "mlp": BackboneSpec(MLPMemoryless, "memoryless MLP"),
     "framestack": BackboneSpec(FrameStack, "MLP over the last k observations"),
 }
+
+BackboneName = Annotated[str, OneOf(lambda: BACKBONES)]
+CriticBackboneName = Annotated[str | None, OneOf(lambda: BACKBONES, optional=True)]
+"""the critic's own backbone; ``None``: the actor's"""
 
 EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {name: {"episode_time": "none"} for name in ("trxl", "trxl-i", "gtrxl")}
 """Options whose default has changed, per backbone, with the value that a model or run saved before every option

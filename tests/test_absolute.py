@@ -53,5 +53,5 @@ def test_absolute_attention_is_a_vanilla_transformer_over_each_window(encoding):
 
 
 def test_bad_encodings_name_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown encoding 'rotary'; valid encodings: sinusoidal, learned, axial"):
+    with pytest.raises(ValueError, match="encoding='rotary': expected one of sinusoidal, learned, axial"):
         build_attention("absolute", D, H, DH, max_distance=M, encoding="rotary")

@@ -371,5 +371,5 @@ def test_unknown_option_names_the_valid_ones():
         make_backbone("gtrxl", 4, memory_len=8)
     with pytest.raises(ValueError, match=r"'gate'.*trxl-i"):
         make_backbone("trxl-i", 4, gate="gru")
-    with pytest.raises(ValueError, match=r"unknown gate 'lstm'; valid gates: residual, input"):
+    with pytest.raises(ValueError, match=r"gate='lstm': expected one of residual, input"):
         make_backbone("gtrxl", 4, gate="lstm")

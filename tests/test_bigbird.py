@@ -122,13 +122,13 @@ def test_the_backbone_sees_exactly_the_pattern(options, seen):
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"window": 0}, "window must be in 1..9 \\(the memory length\\), got 0"),
+    ({"window": 0}, "window=0: expected an integer >= 1"),
     ({"window": 10}, "window must be in 1..9 \\(the memory length\\), got 10"),
-    ({"global_steps": -1}, "global_steps must be >= 0, got -1"),
-    ({"block_length": 0}, "block_length must be >= 1, got 0"),
-    ({"random_blocks": -2}, "random_blocks must be >= 0, got -2"),
-    ({"seed": -1}, "seed must be in 0..4294967295, got -1"),
-    ({"seed": 2**32}, "seed must be in 0..4294967295, got 4294967296"),
+    ({"global_steps": -1}, "global_steps=-1: expected an integer >= 0"),
+    ({"block_length": 0}, "block_length=0: expected an integer >= 1"),
+    ({"random_blocks": -2}, "random_blocks=-2: expected an integer >= 0"),
+    ({"seed": -1}, "seed=-1: expected an integer in \\[0, 4294967295\\]"),
+    ({"seed": 2**32}, "seed=4294967296: expected an integer in \\[0, 4294967295\\]"),
 ])
 def test_bad_options_name_the_value_and_the_valid_range(options, message):
     """Mutation caught: a check left out (a window beyond the memory)."""

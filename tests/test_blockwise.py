@@ -132,8 +132,8 @@ def test_the_backbone_sees_exactly_each_heads_block(shifts, seen):
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"shifts": [0, 1, 1]}, "shifts must hold one shift per head \\(2 heads\\), got 3: \\[0, 1, 1\\]"),
-    ({"shifts": [0, -1]}, "shifts must be >= 0 \\(blocks back\\), got \\[0, -1\\]"),
-    ({"block_length": 0}, "block_length must be >= 1, got 0"),
+    ({"shifts": [0, -1]}, "shifts\\[1\\]=-1: expected an integer >= 0, in shifts=\\[0, -1\\]"),
+    ({"block_length": 0}, "block_length=0: expected an integer >= 1"),
 ])
 def test_bad_options_name_the_value_and_the_valid_range(options, message):
     """Mutation caught: a check left out (negative shifts)."""

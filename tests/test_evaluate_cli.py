@@ -1,5 +1,6 @@
 """``train_rl.py evaluate``: a trained run scores what its final evaluation scored (same seeds and episodes,
-same numbers), scores elsewhere with --env-kwargs, writes a new JSON each time, and records playable videos."""
+same numbers), names the model it scored, scores elsewhere with --env-kwargs or --env (from that env's
+hyper-parameter entry), writes a new JSON each time, and records playable videos."""
 
 from __future__ import annotations
 
@@ -69,6 +70,31 @@ def test_env_kwargs_score_it_on_a_longer_corridor(run, capsys):
     result = written(out)
     assert result["env_kwargs"] == {"length": 6} and result["model"].endswith("best_model.zip")
     assert result["stochastic"]["mean_length"] == 7.0  # T-Maze episodes last length + 1 steps
+
+
+def test_names_the_model_it_scored_and_its_step(run, capsys):
+    """The final model.zip, or best_model.zip (SB3's EvalCallback's) with the evaluation that chose it."""
+    final_steps = json.loads((run / "summary.json").read_text())["env_steps"]
+    code, out, _ = evaluate([str(run), "--episodes", "2"], capsys)
+    assert code == 0 and f"  model:         the final model (model.zip), saved at {final_steps:,} steps\n" in out
+    assert (written(out)["model_kind"], written(out)["model_timesteps"]) == ("final", final_steps)
+    best = json.loads((run / "best_model.json").read_text())
+    code, out, _ = evaluate([str(run / "best_model.zip"), "--episodes", "2"], capsys)
+    assert code == 0 and (f"  model:         the best evaluation's model (best_model.zip), saved at "
+                          f"{best['timesteps']:,} steps (the evaluation at {best['timesteps']:,} steps") in out
+    assert (written(out)["model_kind"], written(out)["model_timesteps"]) == ("best", best["timesteps"])
+
+
+def test_another_env_starts_from_its_hyperparameter_entry(run, tmp_path, capsys):
+    """--env takes the env settings of its entry, as training would (here a corridor of 5 instead of none)."""
+    file = tmp_path / "hyperparams.yml"
+    file.write_text("TMaze-v0:\n  env_kwargs: {length: 5}\n  n_envs: 2\n")
+    code, out, err = evaluate([str(run), "--env", "TMaze-v0", "--hyperparams", str(file), "--episodes", "2"], capsys)
+    assert code == 0 and f"hyperparams: {file}#TMaze-v0 applies" in err
+    result = written(out)
+    assert result["env_kwargs"] == {"length": 5} and result["hyperparams"] == f"{file}#TMaze-v0"
+    code, out, err = evaluate([str(run), "--env", "TMaze-v0", "--hyperparams", "none", "--episodes", "2"], capsys)
+    assert code == 0 and "hyperparams" not in err and written(out)["env_kwargs"] == {}
 
 
 @pytest.mark.parametrize("suffix", [".gif", ".mp4"])

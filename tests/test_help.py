@@ -1,11 +1,11 @@
 """``train_rl.py --help`` answers without loading torch or SB3, names every command in its usage line, and
-shows RunConfig's real defaults (read from source); a progress bar shows on a terminal by default."""
+shows RunConfig's real defaults and docs (read from the dataclass, which imports no torch); a progress bar shows
+on a terminal by default."""
 
 from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +14,20 @@ import pytest
 
 import train_rl
 from experiments.cli import train as train_cli
-from experiments.static_source import dataclass_fields, literal_constant
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "stable_baselines3", "rliable", "agents", "policies")
+HEAVY = ("torch", "stable_baselines3", "rliable", "agents")
+TORCH_FREE = {"policies", "policies.rules"}
+"""what help may load of :mod:`policies`: the package (its names load on first use) and the kinds of rule"""
 
 
 def _loaded_after(argv: list[str]) -> tuple[str, list[str]]:
-    """stdout of ``train_rl.py ARGV`` run in a fresh interpreter, and the heavy modules it loaded."""
+    """stdout of ``train_rl.py ARGV`` run in a fresh interpreter, and the heavy modules it loaded (any of
+    :data:`HEAVY`, and of :mod:`policies` anything beyond :data:`TORCH_FREE`)."""
     code = ("import sys, runpy\nsys.argv = ['train_rl.py', *sys.argv[1:]]\ntry:\n"
             "    runpy.run_path('train_rl.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))")
+            f"print(sorted(({{m.partition('.')[0] for m in sys.modules}} & {set(HEAVY)!r})"
+            f" | ({{m for m in sys.modules if m.partition('.')[0] == 'policies'}} - {TORCH_FREE!r})))")
     result = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True,
                             check=True, timeout=60)
     *output, loaded = result.stdout.rstrip("\n").split("\n")
@@ -32,7 +35,8 @@ def _loaded_after(argv: list[str]) -> tuple[str, list[str]]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["study", "--help"], ["report", "--help"],
-                                  ["evaluate", "--help"], ["list", "--help"], ["plot", "--help"]])
+                                  ["evaluate", "--help"], ["list", "--help"], ["plot", "--help"],
+                                  ["inspect", "--help"]])
 def test_help_loads_neither_torch_nor_sb3(argv):
     output, loaded = _loaded_after(argv)
     assert "usage: train_rl.py" in output
@@ -43,25 +47,24 @@ def test_usage_line_names_every_command():
     output, _ = _loaded_after(["--help"])
     usage = output.split("\n\n")[0]
     assert usage.startswith("usage: train_rl.py [train]")
-    for name in ("train", "study", "report", "evaluate", "list", "plot", "tune", "lm"):
+    for name in ("train", "study", "report", "evaluate", "list", "plot", "inspect", "tune", "lm"):
         assert name in usage, name
-    assert set(train_rl.COMMANDS) == {"train", "study", "report", "evaluate", "list", "plot", "tune", "lm"}
+    assert set(train_rl.COMMANDS) == {"train", "study", "report", "evaluate", "list", "plot", "inspect", "tune", "lm"}
 
 
 def test_help_shows_the_real_defaults_and_docs_of_run_settings():
-    from experiments.config import FIELDS, RunConfig
+    """Each run setting's flag shows the field's own doc and default (mutation caught: a default changed in
+    RunConfig but not in the help)."""
+    from experiments.config import FIELDS, RunConfig, field_default
     from experiments.report import DEFAULT_REPS
 
-    read = dataclass_fields("experiments.config", "RunConfig")
-    assert set(FIELDS) <= set(read)
-    for name, spec in FIELDS.items():
-        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
-        assert read[name].default == default, name
-    assert read["n_envs"].doc == "parallel environment copies"
-    assert RunConfig().eval_freq == read["eval_freq"].default
-    assert literal_constant("experiments.report", "DEFAULT_REPS") == DEFAULT_REPS
-    help_text = train_cli.make_parser().format_help()
-    assert f"(default: {FIELDS['n_envs'].default})" in help_text
+    helps = {action.dest: action for action in train_cli.make_parser(study_file=False)._actions}
+    for name, _ in train_cli.FLAGS.values():
+        assert helps[name].help.startswith(FIELDS[name].metadata["doc"]), name
+        assert helps[name].help.endswith(f"(default: {field_default(FIELDS[name])})"), name
+    assert FIELDS["n_envs"].metadata["doc"] == "parallel environment copies"
+    assert f"(default: {RunConfig().n_envs})" in train_cli.make_parser().format_help()
+    assert helps["reps"].default == DEFAULT_REPS
 
 
 def test_registry_flags_are_checked_when_given():

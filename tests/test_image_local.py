@@ -111,13 +111,13 @@ def test_the_backbone_sees_exactly_the_pattern(options, memory, query_time, seen
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"query_length": 0}, "query_length must be >= 1, got 0"),
-    ({"memory_extent": -1}, "memory_extent must be >= 0, got -1"),
-    ({"width": 0}, "width must be >= 1, got 0"),
-    ({"width": 5, "query_columns": 2}, "width 5 is not divisible by query_columns 2"),
-    ({"width": 4, "query_rows": 0}, "query_rows must be >= 1, got 0"),
-    ({"width": 4, "memory_rows": -2}, "memory_rows must be >= 0, got -2"),
-    ({"width": 4, "memory_columns": -1}, "memory_columns must be >= 0, got -1"),
+    ({"query_length": 0}, "query_length=0: expected an integer >= 1"),
+    ({"memory_extent": -1}, "memory_extent=-1: expected an integer >= 0"),
+    ({"width": 0}, "width=0: expected an integer >= 1"),
+    ({"width": 5, "query_columns": 2}, "width=5: expected a multiple of query_columns=2"),
+    ({"width": 4, "query_rows": 0}, "query_rows=0: expected an integer >= 1"),
+    ({"width": 4, "memory_rows": -2}, "memory_rows=-2: expected an integer >= 0"),
+    ({"width": 4, "memory_columns": -1}, "memory_columns=-1: expected an integer >= 0"),
     ({"query_rows": 2}, "query_rows only apply to 2D local attention \\(set width\\)"),
     ({"width": 4, "query_length": 2, "memory_extent": 1},
      "query_length, memory_extent only apply to 1D local attention \\(leave width unset\\)"),

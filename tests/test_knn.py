@@ -140,5 +140,5 @@ def test_retrieval_does_not_depend_on_how_many_identical_older_records_there_are
 def test_bad_options_name_the_valid_range():
     with pytest.raises(ValueError, match="local_window must be in 1..6.*got 7"):
         build_attention("knn", D, H, DH, max_distance=M, local_window=7)
-    with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="top_k=0: expected an integer >= 1"):
         build_attention("knn", D, H, DH, max_distance=M, top_k=0)

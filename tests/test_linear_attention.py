@@ -89,5 +89,5 @@ def test_performer_features_estimate_softmax_attention():
 
 
 def test_unknown_feature_map_names_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown feature_map 'relu'; valid: elu, favor"):
+    with pytest.raises(ValueError, match="feature_map='relu': expected one of elu, favor"):
         CausalLinearAttention(D, H, DH, feature_map="relu")

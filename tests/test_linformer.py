@@ -109,9 +109,10 @@ def test_initial_projections_average_contiguous_runs_of_distances():
     torch.testing.assert_close(attn.pattern.key_projection, torch.eye(M + 1).expand(H, -1, -1))
 
 
-@pytest.mark.parametrize("rank", [0, M + 2])
-def test_a_rank_outside_the_window_names_the_valid_range(rank):
-    with pytest.raises(ValueError, match=rf"rank must be in 1\.\.{M + 1} .*got {rank}"):
+@pytest.mark.parametrize(("rank", "message"), [(0, "rank=0: expected an integer >= 1"),
+                                             (M + 2, rf"rank must be in 1\.\.{M + 1} .*got {M + 2}")])
+def test_a_rank_outside_the_window_names_the_valid_range(rank, message):
+    with pytest.raises(ValueError, match=message):
         make_attention("linformer", D, H, DH, max_distance=M, options={"rank": rank})
 
 

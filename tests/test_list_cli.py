@@ -1,5 +1,5 @@
-"""``train_rl.py list``: one line per backbone, attention, position scheme, env id, config and learner, with
-the summary its registry or file gives."""
+"""``train_rl.py list``: one line per backbone, attention, position scheme, env id, config, learner and
+hyper-parameter entry, with the summary its registry or file gives."""
 
 from __future__ import annotations
 
@@ -58,6 +58,16 @@ def test_configs_list_every_yaml_with_its_first_sentence(capsys):
                                                  "queried at t=8."
 
 
+def test_hyperparams_list_every_entry_with_its_comment_and_conditions(capsys):
+    shown = listed("hyperparams", capsys)
+    assert {"configs/hyperparams/ppo.yml#MiniGrid-Memory*", "configs/hyperparams/ppo.yml#MiniGrid-MemoryS9-v0",
+            "configs/hyperparams/ppo.yml#TMaze-v0", "configs/hyperparams/ppo.yml#Pendulum-v1",
+            "configs/hyperparams/vmpo.yml#TMaze-v0"} <= set(shown)
+    assert shown["configs/hyperparams/ppo.yml#TMaze-v0"] == (
+        "Passive T-Maze with a corridor of 100 steps or more: the KL(U‖π) barrier at 0.003 and no entropy bonus. "
+        "[when env_kwargs.length >= 100]")
+
+
 def test_first_sentence_keeps_citations_and_cuts_long_ones():
     assert first_sentence("T-Maze of Ni et al. (2023), Sec. 3.\nThe next one.") == "T-Maze of Ni et al. (2023), Sec. 3."
     assert first_sentence("One.\n\nTwo.") == "One."
@@ -76,7 +86,7 @@ def test_bare_list_shows_every_catalogue_under_its_heading(capsys):
     assert train_rl.main(["list"]) == 0
     out = capsys.readouterr().out
     headings = [line[:-1] for line in out.splitlines() if line.endswith(":") and "  " not in line]
-    assert headings == ["backbones", "attentions", "positions", "envs", "configs", "learners"]
+    assert headings == ["backbones", "attentions", "positions", "envs", "configs", "learners", "hyperparams"]
     assert "\ngtrxl  " in out and "configs/demo.yaml" in out
 
 

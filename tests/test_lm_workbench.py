@@ -91,11 +91,11 @@ def test_resume_continues_from_the_checkpoint_and_eval_takes_a_longer_memory(tmp
                           "--datastore-segments", "8"]) == 0
     assert "kNN-LM λ = 0.25 (k = 4, datastore of 1,024 tokens):" in capsys.readouterr().out
     assert train_rl.main(["lm", "eval", str(config.directory()), "--knn-weight", "2"]) == 2
-    assert "the kNN weight must be in [0, 1], got 2.0" in capsys.readouterr().err
+    assert "--knn-weight[0]=2.0: expected a number in [0, 1]" in capsys.readouterr().err
 
 
 def test_bad_settings_name_the_valid_choices(tmp_path, capsys):
-    with pytest.raises(ConfigError, match="unknown data 'wiki'; valid data: python, copy"):
+    with pytest.raises(ConfigError, match=r"data='wiki': expected one of python, copy"):
         build_lm_config(None, ["data=wiki"])
     with pytest.raises(ConfigError, match="'stepz'.*valid: .*steps"):
         build_lm_config(None, ["stepz=3"])

@@ -69,7 +69,7 @@ def test_more_buckets_hide_more_keys():
 
 
 def test_bad_hashing_options_name_the_valid_values():
-    with pytest.raises(ValueError, match="n_buckets must be 1 or an even number >= 2, got 3"):
+    with pytest.raises(ValueError, match="n_buckets=3: expected one of 1, or an integer >= 2, a multiple of 2"):
         build_attention("lsh", D, H, DH, max_distance=M, n_buckets=3)
-    with pytest.raises(ValueError, match="n_rounds must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="n_rounds=0: expected an integer >= 1"):
         build_attention("lsh", D, H, DH, max_distance=M, n_rounds=0)

@@ -123,8 +123,8 @@ def test_the_wheel_holds_the_packages_the_command_and_the_configs(installed):
             "engram/configs/studies/demo.yaml", "engram/configs/tune/ppo.yaml", "engram/configs/lm/python.yaml",
             "agents/__init__.py", "policies/lm/__init__.py", "experiments/cli/train.py"} <= set(names)
     shipped = {f"engram/configs/{path.relative_to(REPO / 'configs').as_posix()}"
-               for path in (REPO / "configs").rglob("*.yaml")}
-    assert shipped <= set(names)
+               for pattern in ("*.yaml", "*.yml") for path in (REPO / "configs").rglob(pattern)}
+    assert "engram/configs/hyperparams/ppo.yml" in shipped and shipped <= set(names)
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     assert "engram = train_rl:run" in zipfile.ZipFile(installed.wheel).read(entry_points).decode()
 
@@ -149,6 +149,7 @@ def test_the_engram_command_runs_every_kind_of_command(installed):
     assert "\nTMaze-v0 " in "\n" + installed.run(installed.engram, "list", "envs")
     configs = installed.run(installed.engram, "list", "configs")
     assert configs.startswith("configs/demo.yaml ") and "\nconfigs/studies/demo.yaml " in configs
+    assert "configs/hyperparams/ppo.yml#TMaze-v0 " in installed.run(installed.engram, "list", "hyperparams")
 
     output = installed.run(installed.engram, "train", "--config", "demo", "-n", "512", "--log-dir", "runs")
     run = installed.cwd / "runs" / "TMaze-v0__ppo-gtrxl__0"

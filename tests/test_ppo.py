@@ -239,9 +239,10 @@ def test_non_finite_training_stops_and_says_where(where, message):
 
 
 def test_bad_options_name_the_value():
-    with pytest.raises(ValueError, match="batch_size=30 is not a multiple of segment_length=4"):
+    with pytest.raises(ValueError, match="batch_size=30: expected a multiple of the training segment, "
+                                         "segment_length=4"):
         small_model("gtrxl", batch_size=30)
-    with pytest.raises(ValueError, match="unknown backbone 'gtrx'"):
+    with pytest.raises(ValueError, match="backbone='gtrx': expected one of"):
         MemoryPPO("MemoryPolicy", tmaze(), policy_kwargs={"backbone": "gtrx"})
 
 
@@ -269,7 +270,7 @@ def test_by_env_minibatches_hold_whole_envs_and_share_records():
         assert "records" in batch.states["pi"], "whole-env windows share their records"
         seen.append(batch.observations)
     assert len(seen) == 2
-    with pytest.raises(ValueError, match="'random'.*valid orders: shuffled, by-env"):
+    with pytest.raises(ValueError, match="minibatch_order='random': expected one of shuffled, by-env"):
         small_model("gtrxl", minibatch_order="random")
 
 

@@ -59,6 +59,7 @@ def make_library(ref: ModuleType, args: Any, seed: int = 0) -> MemoryPPO:
                      segment_length=args.segment_length, n_epochs=args.n_epochs, gamma=args.gamma,
                      gae_lambda=args.gae_lambda, clip_range=args.clip_range, ent_coef=args.ent_coef,
                      vf_coef=args.vf_coef, uniform_kl_coef=args.uniform_kl_coef, seed=seed,
+                     advantage_scale_decay=args.advantage_scale_decay,
                      policy_kwargs={"backbone": "gtrxl", "backbone_kwargs": backbone,
                                     "net_arch": {"pi": [args.hidden] * 2, "vf": [args.hidden] * 2}})
 
@@ -217,8 +218,13 @@ def test_ppo_loss_matches_library_update(ref: ModuleType, args: Any) -> None:
     T = args.segment_length
     env = torch.arange(E).repeat_interleave(args.n_steps // T)
     t0 = torch.arange(0, args.n_steps, T).repeat(E)
+    stds, scale = [], 0.0
+    for _, taken, _ in snapshots.taken:  # σ̄, the floor of the standardisation, as the reference tracks it
+        stds.append(taken["advantages"].std(correction=0).item())
+        scale = ref.sustained_scale(scale, stds, args.advantage_scale_decay)
+    assert scale == pytest.approx(model.advantage_scale, rel=1e-5)
     agent = reference_agent(ref, args, snapshots.taken[-1][2])  # the weights the update started from
-    loss, terms = ref.ppo_loss(agent, ref.segment_batch(rollout, env, t0, T), args)
+    loss, terms = ref.ppo_loss(agent, ref.segment_batch(rollout, env, t0, T), args, scale)
     assert library_logs["train/clip_fraction"] > 0 and library_logs["train/uniform_kl"] > 1e-2
     assert loss.item() == pytest.approx(library_logs["train/loss"], abs=ATOL)
     assert terms["policy"] == pytest.approx(library_logs["train/policy_gradient_loss"], abs=ATOL)

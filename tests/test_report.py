@@ -255,6 +255,29 @@ def test_lowest_after_solving_is_the_deepest_fall_after_the_first_solved_evaluat
     assert reliability["mlp"].lowest_after_solving is None
 
 
+def test_a_run_that_solved_and_ended_below_the_threshold_is_solved_then_lost(tmp_path: Path):
+    """"Solved, then lost" is its own outcome beside solved, diverged and failed: the final evaluation below the
+    threshold after one at or above it; the Runs table gives each run's outcome and its best score beside its final."""
+    fake_run(tmp_path, "gtrxl", 0, 0.5, curve=[0.3, 0.95, 0.7])  # solved, then lost
+    fake_run(tmp_path, "gtrxl", 1, 0.95, curve=[0.3, 0.95, 0.5])  # lost, then solved again: solved
+    fake_run(tmp_path, "gtrxl", 2, 0.5, curve=[0.3, 0.89, 0.5])  # never at the threshold: not solved
+    fake_run(tmp_path, "gtrxl", 3, 0.9, curve=[0.3, 0.5])  # solved at the final evaluation
+    fake_run(tmp_path, "gtrxl", 4, None, state="diverged", curve=[0.95, 0.2])  # diverged, whatever came before
+    study = Study.analyse(tmp_path, reps=20)
+    reliability = study.tasks[0].reliability["gtrxl"]
+    assert (reliability.solved, reliability.solved_then_lost, reliability.diverged, reliability.failed) == (2, 1, 1, 0)
+    report = build_report(tmp_path, tmp_path / "report", reps=20).read_text()
+    reliability_table = report.split("### Reliability")[1].split("## Runs")[0]
+    assert "| solved (≥ 0.9) | solved, then lost | diverged | failed |" in reliability_table
+    assert "| gtrxl | 5 | 4 | 2/5 (40%) | 1 | 1 | 0 |" in reliability_table
+    runs_table = report.split("## Runs")[1]
+    assert "| TMaze-v0__ppo-gtrxl__0 | finished | 300 | 0 | 0.500 | 0.950 | solved, then lost |" in runs_table
+    assert "| TMaze-v0__ppo-gtrxl__1 | finished | 300 | 0 | 0.950 | 0.950 | solved |" in runs_table
+    assert "| TMaze-v0__ppo-gtrxl__2 | finished | 300 | 0 | 0.500 | 0.890 | not solved |" in runs_table
+    assert "| TMaze-v0__ppo-gtrxl__4 | diverged | 0 | 0 | 0.200 | 0.950 | – |" in runs_table
+    assert "the final model's (model.zip), not the best evaluation's (best_model.zip)" in report
+
+
 def test_the_stochastic_policy_has_its_own_lowest_after_solving(tmp_path: Path):
     """The deterministic policy's dip (an argmax loop) and the sampling policy's evaluations are
     reported apart; runs that predate the stochastic columns have none."""

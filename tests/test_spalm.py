@@ -92,7 +92,7 @@ def test_eval_trains_and_reports_the_gate(tmp_path, capsys):
     bits = float(line.split(": ")[1].split()[0])
     assert math.isfinite(bits)
     assert train_rl.main([*args, "--spalm-steps", "-1"]) == 2
-    assert "fine-tuning needs at least 1 training segment, got -1" in capsys.readouterr().err
+    assert "--spalm-steps=-1: expected an integer >= 0" in capsys.readouterr().err
     assert train_rl.main([*args, "--spalm-steps", "2", "--spalm-lm-lr", "0.001"]) == 0
     assert "gate trained on 2 segments, LM fine-tuned with it at lr 0.001)" in capsys.readouterr().out
     # the benchmark that compares the LM, kNN-LM and SPALM on a finished run

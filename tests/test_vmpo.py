@@ -163,7 +163,7 @@ def test_dual_initialisation_follows_the_action_space():
     assert vmpo().duals.alphas["kl"].item() == 5.0 and vmpo().duals.eta.item() == 1.0
     gaussian = vmpo(env=sb3_make_vec_env("Pendulum-v1", n_envs=2, seed=0))
     assert gaussian.duals.alphas["mu"].item() == 1.0 and gaussian.duals.alphas["sigma"].item() == 1.0
-    with pytest.raises(ValueError, match="epsilon_eta must be > 0, got 0"):
+    with pytest.raises(ValueError, match="epsilon_eta=0.0: expected a number > 0"):
         vmpo(epsilon_eta=0.0)
 
 

@@ -2,7 +2,9 @@
 
 By default the run's own evaluation is repeated (its seed, episode count and parallel copies; the
 most probable action), so a finished run scores what its ``summary.json`` says. ``--env`` and
-``--env-kwargs`` score it elsewhere (a longer corridor: ``--env-kwargs length=40``). Results are
+``--env-kwargs`` score it elsewhere (a longer corridor: ``--env-kwargs length=40``); ``--env`` starts from the
+environment settings of its hyper-parameter entry, as training does (``--hyperparams``). The model scored is named
+(the final ``model.zip``, ``best_model.zip``, a checkpoint) with the step it was saved at. Results are
 printed and written to ``evaluate_<date>-<time>.json`` in the run directory::
 
     python train_rl.py evaluate runs/TMaze-v0__ppo-gtrxl__0 --episodes 100 --both
@@ -13,6 +15,7 @@ printed and written to ``evaluate_<date>-<time>.json`` in the run directory::
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -39,6 +42,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="environment keyword arguments over the run's, e.g. length=40")
     parser.add_argument("--env-wrapper", nargs="*", metavar="WRAPPER",
                         help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
+    parser.add_argument("--hyperparams", default="auto", metavar="FILE|none",
+                        help="the hyper-parameter entry whose env_kwargs (and env_wrapper) --env starts from, found "
+                             "as training finds it (default: %(default)s: configs/hyperparams/<algo>.yml; none: none)")
     parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
                         help="modules to import first (e.g. ones registering the --env id), besides the run's")
     parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions "
@@ -57,17 +63,25 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check(options: argparse.Namespace) -> None:
-    """Exit status 2, naming the flag and the valid range, for counts below one and unknown video formats."""
+    """Exit status 2, naming the flag and what is valid, for counts below one, a frame rate that is not a positive
+    number, a device this machine lacks, an unknown video format and a video path that cannot be written."""
+    from experiments.rules import Device
     from experiments.video import check_video_path
+    from experiments.writable import check_output
+    from policies.rules import Range
 
     for flag in ("episodes", "n_envs", "threads", "record_episodes"):
         value = getattr(options, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag.replace('_', '-')}={value}: expected a positive number")
-    if options.fps <= 0:
+    if not (options.fps > 0 and math.isfinite(options.fps)):
         raise ValueError(f"--fps={options.fps}: expected a positive number of frames per second")
+    Device().check("--device", options.device)
+    if options.seed is not None:
+        Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
     if options.record:
         check_video_path(options.record)
+        check_output("--record", options.record)
 
 
 def _summary_line(policy: str, result: Any) -> str:
@@ -99,15 +113,22 @@ def main(argv: list[str]) -> int:
     import torch
 
     from experiments.config import ConfigError, parse_override, parse_value
+    from experiments.hyperparams import applied_line
     from experiments.replay import POLICIES, check_agent_env, load_agent, play, result_record, score, write_result
     from experiments.video import write_video
+    from experiments.writable import check_directory
 
     torch.set_num_threads(options.threads)
     try:
         kwargs = dict(map(parse_override, options.env_kwargs))
         wrappers = None if options.env_wrapper is None else [parse_value(text) for text in options.env_wrapper]
-        agent = load_agent(options.path, options.device, options.env, kwargs, wrappers, options.gym_packages)
+        agent = load_agent(options.path, options.device, options.env, kwargs, wrappers, options.gym_packages,
+                           options.hyperparams)
+        line = applied_line([agent.config.hyperparams], under="--env-kwargs") if options.env is not None else None
+        if line is not None:
+            print(line, file=sys.stderr)
         check_agent_env(agent)
+        check_directory(agent.directory)  # where the result goes: a fault found before the episodes are played
         episodes = options.episodes or agent.config.n_eval_episodes
         seed = agent.eval_seed if options.seed is None else options.seed
         n_envs = options.n_envs or agent.config.n_eval_envs
@@ -120,6 +141,7 @@ def main(argv: list[str]) -> int:
     print(f"{agent.model_path} ({type(agent.model).__name__}, {agent.config.backbone}, "
           f"{agent.model.num_timesteps} steps) on {agent.config.env}" + (f" ({kwargs_text})" if kwargs_text else "")
           + f": {episodes} episodes per policy, seed {seed}, {n_envs} copies")
+    print(f"  {'model:':<14} {agent.described()}")
     for policy, result in results.items():
         print(_summary_line(policy, result))
     path = write_result(agent.directory, result_record(agent, results, episodes, seed, n_envs))

@@ -1,4 +1,5 @@
-"""``train_rl.py list [WHAT]``: one line per backbone, attention, position scheme, env id, config or learner."""
+"""``train_rl.py list [WHAT]``: one line per backbone, attention, position scheme, env id, config, learner or
+hyper-parameter entry."""
 
 from __future__ import annotations
 

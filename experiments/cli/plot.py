@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.cli.parser import OneLineParser, program
+from experiments.config import DEFAULT_REPS
 from experiments.run_dir import Run, find_runs, task_label
-from experiments.static_source import literal_constant
 
 DEFAULT_GROUPING = ("algo", "backbone", "task")
 """the keys grouped by when none is given: those whose values differ between the runs"""
@@ -33,7 +33,7 @@ def make_parser() -> argparse.ArgumentParser:
                              f"setting (default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
     parser.add_argument("--stochastic", action="store_true", help="plot the stochastic policy's evaluations")
     parser.add_argument("--title", help="figure title (default: the runs' task when they share one)")
-    parser.add_argument("--reps", type=int, default=literal_constant("experiments.report", "DEFAULT_REPS"),
+    parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
                         help="bootstrap resamples of the band (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
     return parser
@@ -64,8 +64,20 @@ def varying_keys(runs: list[Run], candidates: tuple[str, ...] = DEFAULT_GROUPING
 
 
 def main(argv: list[str]) -> int:
-    """Write the figure; exit status 2 when a path holds no run or a grouping key is unknown."""
+    """Write the figure; exit status 2 when a path holds no run, a grouping key is unknown, ``--reps`` is below one
+    or ``--out`` cannot be written."""
     options = make_parser().parse_args(argv)
+    from experiments.config import ConfigError
+    from experiments.writable import check_output
+    from policies.rules import Range
+
+    try:
+        Range(1, integer=True).check("--reps", options.reps)
+        Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
+        check_output("--out", options.out)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     runs = []
     for path in map(Path, options.paths):
         found = find_runs(path) if path.is_dir() else []

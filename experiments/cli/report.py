@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from experiments.cli.parser import OneLineParser, program
-from experiments.static_source import literal_constant
+from experiments.config import DEFAULT_REPS
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def make_parser() -> argparse.ArgumentParser:
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
     parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
     parser.add_argument("--out", help="where to write the report (default: the study directory)")
-    parser.add_argument("--reps", type=int, default=literal_constant("experiments.report", "DEFAULT_REPS"),
+    parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
                         help="bootstrap resamples (default: %(default)s)")
     parser.add_argument("--solve-threshold", type=float,
                         help="score that counts as solving a task (default: the runs' success_threshold)")
@@ -26,7 +26,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """``train_rl.py report DIRECTORY``; exit status 2 when there is no study there."""
+    """``train_rl.py report DIRECTORY``; exit status 2 when there is no study there or ``--out`` cannot be written."""
     parser = make_parser()
     options = parser.parse_args(argv)
     if options.env and options.out is None:
@@ -35,9 +35,16 @@ def main(argv: list[str]) -> int:
     from experiments.config import ConfigError
     from experiments.report import build_report
     from experiments.validation import check_cli_options
+    from experiments.writable import check_output
+    from policies.rules import Range
 
     try:
         check_cli_options(vars(options))
+        Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
+        if options.solve_threshold is not None:
+            Range().check("--solve-threshold", options.solve_threshold)
+        if options.out is not None:
+            check_output("--out", options.out, directory=True)
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed,
                             options.env)
     except (FileNotFoundError, ConfigError) as error:

@@ -1,11 +1,14 @@
 """``train_rl.py [train]`` and ``train_rl.py study FILE``: one run, or a seed study of several.
 
-Settings come from, in increasing precedence: defaults, ``--config FILE.yaml``, flags, and
-``-p dotted.key=value`` overrides (e.g. ``-p gtrxl.memory_length=32 ppo.learning_rate=1e-3``).
-Exit status: 0 done, 2 bad input (the message names it and the valid choices; also a run directory
-that another process is writing or that already holds a run), 3 training stopped on a non-finite loss,
-gradient or parameter (the message names them, the step, and the last checkpoint if there is one),
-130 interrupted (docs/run-directories.md).
+Settings come from, in increasing precedence: defaults, the tuned entry for the env in the learner's hyper-parameter
+file (configs/hyperparams/<algo>.yml; --hyperparams none: none; docs/hyperparams.md), ``--config FILE.yaml``, flags,
+and ``-p dotted.key=value`` overrides (e.g. ``-p gtrxl.memory_length=32 ppo.learning_rate=1e-3``). The entry applied
+is named on one line (stderr) and recorded in the run's config.yaml.
+Exit status: 0 done, 1 a write failed (a full disk, a read-only file system: the file and errno named), 2 bad
+input (the message names it and the valid choices; also a run directory that another process is writing or that
+already holds a run), 3 training stopped on a non-finite loss, gradient or parameter (the message names them, the
+step, and the last checkpoint if there is one), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM)
+(docs/run-directories.md).
 
 Seed studies (docs/studies.md): several backbones or seeds, ``--study NAME`` or a study
 file run every combination as an independent run under ``{log_dir}/{study}/``, in parallel, and
@@ -26,9 +29,9 @@ import sys
 from typing import Any
 
 from experiments.cli.parser import OneLineParser, invocation, program
+from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
 from experiments.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
-from experiments.static_source import dataclass_fields, literal_constant
 
 
 class RegistryKey:
@@ -74,8 +77,9 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--stop-when-solved": ("stop_when_solved", {"type": int}),
     "--solved-lr-factor": ("solved_lr_factor", {"type": float}),
     "--solved-lr-streak": ("solved_lr_streak", {"type": int}),
+    "--hyperparams": ("hyperparams", {"metavar": "FILE|none"}),
 }
-LISTED = {"algo": "learners", "backbone": "backbones", "env": "envs"}
+LISTED = {"algo": "learners", "backbone": "backbones", "env": "envs", "hyperparams": "hyperparams"}
 """fields whose valid values ``train_rl.py list`` shows"""
 
 
@@ -86,14 +90,14 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     if study_file:
         parser.add_argument("file", help="study file (YAML: name, config, settings, tasks, backbones, seeds), or the "
                                          "name of a shipped one (demo, studies/demo)")
-    fields = dataclass_fields("experiments.config", "RunConfig")
     parser.add_argument("--config", "-c", help=f"YAML file, or the name of a shipped one (demo, configs/demo.yaml; "
                                                f"{program()} list configs)")
     for flag, (name, extra) in FLAGS.items():
         names = [flag, "-n"] if flag == "--total-timesteps" else [flag]
         listed = f"; {program()} list {LISTED[name]}" if name in LISTED else ""
         parser.add_argument(*names, dest=name, default=None,
-                            help=f"{fields[name].doc}{listed} (default: {fields[name].default})", **extra)
+                            help=f"{FIELDS[name].metadata['doc']}{listed} (default: {field_default(FIELDS[name])})",
+                            **extra)
     parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="environment keyword arguments")
     parser.add_argument("-p", "--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -116,8 +120,8 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
                        help="times a run whose worker or node is lost is retried from its last checkpoint, "
                             "0 or more (default: %(default)s)")
     study.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
-    reps = literal_constant("experiments.report", "DEFAULT_REPS")
-    study.add_argument("--reps", type=int, default=reps, help=f"bootstrap resamples of the report (default: {reps})")
+    study.add_argument("--reps", type=int, default=DEFAULT_REPS,
+                       help=f"bootstrap resamples of the report (default: {DEFAULT_REPS})")
     return parser
 
 
@@ -137,15 +141,19 @@ def is_study(args: argparse.Namespace) -> bool:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~experiments.config.RunConfig` of a single run: defaults < --config < flags < -p overrides;
-    validated (docs/validation.md)."""
+    """The :class:`~experiments.config.RunConfig` of a single run: defaults < hyper-parameter entry < --config <
+    flags < -p overrides; validated (docs/validation.md). The entry applied is named on stderr."""
     from experiments.config import build_config
+    from experiments.hyperparams import applied_line
     from experiments.validation import validate
 
     flags = flags_from_args(args)
     flags.update({name: getattr(args, name)[0] for name in ("backbone", "seed") if getattr(args, name)})
     config = build_config(config_path(args.config), flags, args.param)
     validate(config)
+    line = applied_line([config.hyperparams])
+    if line is not None:
+        print(line, file=sys.stderr)
     return config
 
 
@@ -206,9 +214,11 @@ def _run(argv: list[str], study_file: bool) -> int:
     except NonFiniteError as error:
         print(f"training stopped: {error}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command with --resume to continue", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        from experiments.exits import exit_status, interruption
+
+        print(f"{interruption(interrupt)}; rerun the same command with --resume to continue", file=sys.stderr)
+        return exit_status(interrupt)
     return 0
 
 

@@ -8,8 +8,11 @@ Adding one is one module in this package with a class decorated ``@ATTENTIONS.re
 the package imports every module it holds.
 """
 
+import importlib
+
 from policies.catalogue import ATTENTIONS, import_package
 
 import_package(__name__, __path__)
+importlib.import_module("policies.positions")  # the layer joins each pattern with a position scheme: fill both
 
 __all__ = ["ATTENTIONS"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
 from policies.attention.local import local_window_length
+from policies.options import checked
+from policies.rules import CountOrNone, NonNegativeInt, Range
 from policies.window import key_times, root_length
 
 WORD = 0xFFFFFFFF
@@ -74,20 +78,13 @@ class BigBirdPattern(Pattern):
     default_position = "none"
     uses_episode_time = True
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 window: int | None = None, global_steps: int = 1, block_length: int | None = None,
-                 random_blocks: int = 2, seed: int = 0) -> None:
+                 window: CountOrNone = None, global_steps: NonNegativeInt = 1, block_length: CountOrNone = None,
+                 random_blocks: NonNegativeInt = 2, seed: Annotated[int, Range(0, WORD, integer=True)] = 0) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         window = local_window_length(max_distance, window, option="window")
         block_length = root_length(max_distance) if block_length is None else block_length
-        if global_steps < 0:
-            raise ValueError(f"global_steps must be >= 0, got {global_steps}")
-        if block_length < 1:
-            raise ValueError(f"block_length must be >= 1, got {block_length}")
-        if random_blocks < 0:
-            raise ValueError(f"random_blocks must be >= 0, got {random_blocks}")
-        if not 0 <= seed <= WORD:
-            raise ValueError(f"seed must be in 0..{WORD}, got {seed}")
         self.window, self.global_steps, self.block_length = window, global_steps, block_length
         self.random_blocks, self.seed = random_blocks, seed
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
+from policies.options import checked
+from policies.rules import CountOrNone, Items, Range
 from policies.window import key_times
+
+Shifts = Annotated[list[int] | None, Items(Range(0, integer=True), optional=True)]
+"""the blocks back each head looks, one per head; ``None``: half the heads 0, half 1"""
 
 
 @ATTENTIONS.register("blockwise", "BlockBERT's blocks, one block of episode time per head, shifted back "
@@ -42,18 +49,15 @@ class BlockwisePattern(Pattern):
     default_position = "none"
     uses_episode_time = True
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 block_length: int | None = None, shifts: list[int] | None = None) -> None:
+                 block_length: CountOrNone = None, shifts: Shifts = None) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         shifts = [0] * ((n_heads + 1) // 2) + [1] * (n_heads // 2) if shifts is None else list(shifts)
         if len(shifts) != n_heads:
             raise ValueError(f"shifts must hold one shift per head ({n_heads} heads), got {len(shifts)}: {shifts}")
-        if min(shifts) < 0:
-            raise ValueError(f"shifts must be >= 0 (blocks back), got {shifts}")
         if block_length is None:
             block_length = max(1, (max_distance + 1) // (max(shifts) + 1))
-        if block_length < 1:
-            raise ValueError(f"block_length must be >= 1, got {block_length}")
         self.block_length = block_length
         self.register_buffer("shifts", torch.tensor(shifts).view(-1, 1, 1), persistent=False)  # [H, 1, 1]
 

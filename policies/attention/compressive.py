@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,8 @@ from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel, Pattern, Position, Slots, attend
+from policies.options import checked
+from policies.rules import Count, CountOrNone, OneOf
 from policies.window import key_distances
 
 DEFAULT_RATE = 4
@@ -53,18 +56,15 @@ class CompressiveMemory(Pattern):
 
     complexity = "O(n·(n_m + n_cm)), FIFO and compressed slots"
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 fifo_length: int | None = None, compression_rate: int = DEFAULT_RATE,
-                 compression: str = "mean") -> None:
+                 fifo_length: CountOrNone = None, compression_rate: Count = DEFAULT_RATE,
+                 compression: Annotated[str, OneOf(lambda: COMPRESSIONS)] = "mean") -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         if fifo_length is None:
             fifo_length = max(1, max_distance // FIFO_FRACTION)
         if not 1 <= fifo_length <= max_distance:
             raise ValueError(f"fifo_length must be in 1..{max_distance} (the memory length), got {fifo_length}")
-        if compression_rate < 1:
-            raise ValueError(f"compression_rate must be >= 1, got {compression_rate}")
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"unknown compression {compression!r}; valid compressions: {', '.join(COMPRESSIONS)}")
         self.fifo_length, self.compression_rate, self.compression = fifo_length, compression_rate, compression
         self.n_compressed = math.ceil((max_distance - fifo_length) / compression_rate)
         if compression == "conv":

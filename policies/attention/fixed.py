@@ -6,6 +6,8 @@ from torch import Tensor
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
+from policies.options import checked
+from policies.rules import Count, CountOrNone
 from policies.window import key_times, root_length
 
 
@@ -35,13 +37,12 @@ class FixedPattern(Pattern):
     default_position = "none"
     uses_episode_time = True
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 block_length: int | None = None, summary_width: int = 1) -> None:
+                 block_length: CountOrNone = None, summary_width: Count = 1) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         if block_length is None:
             block_length = root_length(max_distance)
-        if block_length < 1:
-            raise ValueError(f"block_length must be >= 1, got {block_length}")
         if not 1 <= summary_width <= block_length:
             raise ValueError(f"summary_width must be in 1..{block_length} (the block length), got {summary_width}")
         self.block_length, self.summary_width = block_length, summary_width

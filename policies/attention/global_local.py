@@ -9,6 +9,8 @@ from torch import Tensor, nn
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern, Position
 from policies.attention.local import local_window_length
+from policies.options import checked
+from policies.rules import CountOrNone
 from policies.window import key_distances
 
 
@@ -38,8 +40,9 @@ class GlobalLocalPattern(Pattern):
 
     complexity = "O(n·(W + g)), g global tokens"
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 local_window: int | None = None) -> None:
+                 local_window: CountOrNone = None) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         self.local_window = local_window_length(max_distance, local_window)
         self.global_weight = nn.Parameter(torch.randn(n_heads, d_head) * 0.02)  # w_h

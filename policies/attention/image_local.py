@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
+from policies.options import Relation, checked
+from policies.rules import CountOrNone, Range
 from policies.window import key_times, root_length
 
 Block = tuple[int, int]
 """(rows, columns)"""
-
-
-def at_least(name: str, value: int, low: int) -> None:
-    """Raise when option ``name`` is below ``low``."""
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+Margin = Annotated[int | None, Range(0, integer=True, optional=True)]
+"""steps, rows or columns of a memory block beyond its query block (0: none), or ``None`` for the default"""
+WHOLE_QUERY_BLOCKS = Relation(
+    "width", ("width", "query_columns"), lambda o: o["width"] is None or o["width"] % (o["query_columns"] or 1) == 0,
+    lambda o: f"a multiple of {o.show('query_columns')} (whole query blocks per row)")
+"""a row of the image holds whole query blocks"""
 
 
 def refuse(layout: str, **options: int | None) -> None:
@@ -38,26 +42,17 @@ def block_reach(width: int | None, query_block: Block, memory_margins: Block) ->
 def row_blocks(max_distance: int, query_length: int | None, memory_extent: int | None) -> tuple[Block, Block]:
     """The 1D layout's query block and memory margins, ``(1, l_q)`` and ``(0, l_m)``, from its options."""
     query_length = root_length(max_distance) if query_length is None else query_length
-    at_least("query_length", query_length, 1)
     memory_extent = max(0, max_distance + 1 - query_length) if memory_extent is None else memory_extent
-    at_least("memory_extent", memory_extent, 0)
     return (1, query_length), (0, memory_extent)
 
 
 def image_blocks(max_distance: int, width: int, query_rows: int | None, query_columns: int | None,
                  memory_rows: int | None, memory_columns: int | None) -> tuple[Block, Block]:
     """The 2D layout's query block ``(h_q, w_q)`` and memory margins ``(h_m, w_m)``, from its options."""
-    at_least("width", width, 1)
     query_block = (1 if query_rows is None else query_rows, 1 if query_columns is None else query_columns)
-    at_least("query_rows", query_block[0], 1)
-    at_least("query_columns", query_block[1], 1)
-    if width % query_block[1]:
-        raise ValueError(f"width {width} is not divisible by query_columns {query_block[1]}")
     memory_columns = 1 if memory_columns is None else memory_columns
-    at_least("memory_columns", memory_columns, 0)
     if memory_rows is None:  # the most rows above that keep the memory block inside the window
         memory_rows = max(0, (max_distance - block_reach(width, query_block, (0, memory_columns))) // width)
-    at_least("memory_rows", memory_rows, 0)
     return query_block, (memory_rows, memory_columns)
 
 
@@ -99,10 +94,11 @@ class ImageLocalPattern(Pattern):
     default_position = "none"
     uses_episode_time = True
 
+    @checked(WHOLE_QUERY_BLOCKS)
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 width: int | None = None, query_length: int | None = None, memory_extent: int | None = None,
-                 query_rows: int | None = None, query_columns: int | None = None, memory_rows: int | None = None,
-                 memory_columns: int | None = None) -> None:
+                 width: CountOrNone = None, query_length: CountOrNone = None, memory_extent: Margin = None,
+                 query_rows: CountOrNone = None, query_columns: CountOrNone = None, memory_rows: Margin = None,
+                 memory_columns: Margin = None) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         self.width = width
         if width is None:

@@ -9,6 +9,8 @@ from torch import Tensor, nn
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel
 from policies.attention.local import LocalPattern
+from policies.options import checked
+from policies.rules import Count, CountOrNone
 
 DEFAULT_TOP_K = 8
 """``k``, the number of older keys each query retrieves (the paper used 32 with far larger stores)"""
@@ -52,12 +54,11 @@ class KNNMemory(LocalPattern):
 
     complexity = "O(n·(W + k)) plus the k-NN search"
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 local_window: int | None = None, top_k: int = DEFAULT_TOP_K) -> None:
+                 local_window: CountOrNone = None, top_k: Count = DEFAULT_TOP_K) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance,
                          local_window=local_window)
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
         self.top_k = top_k
         self.gate_logit = nn.Parameter(torch.zeros(n_heads))  # b_g
 

@@ -32,13 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.catalogue import ATTENTIONS, POSITIONS
+from policies.rules import OneOf
 from policies.window import key_distances
 
 
@@ -522,6 +523,17 @@ class MultiHeadAttention(HeadProjections):
         kernel = partial(attend, scale=self.scale, position=self.position, terms=position_terms,
                          dropout=self.dropout if self.training else 0.0)
         return self.merge(self.pattern.read(q, k, v, heads_mask, kernel)), (k, v)
+
+
+def attention_names() -> list[str]:
+    """The names :func:`make_attention` takes: every key pattern and memory kind, then each position scheme's name
+    (the full window with that position)."""
+    return [*ATTENTIONS, *(name for name in POSITIONS if name not in ATTENTIONS)]
+
+
+AttentionName = Annotated[str, OneOf(attention_names)]
+PositionName = Annotated[str | None, OneOf(lambda: POSITIONS, optional=True)]
+"""a position scheme; ``None``: the attention's own (its ``default_position``)"""
 
 
 def make_attention(attention: str, d_model: int, n_heads: int, d_head: int, *, max_distance: int,

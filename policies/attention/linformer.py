@@ -8,6 +8,8 @@ from torch import Tensor, nn
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel, Pattern, Position, Slots
+from policies.options import checked
+from policies.rules import CountOrNone
 from policies.window import key_distances
 
 DEFAULT_RANK = 16
@@ -55,8 +57,9 @@ class LinformerProjection(Pattern):
     complexity = "O(n·k), k the projected length"
     default_position = "none"
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 rank: int | None = None) -> None:
+                 rank: CountOrNone = None) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         window = max_distance + 1
         if rank is None:

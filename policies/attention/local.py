@@ -6,6 +6,8 @@ from torch import Tensor
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
+from policies.options import checked
+from policies.rules import CountOrNone
 from policies.window import key_distances
 
 LOCAL_FRACTION = 8
@@ -33,8 +35,9 @@ class LocalPattern(Pattern):
 
     complexity = "O(n·W), W the window"
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 local_window: int | None = None) -> None:
+                 local_window: CountOrNone = None) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
         self.local_window = local_window_length(max_distance, local_window)
 

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel, Pattern
+from policies.options import checked
+from policies.rules import AnyOf, Count, OneOf, Range
 from policies.window import key_distances
 
 DEFAULT_BUCKETS = 4
 """buckets per hashing round (a window of 64 steps holds about 16 per bucket)"""
 DEFAULT_ROUNDS = 2
 """hashing rounds; a query sees a key that shares its bucket in any round"""
+Buckets = Annotated[int, AnyOf((OneOf(lambda: [1]), Range(2, integer=True, multiple_of=2)))]
+"""buckets per round: 1 (every key in one bucket), or an even number (the hash is an argmax over ``[xR; −xR]``)"""
 
 
 @ATTENTIONS.register("lsh", "Reformer's shared-QK attention within LSH buckets (Kitaev et al. 2020)")
@@ -35,13 +41,10 @@ class LSHBuckets(Pattern):
     default_position = "none"
     shared_qk = True
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 n_buckets: int = DEFAULT_BUCKETS, n_rounds: int = DEFAULT_ROUNDS) -> None:
+                 n_buckets: Buckets = DEFAULT_BUCKETS, n_rounds: Count = DEFAULT_ROUNDS) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
-        if n_buckets != 1 and (n_buckets < 2 or n_buckets % 2):
-            raise ValueError(f"n_buckets must be 1 or an even number >= 2, got {n_buckets}")
-        if n_rounds < 1:
-            raise ValueError(f"n_rounds must be >= 1, got {n_rounds}")
         self.n_buckets, self.n_rounds = n_buckets, n_rounds
         self.register_buffer("rotations", torch.randn(n_rounds, n_heads, d_head, max(1, n_buckets // 2)))
 

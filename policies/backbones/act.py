@@ -15,9 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 from torch import Tensor, nn
+
+from policies.options import checked
+from policies.rules import Count, Finite, Range
+
+Epsilon = Annotated[float, Range(0.0, 1.0, low_open=True, high_open=True)]
+"""ACT's ``ε``: a position halts once its cumulative halting probability exceeds ``1 − ε``"""
 
 
 @dataclass
@@ -49,12 +56,9 @@ class AdaptiveComputationTime(nn.Module):
             ``σ(1) ≈ 0.73`` and most positions halt after two steps at initialisation).
     """
 
-    def __init__(self, dim: int, max_steps: int, epsilon: float = 0.01, halting_bias: float = 1.0) -> None:
+    @checked()
+    def __init__(self, dim: int, max_steps: Count, epsilon: Epsilon = 0.01, halting_bias: Finite = 1.0) -> None:
         super().__init__()
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        if not 0.0 < epsilon < 1.0:
-            raise ValueError(f"epsilon must lie in (0, 1), got {epsilon}")
         self.max_steps, self.threshold = max_steps, 1.0 - epsilon
         self.halting = nn.Linear(dim, 1)
         nn.init.constant_(self.halting.bias, halting_bias)

@@ -14,13 +14,20 @@ positive random features instead (:mod:`policies.backbones.random_features`), wh
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.attention.layer import HeadProjections
 from policies.backbones.random_features import PositiveRandomFeatures
+from policies.options import checked
+from policies.rules import CountOrNone, OneOf
 from policies.window import episode_ids
+
+FeatureMap = Annotated[str, OneOf(lambda: FEATURE_MAPS)]
+"""the feature map ``φ``: ``elu`` (``elu(x) + 1``) or ``favor`` (the Performer's positive random features)"""
 
 EPSILON = 1e-6
 """added to the normaliser ``φ(q_i)ᵀ z_i``, as in the paper's code"""
@@ -60,11 +67,10 @@ class CausalLinearAttention(HeadProjections):
 
     complexity = "O(n)"
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, *, feature_map: str = "elu",
-                 n_features: int | None = None) -> None:
+    @checked()
+    def __init__(self, d_model: int, n_heads: int, d_head: int, *, feature_map: FeatureMap = "elu",
+                 n_features: CountOrNone = None) -> None:
         super().__init__(d_model, n_heads, d_head)
-        if feature_map not in FEATURE_MAPS:
-            raise ValueError(f"unknown feature_map {feature_map!r}; valid: {', '.join(FEATURE_MAPS)}")
         if feature_map == "favor" and n_features is None:
             n_features = d_head
         self.phi = FEATURE_MAPS[feature_map](n_heads, d_head, n_features)

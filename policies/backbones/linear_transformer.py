@@ -7,8 +7,10 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone
-from policies.backbones.linear_attention import CausalLinearAttention
-from policies.backbones.transformer_xl import TransformerXLBlock
+from policies.backbones.linear_attention import CausalLinearAttention, FeatureMap
+from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL, Gate, GateBias, TransformerXLBlock
+from policies.options import checked
+from policies.rules import Count, CountOrNone
 from policies.window import State, as_bool
 
 
@@ -30,14 +32,13 @@ class LinearTransformer(MemoryBackbone):
         (torch.Size([4, 32]), torch.Size([4, 1, 2, 2, 16, 17]))
     """
 
-    def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
-                 d_head: int | None = None, d_inner: int | None = None, gate: str = "gru",
-                 gate_bias: float | None = None, feature_map: str = "elu", n_features: int | None = None,
-                 ff_chunks: int = 1) -> None:
+    @checked(HEADS_DIVIDE_D_MODEL)
+    def __init__(self, input_dim: int, *, d_model: Count = 128, n_layers: Count = 2, n_heads: Count = 4,
+                 d_head: CountOrNone = None, d_inner: CountOrNone = None, gate: Gate = "gru",
+                 gate_bias: GateBias = None, feature_map: FeatureMap = "elu", n_features: CountOrNone = None,
+                 ff_chunks: Count = 1) -> None:
         super().__init__()
         if d_head is None:
-            if d_model % n_heads:
-                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_head")
             d_head = d_model // n_heads
         self.output_dim = d_model
         self.memory_length = 1

@@ -6,6 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone
+from policies.options import checked
+from policies.rules import Count
 from policies.window import State, as_bool, window_before
 
 
@@ -26,10 +28,9 @@ class FrameStack(MemoryBackbone):
     ``k = 1`` is the memoryless MLP.
     """
 
-    def __init__(self, input_dim: int, *, k: int = 4, hidden_size: int = 128, n_layers: int = 2) -> None:
+    @checked()
+    def __init__(self, input_dim: int, *, k: Count = 4, hidden_size: Count = 128, n_layers: Count = 2) -> None:
         super().__init__()
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
         self.memory_length = k - 1
         self.record_shape = (input_dim,)
         self.output_dim = hidden_size
@@ -57,5 +58,6 @@ class FrameStack(MemoryBackbone):
 class MLPMemoryless(FrameStack):
     """The memoryless baseline: an MLP of the current input only (``FrameStack`` with ``k = 1``)."""
 
-    def __init__(self, input_dim: int, *, hidden_size: int = 128, n_layers: int = 2) -> None:
+    @checked()
+    def __init__(self, input_dim: int, *, hidden_size: Count = 128, n_layers: Count = 2) -> None:
         super().__init__(input_dim, k=1, hidden_size=hidden_size, n_layers=n_layers)

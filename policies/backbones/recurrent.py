@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor, nn
 
 from policies.backbone import Aux, MemoryBackbone
+from policies.options import checked
+from policies.rules import Count, OneOf
 from policies.window import State, as_bool
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
+Cell = Annotated[str, OneOf(lambda: CELLS)]
 
 
 class RecurrentMemory(MemoryBackbone):
@@ -21,10 +26,9 @@ class RecurrentMemory(MemoryBackbone):
     env starts an episode, instead of a Python loop over every step.
     """
 
-    def __init__(self, input_dim: int, *, cell: str = "lstm", hidden_size: int = 128, n_layers: int = 1) -> None:
+    @checked()
+    def __init__(self, input_dim: int, *, cell: Cell = "lstm", hidden_size: Count = 128, n_layers: Count = 1) -> None:
         super().__init__()
-        if cell not in CELLS:
-            raise ValueError(f"unknown cell {cell!r}; valid cells: {', '.join(CELLS)}")
         self.is_lstm = cell == "lstm"
         self.rnn = CELLS[cell](input_dim, hidden_size, num_layers=n_layers)
         self.output_dim = hidden_size

@@ -3,14 +3,14 @@ Sec. 3; RevNet, Gomez et al. 2017), trained without keeping any layer's activati
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
-from policies.attention.layer import KeysValues, SharedRecords, make_attention
+from policies.attention.layer import AttentionName, KeysValues, PositionName, SharedRecords, make_attention
 from policies.backbone import Aux
 from policies.backbones.reversible import ReversibleLayer, reversible_stack
 from policies.backbones.transformer_xl import TransformerXLBlock, WindowTransformer
+from policies.options import checked
+from policies.rules import Count, CountOrNone, OptionalMapping
 
 
 class ReversibleTransformerXL(WindowTransformer):
@@ -34,11 +34,12 @@ class ReversibleTransformerXL(WindowTransformer):
     backward pass recomputes every branch and would need the forward's random numbers.
     """
 
-    def __init__(self, input_dim: int, *, d_model: int = 128, n_layers: int = 2, n_heads: int = 4,
-                 d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
-                 attention: str = "full", attention_options: dict[str, Any] | None = None,
-                 position: str | None = None, position_options: dict[str, Any] | None = None,
-                 ff_chunks: int = 1) -> None:
+    @checked()
+    def __init__(self, input_dim: int, *, d_model: Count = 128, n_layers: Count = 2, n_heads: Count = 4,
+                 d_head: CountOrNone = None, d_inner: CountOrNone = None, memory_length: Count = 64,
+                 attention: AttentionName = "full", attention_options: OptionalMapping = None,
+                 position: PositionName = None, position_options: OptionalMapping = None,
+                 ff_chunks: Count = 1) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=n_layers)
         self.layers = nn.ModuleList(

@@ -31,15 +31,24 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from policies.attention.layer import HeadProjections, KeysValues, SharedRecords, make_attention
+from policies.attention.layer import (
+    AttentionName,
+    HeadProjections,
+    KeysValues,
+    PositionName,
+    SharedRecords,
+    make_attention,
+)
 from policies.backbone import Aux, MemoryBackbone
+from policies.options import Relation, checked
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
+from policies.rules import Count, CountOrNone, OneOf, OptionalMapping, Range
 from policies.window import (
     State,
     advance_window,
@@ -164,6 +173,11 @@ GATES: dict[str, type[nn.Module]] = {
 }
 
 
+Gate = Annotated[str, OneOf(lambda: GATES)]
+GateBias = Annotated[float | None, Range(optional=True)]
+"""``b_g``; ``None``: the gate's default (2 for ``gru``, 1 for the others)"""
+
+
 def make_gate(name: str, dim: int, bias: float | None = None) -> nn.Module:
     """Build a gate by name; ``bias`` overrides the default ``b_g`` (not for ``residual``)."""
     if name not in GATES:
@@ -177,6 +191,19 @@ def make_gate(name: str, dim: int, bias: float | None = None) -> nn.Module:
 
 # -- blocks -----------------------------------------------------------------------------------------------------
 LAYOUTS = ("post-ln", "identity-map")
+Layout = Annotated[str, OneOf(lambda: LAYOUTS)]
+Dropout = Annotated[float, Range(0.0, 1.0, high_open=True)]
+EpisodeTime = Annotated[str, OneOf(lambda: ["none", *ABSOLUTE_ENCODINGS])]
+"""how the step's time in its episode is encoded and added to the input (``none``: not at all)"""
+
+POST_LN_IS_RESIDUAL = Relation(
+    "gate", ("gate", "layout"), lambda o: o["layout"] != "post-ln" or o["gate"] == "residual",
+    lambda o: f"residual with {o.show('layout')} (TrXL's LayerNorm follows the merge)")
+"""the post-LN layout (TrXL) merges with residual connections, not with a GTrXL gate"""
+HEADS_DIVIDE_D_MODEL = Relation(
+    "n_heads", ("n_heads", "d_model", "d_head"), lambda o: o["d_head"] is not None or o["d_model"] % o["n_heads"] == 0,
+    lambda o: f"a divisor of {o.show('d_model')} (or set {o.name('d_head')})")
+"""each head is ``d_model / n_heads`` wide unless ``d_head`` sets its width"""
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -192,11 +219,9 @@ class PositionwiseFeedForward(nn.Module):
     Without gradient (rollouts) pieces are only run one after the other.
     """
 
-    def __init__(self, d_model: int, d_inner: int, dropout: float = 0.0, chunks: int = 1) -> None:
+    @checked()
+    def __init__(self, d_model: int, d_inner: int, dropout: float = 0.0, chunks: Count = 1) -> None:
         super().__init__()
-        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-            raise ValueError(f"ff_chunks (pieces of the time axis the feed-forward runs on) must be an integer "
-                             f">= 1, got {chunks!r}")
         self.chunks = chunks
         self.net = nn.Sequential(nn.Linear(d_model, d_inner), nn.ReLU(), nn.Dropout(dropout),
                                  nn.Linear(d_inner, d_model))
@@ -225,14 +250,11 @@ class TransformerXLBlock(nn.Module):
     ``ff_chunks`` runs the MLP on that many pieces of the time axis (:class:`PositionwiseFeedForward`).
     """
 
-    def __init__(self, attention: HeadProjections, d_model: int, d_inner: int, *, layout: str = "identity-map",
-                 gate: str = "residual", gate_bias: float | None = None, dropout: float = 0.0,
-                 ff_chunks: int = 1) -> None:
+    @checked(POST_LN_IS_RESIDUAL)
+    def __init__(self, attention: HeadProjections, d_model: int, d_inner: int, *, layout: Layout = "identity-map",
+                 gate: Gate = "residual", gate_bias: GateBias = None, dropout: Dropout = 0.0,
+                 ff_chunks: Count = 1) -> None:
         super().__init__()
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown block layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
-        if layout == "post-ln" and gate != "residual":
-            raise ValueError(f"the post-ln layout (TrXL) uses residual connections, not gate {gate!r}")
         self.identity_map = layout == "identity-map"
         self.attn = attention
         self.ff = PositionwiseFeedForward(d_model, d_inner, dropout, ff_chunks)
@@ -330,24 +352,18 @@ class WindowTransformer(MemoryBackbone):
     ``clock`` ``[B]`` (:func:`policies.window.episode_clock`).
     """
 
-    def __init__(self, input_dim: int, *, d_model: int, n_heads: int, d_head: int | None,
-                 memory_length: int, n_depth: int, episode_time: str = "none", max_episode_time: int = 1024) -> None:
+    @checked(HEADS_DIVIDE_D_MODEL)
+    def __init__(self, input_dim: int, *, d_model: Count, n_heads: Count, d_head: CountOrNone,
+                 memory_length: Count, n_depth: Count, episode_time: EpisodeTime = "none",
+                 max_episode_time: Count = 1024) -> None:
         super().__init__()
-        if memory_length < 1:
-            raise ValueError(f"memory_length must be >= 1, got {memory_length}")
         if d_head is None:
-            if d_model % n_heads:
-                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_head")
             d_head = d_model // n_heads
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.memory_length = memory_length
         self.output_dim = d_model
         self.record_shape = (n_depth, d_model)
         self.embed = nn.Linear(input_dim, d_model)
-        if episode_time != "none" and episode_time not in ABSOLUTE_ENCODINGS:
-            raise ValueError(f"unknown episode_time {episode_time!r}; valid: none, {', '.join(ABSOLUTE_ENCODINGS)}")
-        if max_episode_time < 1:
-            raise ValueError(f"max_episode_time must be >= 1, got {max_episode_time}")
         self.max_episode_time = max_episode_time
         self.time_encoding = (None if episode_time == "none"
                               else ABSOLUTE_ENCODINGS[episode_time](d_model, max_episode_time))
@@ -553,13 +569,14 @@ class TransformerXL(WindowTransformer):
         torch.Size([4, 32])
     """
 
-    def __init__(self, input_dim: int, *, d_model: int = 64, n_layers: int = 1, n_heads: int = 4,
-                 d_head: int | None = None, d_inner: int | None = None, memory_length: int = 64,
-                 layout: str = "identity-map", gate: str = "gru", gate_bias: float | None = None,
-                 attention: str = "full", attention_options: dict[str, Any] | None = None,
-                 position: str | None = None, position_options: dict[str, Any] | None = None,
-                 dropout: float = 0.0, ff_chunks: int = 1, episode_time: str = "none",
-                 max_episode_time: int = 1024) -> None:
+    @checked()
+    def __init__(self, input_dim: int, *, d_model: Count = 64, n_layers: Count = 1, n_heads: Count = 4,
+                 d_head: CountOrNone = None, d_inner: CountOrNone = None, memory_length: Count = 64,
+                 layout: Layout = "identity-map", gate: Gate = "gru", gate_bias: GateBias = None,
+                 attention: AttentionName = "full", attention_options: OptionalMapping = None,
+                 position: PositionName = None, position_options: OptionalMapping = None,
+                 dropout: Dropout = 0.0, ff_chunks: Count = 1, episode_time: EpisodeTime = "none",
+                 max_episode_time: Count = 1024) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=n_layers, episode_time=episode_time,
                          max_episode_time=max_episode_time)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
-from policies.attention.layer import KeysValues, make_attention
+from policies.attention.layer import AttentionName, KeysValues, PositionName, make_attention
 from policies.backbone import Aux
-from policies.backbones.act import AdaptiveComputationTime
-from policies.backbones.transformer_xl import TransformerXLBlock, WindowTransformer
+from policies.backbones.act import AdaptiveComputationTime, Epsilon
+from policies.backbones.transformer_xl import Dropout, Gate, GateBias, TransformerXLBlock, WindowTransformer
+from policies.options import checked
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
+from policies.rules import Count, CountOrNone, Finite, OneOf, OptionalMapping
+
+StepEncoding = Annotated[str, OneOf(lambda: ABSOLUTE_ENCODINGS)]
+"""the encoding of the ponder step added to the state at each step"""
 
 
 class UniversalTransformerACT(WindowTransformer):
@@ -29,13 +34,14 @@ class UniversalTransformerACT(WindowTransformer):
 
     depth_loss_coefs = {"ponder_cost": 0.01}
 
-    def __init__(self, input_dim: int, *, d_model: int = 128, n_heads: int = 4, d_head: int | None = None,
-                 d_inner: int | None = None, memory_length: int = 64, max_steps: int = 4,
-                 epsilon: float = 0.01, halting_bias: float = 1.0, step_encoding: str = "sinusoidal",
-                 gate: str = "gru", gate_bias: float | None = None, attention: str = "full",
-                 attention_options: dict[str, Any] | None = None, position: str | None = None,
-                 position_options: dict[str, Any] | None = None, dropout: float = 0.0,
-                 ff_chunks: int = 1) -> None:
+    @checked()
+    def __init__(self, input_dim: int, *, d_model: Count = 128, n_heads: Count = 4, d_head: CountOrNone = None,
+                 d_inner: CountOrNone = None, memory_length: Count = 64, max_steps: Count = 4,
+                 epsilon: Epsilon = 0.01, halting_bias: Finite = 1.0, step_encoding: StepEncoding = "sinusoidal",
+                 gate: Gate = "gru", gate_bias: GateBias = None, attention: AttentionName = "full",
+                 attention_options: OptionalMapping = None, position: PositionName = None,
+                 position_options: OptionalMapping = None, dropout: Dropout = 0.0,
+                 ff_chunks: Count = 1) -> None:
         super().__init__(input_dim, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          memory_length=memory_length, n_depth=max_steps)
         self.block = TransformerXLBlock(make_attention(attention, d_model, n_heads, self.d_head,
@@ -45,8 +51,6 @@ class UniversalTransformerACT(WindowTransformer):
                                         d_model, d_inner or 4 * d_model, layout="identity-map", gate=gate,
                                         gate_bias=gate_bias, dropout=dropout, ff_chunks=ff_chunks)
         self.act = AdaptiveComputationTime(d_model, max_steps, epsilon, halting_bias)
-        if step_encoding not in ABSOLUTE_ENCODINGS:
-            raise ValueError(f"unknown step_encoding {step_encoding!r}; valid: {', '.join(ABSOLUTE_ENCODINGS)}")
         self.step_encoding = ABSOLUTE_ENCODINGS[step_encoding](d_model, max_steps)
 
     @property

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from policies.attention.layer import HeadProjections, Position
+from policies.options import checked
 from policies.positions import POSITIONS
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
+from policies.rules import OneOf
 from policies.window import key_distances
 
 
@@ -36,11 +40,10 @@ class AbsolutePosition(Position):
     scores_distances = False
     contributes = True
 
+    @checked()
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
-                 encoding: str = "sinusoidal") -> None:
+                 encoding: Annotated[str, OneOf(lambda: ABSOLUTE_ENCODINGS)] = "sinusoidal") -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
-        if encoding not in ABSOLUTE_ENCODINGS:
-            raise ValueError(f"unknown encoding {encoding!r}; valid encodings: {', '.join(ABSOLUTE_ENCODINGS)}")
         self.encoding = ABSOLUTE_ENCODINGS[encoding](d_model, max_distance + 1)
 
     def terms(self, projections: HeadProjections) -> Tensor:

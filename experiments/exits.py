@@ -1,0 +1,121 @@
+"""How a command ends when the machine, not the input, stops it: a signal or a failing disk.
+
+:func:`run_command` runs every command of ``train_rl.py`` (docs/run-directories.md, "Exit statuses"):
+
+- SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated` (a ``KeyboardInterrupt``, so every
+  cleanup written for Ctrl-C runs for it too) wherever the process is, also when it was started with SIGINT
+  ignored (a background job of a script); the command ends with ``128 +`` the signal's number: 130 and 143. A
+  signal that some library swallowed still gives that status, never 0. A second signal while the first is being
+  handled ends the process at once, as the signal's default action does.
+- A write that fails for a reason of the machine (a full disk or quota, a read-only file system, an immutable file,
+  no permission, an I/O error) ends it with status 1 and one line naming the file and the errno, no traceback:
+  ``error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from experiments.atomic import WriteError
+
+EXIT_FAULT = 1
+"""a write failed for a reason of the machine (:data:`FAULTS`)"""
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO, errno.EACCES, errno.EPERM})
+"""errnos of a machine fault: the disk or quota is full, the file system read-only, the file immutable or too
+large, the device failing, or the file not ours to write"""
+WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+"""errnos that only a write gives"""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, like Ctrl-C's ``KeyboardInterrupt``."""
+
+
+def exit_status(interrupt: KeyboardInterrupt) -> int:
+    """The exit status of an interrupted command: 143 for SIGTERM, 130 for Ctrl-C."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+def interruption(interrupt: KeyboardInterrupt) -> str:
+    """What stopped the command, in words: ``interrupted (SIGINT)`` or ``terminated (SIGTERM)``."""
+    return _words(signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+def _words(signum: int) -> str:
+    return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (SIGINT)"
+
+
+def is_fault(error: BaseException) -> bool:
+    """Whether ``error`` is a failing write or a machine fault (:data:`FAULTS`), not a mistake in the input."""
+    return isinstance(error, WriteError) or (isinstance(error, OSError) and error.errno in FAULTS)
+
+
+def fault_line(error: OSError) -> str:
+    """One line naming the file and the errno: ``cannot write 'path': [Errno 28] No space left on device``."""
+    if isinstance(error, WriteError):
+        return str(error)
+    verb = "write" if error.errno in WRITE_FAULTS else "access"
+    where = f" {error.filename!r}" if error.filename is not None else ""
+    return f"cannot {verb}{where}: [Errno {error.errno}] {error.strerror}"
+
+
+@dataclass
+class Received:
+    """The first signal received while :func:`signals_raised` was active (``None``: none)."""
+
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def signals_raised() -> Iterator[Received]:
+    """While the block runs, SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated`, and the first of
+    them is recorded; a second one ends the process as the signal's default action does. Outside the main thread
+    (where Python cannot set handlers) nothing changes."""
+    received = Received()
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handle(signum: int, frame: object) -> None:
+        if received.signum is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        received.signum = signum
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    for signum in SIGNALS:
+        signal.signal(signum, handle)
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
+    """``command(argv)``'s exit status, with signals and machine faults ending it as the module doc says."""
+    with signals_raised() as received:
+        try:
+            status = command(argv)
+        except KeyboardInterrupt as interrupt:
+            print(interruption(interrupt), file=sys.stderr, flush=True)
+            status = exit_status(interrupt)
+        except OSError as error:
+            if not is_fault(error):
+                raise
+            print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
+            status = EXIT_FAULT
+    if received.signum is not None and status != 128 + received.signum:  # a library swallowed the interrupt
+        print(_words(received.signum), file=sys.stderr, flush=True)
+        status = 128 + received.signum
+    return status

@@ -1,0 +1,301 @@
+"""The kinds of rule an option can declare: a range, a set of choices, a flag, a mapping, layer sizes, ...
+
+Each rule is a small frozen dataclass with ``check(key, value)``, which raises :class:`ConfigError` with one line
+naming the key, the bad value and what is valid (``gamma=2.0: expected a number in [0, 1]``), and ``describe()``,
+the valid values in words (for ``--help`` and the docs). A constructor puts them in its annotations
+(:mod:`policies.options`); the aliases at the end (:data:`Count`, :data:`Probability`, ...) are the common ones.
+This module imports neither torch nor anything of engram, so the command line can read run settings without them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol, runtime_checkable
+
+
+class ConfigError(ValueError):
+    """A bad configuration key or value; the message names it and the valid choices."""
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (messages of libraries may span several)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def short(text: str, width: int = 100) -> str:
+    """``text`` on one line, cut to ``width`` characters (a message shows a value in at most that many)."""
+    text = one_line(text)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """The valid values of one option: ``check`` refuses a bad one with :class:`ConfigError`."""
+
+    def describe(self) -> str:
+        """The valid values in words."""
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise :class:`ConfigError` naming ``key`` if ``value`` is not valid."""
+
+
+def is_linear_schedule(value: Any) -> bool:
+    """Whether ``value`` is a linear schedule (SB3's ``LinearSchedule``: callable, from ``start`` to ``end``)."""
+    return callable(value) and hasattr(value, "start") and hasattr(value, "end")
+
+
+def shown(value: Any) -> str:
+    """``value`` as a message shows it: a linear schedule as ``lin_<start>_<end>``, anything else by its repr, cut
+    to 100 characters (:func:`short`: a message stays one short line whatever it was given)."""
+    return f"lin_{value.start}_{value.end}" if is_linear_schedule(value) else short(repr(value))
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and (isinstance(value, numbers.Integral) or math.isfinite(value)))  # an int of any size is finite
+
+
+@dataclass(frozen=True)
+class Range:
+    """A finite number in an interval; ``integer`` for counts, ``optional`` to allow ``None`` (meaning: the
+    default of the component), ``schedule`` to allow a schedule of the training progress (SB3's: a linear
+    ``lin_<start>_<end>`` must start in the interval and may end at its closed lower bound, a decay to 0)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    optional: bool = False
+    schedule: bool = False
+    multiple_of: int | None = None
+    note: str = ""
+    """what special values mean, e.g. ``0: only at the end``"""
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        if self.low is not None and self.high is not None:
+            text = (f"{kind} in {'(' if self.low_open else '['}{_number(self.low)}, "
+                    f"{_number(self.high)}{')' if self.high_open else ']'}")
+        elif self.low is not None:
+            text = f"{kind} {'>' if self.low_open else '>='} {_number(self.low)}"
+        elif self.high is not None:
+            text = f"{kind} {'<' if self.high_open else '<='} {_number(self.high)}"
+        else:
+            text = f"a finite {kind.split()[-1]}"
+        if self.multiple_of is not None:
+            text += f", a multiple of {self.multiple_of}"
+        extras = [self.note] if self.note else []
+        extras += ["or null for the default"] if self.optional else []
+        extras += ["or a schedule lin_<start>[_<end>]"] if self.schedule else []
+        return text + (f" ({'; '.join(extras)})" if extras else "")
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if callable(value):
+            if not self.schedule:
+                self._fail(key, value, "not a schedule")
+            if is_linear_schedule(value):  # any other schedule is the caller's own function
+                self._check_number(key, value.start, value, end=False)
+                self._check_number(key, value.end, value, end=True)
+            return
+        self._check_number(key, value, value, end=False)
+
+    def _check_number(self, key: str, number: Any, value: Any, end: bool) -> None:
+        if not _is_number(number) or (self.integer and not isinstance(number, numbers.Integral)):
+            self._fail(key, value)
+        low_open = self.low_open and not end  # a schedule may decay to its lower bound
+        if self.low is not None and (number < self.low or (low_open and number == self.low)):
+            self._fail(key, value)
+        if self.high is not None and (number > self.high or (self.high_open and number == self.high)):
+            self._fail(key, value)
+        if self.multiple_of is not None and number % self.multiple_of:
+            self._fail(key, value)
+
+    def _fail(self, key: str, value: Any, why: str = "") -> None:
+        raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}" + (f", {why}" if why else ""))
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A value from a list of choices; ``choices`` is called when checking, so registries filled at import time
+    (attentions, gates) are read when they are complete. ``optional``: ``None`` too (the component's default)."""
+
+    choices: Callable[[], Iterable[Any]]
+    optional: bool = False
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(map(str, self.choices())) + (" (or null for the default)" if self.optional
+                                                                   else "")
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if isinstance(value, bool) or value not in list(self.choices()):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-empty string (``empty_ok``: the empty string too)."""
+
+    empty_ok: bool = False
+    note: str = ""
+    forbidden: str = ""
+    """characters the string may not hold"""
+
+    def describe(self) -> str:
+        return (("a string" if self.empty_ok else "a non-empty string")
+                + (f" without {' or '.join(map(repr, self.forbidden))}" if self.forbidden else "")
+                + (f" ({self.note})" if self.note else ""))
+
+    def check(self, key: str, value: Any) -> None:
+        if (not isinstance(value, str) or not (value or self.empty_ok)
+                or any(c in value for c in "\0" + self.forbidden)):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """``true`` or ``false`` (``optional``: or ``None``, the component's default)."""
+
+    optional: bool = False
+
+    def describe(self) -> str:
+        return "true or false" + (" (or null for the default)" if self.optional else "")
+
+    def check(self, key: str, value: Any) -> None:
+        if not (isinstance(value, bool) or (value is None and self.optional)):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class Entries:
+    """A mapping (or ``None`` when ``optional``) whose values each pass ``each`` (if given)."""
+
+    each: Range | None = None
+    optional: bool = True
+
+    def describe(self) -> str:
+        inner = f" of name to {self.each.describe()}" if self.each else ""
+        return f"a mapping{inner}" + (" (or null for the default)" if self.optional else "")
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+        for name, item in value.items():
+            if self.each is not None:
+                self.each.check(f"{key}.{name}", item)
+
+
+@dataclass(frozen=True)
+class Items:
+    """A list whose items each pass ``each``; non-empty unless ``empty_ok``; ``optional``: or ``None``."""
+
+    each: Rule
+    empty_ok: bool = False
+    optional: bool = False
+
+    def describe(self) -> str:
+        return (f"a {'' if self.empty_ok else 'non-empty '}list, each {self.each.describe()}"
+                + (" (or null for the default)" if self.optional else ""))
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if not isinstance(value, list | tuple) or not (value or self.empty_ok):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+        for i, item in enumerate(value):
+            try:
+                self.each.check(f"{key}[{i}]", item)
+            except ConfigError as error:
+                raise ConfigError(f"{error}, in {key}={shown(value)}") from None
+
+
+@dataclass(frozen=True)
+class LayerSizes:
+    """Hidden layer widths: a list of positive integers, or ``{pi: [...], vf: [...]}`` (SB3's ``net_arch``)."""
+
+    def describe(self) -> str:
+        return "a list of positive layer widths, e.g. [64, 64], or {pi: [64], vf: [64]} (or null for the default)"
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        lists = value.values() if isinstance(value, dict) and set(value) <= {"pi", "vf"} and value else [value]
+        for sizes in lists:
+            if not isinstance(sizes, list) or not all(
+                    isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1 for n in sizes):
+                raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class Subclass:
+    """A class derived from ``base`` (``name`` names it in messages); ``optional``: or ``None``."""
+
+    base: type
+    name: str
+    optional: bool = False
+
+    def describe(self) -> str:
+        return f"a subclass of {self.name}" + (" (or null for the default)" if self.optional else "")
+
+    def check(self, key: str, value: Any) -> None:
+        if not ((value is None and self.optional) or (isinstance(value, type) and issubclass(value, self.base))):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """A value that passes one of ``rules`` (e.g. a count, or a list of seeds)."""
+
+    rules: tuple[Rule, ...]
+
+    def describe(self) -> str:
+        return ", or ".join(rule.describe() for rule in self.rules)
+
+    def check(self, key: str, value: Any) -> None:
+        errors = []
+        for rule in self.rules:
+            try:
+                rule.check(key, value)
+                return
+            except ConfigError as error:
+                errors.append((rule, error))
+        for rule, error in errors:  # a list fails as a list: its own message names the bad item
+            if isinstance(rule, Items) and isinstance(value, list) and value:
+                raise error
+        raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class Spelled:
+    """How a configuration file writes an option whose Python value is an object (a class): ``rule`` checks the
+    written form (a name, an import path), which the command line turns into the object. Beside the option's own
+    rule in its annotation, e.g. ``Annotated[type[nn.Module], Subclass(nn.Module, ...), Spelled(OneOf(...))]``."""
+
+    rule: Rule
+
+
+Count = Annotated[int, Range(1, integer=True)]
+"""an integer >= 1 (sizes, steps, layers)"""
+CountOrNone = Annotated[int | None, Range(1, integer=True, optional=True)]
+"""an integer >= 1, or ``None`` for the component's default"""
+NonNegativeInt = Annotated[int, Range(0, integer=True)]
+Probability = Annotated[float, Range(0.0, 1.0)]
+Positive = Annotated[float, Range(0.0, low_open=True)]
+NonNegative = Annotated[float, Range(0.0)]
+Finite = Annotated[float, Range()]
+Switch = Annotated[bool, Flag()]
+OptionalMapping = Annotated[dict[str, Any] | None, Entries()]
+"""the options of a sub-component (a mapping, or ``None`` for its defaults)"""

@@ -1,0 +1,321 @@
+"""Machine faults end every command cleanly (docs/run-directories.md, "Exit statuses").
+
+A full disk, a read-only file system or an immutable directory gives exit status 1 (2 where the user named the
+path: ``--out``, ``--record``) and one line naming the file and the errno, no traceback; no temporary file is left,
+and a run resumes once the fault is mended. SIGINT and SIGTERM at any moment of training (rollout, update,
+evaluation, checkpoint write, final save) give 130 and 143, one line, and a run that resumes.
+
+How the faults are made: the tests run as root, which ``chmod`` does not stop, so a read-only directory is a
+read-only tmpfs mounted there and a full disk a small tmpfs filled by a file; an immutable directory is
+``chattr +i``. Where the machine does not let a test mount or ``chattr``, those rows are skipped, and the simulated
+rows (an ``ENOSPC`` or ``EROFS`` raised by the ``fsync`` or ``os.replace`` of the atomic writes) still run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+import train_rl
+from experiments import atomic, evaluation
+from experiments.exits import Received, run_command, signals_raised
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "2", "--threads", "1", "-n", "64",
+        "--eval-freq", "32", "--checkpoint-freq", "32", "--n-eval-episodes", "2",
+        "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4", "gtrxl.d_model=16",
+        "gtrxl.n_heads=2", "gtrxl.memory_length=4", "n_eval_envs=2"]
+"""a run of 64 steps: an evaluation and a checkpoint at 32 and 64"""
+RUN = "TMaze-v0__ppo-gtrxl__0"
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """The exit status and stderr of ``train_rl.py ARGV``."""
+    code = train_rl.main(argv)
+    return code, capsys.readouterr().err
+
+
+def one_line(err: str, *named: str) -> str:
+    """The single stderr line, checked to name each of ``named`` and to hold no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for text in named:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def temporary_files(directory: Path) -> list[Path]:
+    return [path for path in directory.rglob(".*tmp*")]
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str = "4m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``path`` for the block; the test is skipped where mounting is not allowed."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True).returncode == 0 if shutil.which("mount") else False
+    if not mounted:
+        pytest.skip("this machine does not let the test mount a tmpfs")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def remount(path: Path, read_only: bool) -> None:
+    subprocess.run(["mount", "-o", f"remount,{'ro' if read_only else 'rw'}", str(path)], check=True)
+
+
+def fill(path: Path, leave: int = 2048) -> Path:
+    """Fill the file system of ``path`` but ``leave`` bytes with a file; returns it (remove it to free the space)."""
+    filler = path / "filler"
+    stats = os.statvfs(path)
+    with filler.open("wb") as handle, contextlib.suppress(OSError):
+        handle.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - leave))
+    return filler
+
+
+def immutable(path: Path, on: bool) -> None:
+    if subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not let the test make a directory immutable")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny run, which evaluate, plot and report read."""
+    log_dir = tmp_path_factory.mktemp("finished")
+    assert train_rl.main([*TINY, "--log-dir", str(log_dir)]) == 0
+    return log_dir / RUN
+
+
+def after_first_checkpoint(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]) -> None:
+    """Run ``action`` once, right after the run's first checkpoint is written."""
+    original = evaluation.RunCallback.save_checkpoint
+
+    def save_then_act(self: evaluation.RunCallback) -> None:
+        original(self)
+        if not getattr(self, "_acted", False):
+            self._acted = True
+            action()
+
+    monkeypatch.setattr(evaluation.RunCallback, "save_checkpoint", save_then_act)
+
+
+def resumes(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run in ``log_dir`` resumes from its first checkpoint and finishes."""
+    code, err = cli([*TINY, "--log-dir", str(log_dir), "--resume"], capsys)
+    assert code == 0, err
+    assert (log_dir / RUN / "summary.json").exists()
+    assert not temporary_files(log_dir)
+
+
+# ---- full, read-only and immutable disks, command by command
+
+
+def test_train_on_a_disk_that_fills_ends_with_one_line_and_resumes_once_space_is_back(tmp_path, capsys, monkeypatch):
+    with tmpfs(tmp_path / "disk") as disk:
+        filler = []
+        after_first_checkpoint(monkeypatch, lambda: filler.append(fill(disk)))
+        code, err = cli([*TINY, "--log-dir", str(disk)], capsys)
+        line = one_line(err, "error: cannot write ", str(disk / RUN), "[Errno 28] No space left on device")
+        assert code == 1
+        assert not temporary_files(disk), line
+        assert (disk / RUN / "checkpoints" / "model_32_steps.zip").exists()
+        filler[0].unlink()
+        monkeypatch.undo()
+        resumes(disk, capsys)
+
+
+def test_train_and_study_on_a_read_only_file_system_end_with_one_line(tmp_path, capsys):
+    with tmpfs(tmp_path / "disk") as disk:
+        remount(disk, read_only=True)
+        for extra in ([], ["--seed", "0", "1", "--workers", "1"]):
+            code, err = cli([*TINY, "--log-dir", str(disk / "runs"), *extra], capsys)
+            assert code == 1
+            one_line(err, f"error: cannot write {str(disk / 'runs')!r}: [Errno 30] Read-only file system")
+
+
+def test_train_in_a_directory_made_immutable_midway_ends_with_one_line_and_resumes(tmp_path, capsys, monkeypatch):
+    log_dir = tmp_path / "runs"
+    after_first_checkpoint(monkeypatch, lambda: immutable(log_dir / RUN, on=True))
+    try:
+        code, err = cli([*TINY, "--log-dir", str(log_dir)], capsys)
+    finally:
+        immutable(log_dir / RUN, on=False)
+    assert code == 1
+    one_line(err, "error: cannot write ", str(log_dir / RUN), "[Errno 1] Operation not permitted")
+    assert not temporary_files(log_dir)
+    monkeypatch.undo()
+    resumes(log_dir, capsys)
+
+
+@pytest.mark.parametrize("fault, where", [(errno.ENOSPC, "fsync"), (errno.EROFS, "replace")])
+def test_a_simulated_fault_of_a_checkpoint_write_ends_with_one_line_and_resumes(fault, where, tmp_path, capsys,
+                                                                                monkeypatch):
+    """Without a mount: the ``fsync`` (where a delayed allocation fails) or the rename of the first checkpoint
+    written after step 32 fails as the file system would."""
+    log_dir = tmp_path / "runs"
+    original = getattr(atomic.os, where)
+
+    def failing(*args: object) -> None:
+        if any("model_64_steps" in str(arg) for arg in args) or where == "fsync" and failing.armed:
+            raise OSError(fault, os.strerror(fault))
+        original(*args)
+
+    failing.armed = False
+    after_first_checkpoint(monkeypatch, lambda: setattr(failing, "armed", where == "fsync"))
+    monkeypatch.setattr(atomic.os, where, failing)
+    code, err = cli([*TINY, "--log-dir", str(log_dir)], capsys)
+    assert code == 1
+    one_line(err, "error: cannot write ", str(log_dir / RUN), f"[Errno {fault}] {os.strerror(fault)}")
+    assert not temporary_files(log_dir)
+    monkeypatch.undo()
+    resumes(log_dir, capsys)
+
+
+def test_evaluate_plot_and_report_on_read_only_and_full_disks(finished, tmp_path, capsys):
+    with tmpfs(tmp_path / "disk") as disk:
+        run = disk / RUN
+        shutil.copytree(finished, run)
+        remount(disk, read_only=True)
+        rows = [  # (argv, status, named): the user's --out or --record is a bad input, the run's own folder a fault
+            (["evaluate", str(run)], 1, f"cannot write {str(run)!r}: [Errno 30] Read-only file system"),
+            (["evaluate", str(finished), "--record", str(disk / "x.gif")], 2,
+             f"--record {str(disk / 'x.gif')!r}: cannot write in {str(disk)!r}: [Errno 30] Read-only file system"),
+            (["plot", str(run), "--out", str(disk / "c.png")], 2,
+             f"--out {str(disk / 'c.png')!r}: cannot write in {str(disk)!r}: [Errno 30] Read-only file system"),
+            (["report", str(disk), "--reps", "20"], 1, "[Errno 30] Read-only file system"),
+            (["report", str(finished.parent), "--out", str(disk / "r")], 2,
+             f"--out {str(disk / 'r')!r}: cannot write in {str(disk)!r}: [Errno 30] Read-only file system"),
+        ]
+        for argv, status, named in rows:
+            code, err = cli(argv, capsys)
+            assert code == status, argv
+            one_line(err, named)
+        remount(disk, read_only=False)
+        filler = fill(disk, leave=0)
+        for argv, named in ((["plot", str(run), "--out", str(disk / "c.png"), "--reps", "20"], f"{disk}/c.png'"),
+                            (["report", str(disk), "--reps", "20"], f"'{disk}/")):
+            code, err = cli(argv, capsys)
+            assert code == 1, argv
+            one_line(err, "error: cannot write ", named, ": [Errno 28] No space left on device")
+            assert not temporary_files(disk)
+        filler.unlink()
+
+
+def test_an_atomic_write_that_fails_keeps_the_old_file_names_the_real_one_and_leaves_no_temporary(tmp_path,
+                                                                                                   monkeypatch):
+    path = tmp_path / "summary.json"
+    atomic.write_atomic(path, "old")
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space")))
+    with pytest.raises(atomic.WriteError) as raised:
+        atomic.write_atomic(path, "new")
+    assert str(raised.value) == f"cannot write {str(path)!r}: [Errno 28] No space"
+    assert path.read_text() == "old" and not temporary_files(tmp_path)
+    monkeypatch.undo()
+    atomic.write_new(tmp_path / "new.json", "{}")
+    with pytest.raises(FileExistsError):
+        atomic.write_new(tmp_path / "new.json", "[]")
+    assert (tmp_path / "new.json").read_text() == "{}" and not temporary_files(tmp_path)
+
+
+# ---- signals
+
+
+def _signal_at(moment: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send ``signum`` to this process once, at ``moment`` of the run (the handler raises where it lands)."""
+    sent = []
+
+    def send() -> None:
+        if not sent:
+            sent.append(signum)
+            os.kill(os.getpid(), signum)
+
+    def wrap(owner: object, name: str, before: bool, when: Callable[..., bool] = lambda *a, **k: True) -> None:
+        original = getattr(owner, name)
+
+        def wrapped(*args: object, **kwargs: object) -> object:
+            if before and when(*args, **kwargs):
+                send()
+            result = original(*args, **kwargs)
+            if not before and when(*args, **kwargs):
+                send()
+            return result
+
+        monkeypatch.setattr(owner, name, wrapped)
+
+    if moment == "rollout":
+        wrap(evaluation.RunCallback, "_on_step", before=True, when=lambda self: self.num_timesteps >= 16)
+    elif moment == "update":
+        from agents import ALGOS
+
+        wrap(ALGOS["ppo"], "train", before=True)
+    elif moment == "evaluation":
+        wrap(evaluation, "evaluate", before=False)
+    else:  # the tmp file is whole, not yet renamed
+        wrap(BaseAlgorithm, "save", before=False, when=lambda self, path, *a, **k: Path(path).name.startswith(
+            ".model_" if moment == "checkpoint" else ".model.tmp"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("moment", ["rollout", "update", "evaluation", "checkpoint", "final save"])
+def test_a_signal_at_any_moment_of_training_exits_130_or_143_and_the_run_resumes(moment, signum, tmp_path, capsys,
+                                                                                   monkeypatch):
+    log_dir = tmp_path / "runs"
+    _signal_at(moment, signum, monkeypatch)
+    code, err = cli([*TINY, "--log-dir", str(log_dir)], capsys)
+    word = "interrupted (SIGINT)" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    assert code == 128 + signum
+    one_line(err, f"{word}; rerun the same command with --resume to continue")
+    assert not temporary_files(log_dir)
+    assert not (log_dir / RUN / "summary.json").exists()
+    monkeypatch.undo()
+    resumes(log_dir, capsys)
+
+
+def test_a_signal_a_library_swallowed_still_ends_the_command_with_its_status(capsys):
+    def swallowing(argv: list[str]) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # as a library's ``except BaseException`` would
+        return 0
+
+    assert run_command(swallowing, []) == 130
+    one_line(capsys.readouterr().err, "interrupted (SIGINT)")
+    with signals_raised() as received:
+        assert isinstance(received, Received) and received.signum is None
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_real_process_signalled_while_it_trains_exits_130_or_143_and_resumes(signum, tmp_path, capsys):
+    """Through the real command line, the signal sent from outside once the first checkpoint exists."""
+    log_dir = tmp_path / "runs"
+    command = [sys.executable, str(REPO / "train_rl.py"), *TINY, "--log-dir", str(log_dir), "-n", "100000"]
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    deadline = time.monotonic() + 120
+    while not list((log_dir / RUN / "checkpoints").glob("model_*_steps.zip")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum
+    one_line(err, "; rerun the same command with --resume to continue")
+    assert not temporary_files(log_dir)
+    code, err = cli([*TINY, "--log-dir", str(log_dir), "--resume"], capsys)  # -n 64: ends at its newest checkpoint
+    assert code == 0, err
+    assert (log_dir / RUN / "summary.json").exists()

@@ -1,0 +1,79 @@
+"""``train_rl.py inspect``: a run's episodes become saliency (and, for attention backbones, attention) maps, PNG and
+JSON, with the recall distance of each decision; bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import train_rl
+
+TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eval-freq", "0",
+        "--n-eval-episodes", "2", "--checkpoint-freq", "0", "--threads", "1",
+        "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segment_length=4",
+        "gtrxl.memory_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2", "ffm.hidden_size=16", "n_eval_envs=2"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """Tiny runs of 64 steps of GTrXL and FFM on T-Maze-3."""
+    log_dir = tmp_path_factory.mktemp("runs")
+    for backbone in ("gtrxl", "ffm"):
+        assert train_rl.main([*TINY, "--backbone", backbone, "-n", "64", "--log-dir", str(log_dir)]) == 0
+    return log_dir
+
+
+def inspect(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = train_rl.main(["inspect", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_writes_saliency_and_attention_maps_of_each_episode(runs, tmp_path, capsys):
+    run = runs / "TMaze-v0__ppo-gtrxl__0"
+    code, out, _ = inspect([str(run), "--episodes", "2", "--out", str(tmp_path / "maps")], capsys)
+    assert code == 0 and "episode 1 (seed 10001)" in out
+    result = json.loads((tmp_path / "maps" / "inspect.json").read_text())
+    assert result["backbone"] == "gtrxl" and len(result["episodes"]) == 2
+    for index, episode in enumerate(result["episodes"]):
+        T = episode["length"]
+        assert len(episode["saliency"]) == T and all(not any(row[t + 1:]) for t, row in enumerate(episode["saliency"]))
+        assert 0 in episode["events"] and len(episode["recall_distance"]) == T
+        (attention,) = episode["attention"]
+        assert attention["layer"] == "layers.0.attn" and len(attention["weights"]) == 2  # heads
+        assert episode["figures"] == {"saliency": f"saliency_{index}.png", "attention": f"attention_{index}.png"}
+        for figure in episode["figures"].values():
+            assert (tmp_path / "maps" / figure).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_recurrent_backbone_gets_saliency_alone(runs, capsys):
+    run = runs / "TMaze-v0__ppo-ffm__0"
+    code, _, _ = inspect([str(run), "--episodes", "1"], capsys)
+    assert code == 0
+    episode = json.loads((run / "inspect" / "inspect.json").read_text())["episodes"][0]
+    assert episode["attention"] == [] and episode["figures"] == {"saliency": "saliency_0.png"}
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--episodes", "0"], "--episodes=0: expected an integer >= 1"),
+    (["--max-steps", "-1"], "--max-steps=-1: expected an integer >= 1"),
+    (["--seed", "-5"], "--seed=-5: expected an integer in [0, 4294967295]"),
+])
+def test_bad_input_exits_2_naming_it(argv, message, runs, capsys):
+    code, _, err = inspect([str(runs / "TMaze-v0__ppo-gtrxl__0"), *argv], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_flag_value_exits_2_on_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_rl.main(["inspect", "somewhere", "--episodes", "two"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "argument --episodes/-n: invalid int value: 'two'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_path_without_a_model_exits_2(tmp_path, capsys):
+    code, _, err = inspect([str(tmp_path)], capsys)
+    assert code == 2 and "holds no model.zip" in err

@@ -1,0 +1,168 @@
+"""Options declare their rules in their constructors' annotations (:mod:`policies.options`): the Python API refuses
+what the command line refuses, with the same words, and a new attention member is one module, whose rules the
+command line, the checks and the docs read from it without any other file changing."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+import torch
+from stable_baselines3.common.utils import LinearSchedule
+
+import train_rl
+from agents import MemoryPPO
+from envs import make_vec_env
+from experiments.cli import listing
+from experiments.config import build_config
+from experiments.validation import validate
+from policies import ATTENTIONS, make_backbone
+from policies.options import Relation, checked, is_checked, option_rules, relations
+from policies.rules import ConfigError, Range
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--threads", "1",
+         "-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.segment_length=4", "gtrxl.d_model=16", "gtrxl.n_heads=2",
+         "gtrxl.memory_length=8", "n_eval_envs=2"]
+"""a small valid run"""
+
+MEMBER = '''"""A throwaway key pattern: the last ``window`` steps, every ``hop``-th of them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from torch import Tensor
+
+from policies.attention import ATTENTIONS
+from policies.attention.layer import Pattern
+from policies.options import Relation, checked
+from policies.rules import Count, Range
+from policies.window import key_distances
+
+WHOLE_HOPS = Relation("window", ("window", "hop"), lambda o: o["window"] % o["hop"] == 0,
+                      lambda o: f"a multiple of {o.show('hop')}")
+
+
+@ATTENTIONS.register("scratch-hops", "the last W steps, every h-th (a test's throwaway member)")
+class HopPattern(Pattern):
+    """Keys ``d`` steps back with ``d <= W`` and ``d mod h = 0``."""
+
+    @checked(WHOLE_HOPS)
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
+                 window: Annotated[int, Range(2, integer=True)] = 4, hop: Count = 1) -> None:
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_distance=max_distance)
+        self.window, self.hop = window, hop
+
+    def mask(self, n_queries: int, n_keys: int, like: Tensor) -> Tensor:
+        distances = key_distances(n_queries, n_keys, like.device)
+        return (distances <= self.window) & (distances % self.hop == 0)
+'''
+"""the whole module of a new attention member, as its author would write it"""
+
+
+def test_the_python_api_refuses_what_the_command_line_refuses():
+    """The issue's cases: a discount out of range is refused, not trained with; ``d_model=0`` is refused by name,
+    not by a ``ZeroDivisionError`` deep in the attention (mutation caught: ``@checked`` left off TransformerXL)."""
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    with pytest.raises(ConfigError, match=r"^gamma=2.0: expected a number in \[0, 1\]$"):
+        MemoryPPO("MemoryPolicy", env, gamma=2.0)
+    with pytest.raises(ConfigError, match="^d_model=0: expected an integer >= 1$"):
+        make_backbone("gtrxl", 8, d_model=0)
+    with pytest.raises(ConfigError, match="^d_model=0: expected an integer >= 1$"):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone_kwargs": {"d_model": 0}})
+    with pytest.raises(ConfigError, match=r"^net_arch=\[64, -1\]: expected a list of positive layer widths"):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"net_arch": [64, -1]})
+    with pytest.raises(ConfigError, match=r"^local_window=0: expected an integer >= 1 \(or null for the default\)$"):
+        make_backbone("gtrxl", 8, attention="local", attention_options={"local_window": 0})
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_relations_live_in_the_component_and_name_its_options():
+    with pytest.raises(ConfigError, match=r"^n_heads=3: expected a divisor of d_model=16 \(or set d_head\)$"):
+        make_backbone("gtrxl", 8, d_model=16, n_heads=3)
+    make_backbone("gtrxl", 8, d_model=16, n_heads=3, d_head=4)
+    with pytest.raises(ConfigError, match="^n_steps=18: expected a multiple of the training segment, "
+                                          "segment_length=4$"):
+        MemoryPPO("MemoryPolicy", make_vec_env("TMaze-v0", 2, 0, length=3), n_steps=18, segment_length=4)
+    assert [relation.key for relation in relations(MemoryPPO)] == ["n_steps", "batch_size"]
+
+
+def test_a_schedule_is_checked_where_it_can_be():
+    """A linear schedule's ends are checked; any other schedule is the caller's own function (as SB3 takes it)."""
+    rules = option_rules(MemoryPPO.__init__)
+    rules["learning_rate"].check("learning_rate", lambda progress: 3e-4 * progress)
+    rules["learning_rate"].check("learning_rate", LinearSchedule(1e-3, 0.0, 1.0))
+    with pytest.raises(ConfigError, match="^learning_rate=lin_0.001_-1.0: expected a number >= 0"):
+        rules["learning_rate"].check("learning_rate", LinearSchedule(1e-3, -1.0, 1.0))
+    with pytest.raises(ConfigError, match=r"^gamma=lin_0.9_0.0: expected a number in \[0, 1\], not a schedule$"):
+        rules["gamma"].check("gamma", LinearSchedule(0.9, 0.0, 1.0))
+
+
+def test_a_wrong_call_keeps_pythons_own_message():
+    class Thing:
+        @checked(Relation("low", ("low", "high"), lambda o: o["low"] <= o["high"], lambda o: f"<= {o.show('high')}"))
+        def __init__(self, low: Annotated[int, Range(0, integer=True)] = 0, high: int = 1) -> None:
+            self.low, self.high = low, high
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'middle'"):
+        Thing(middle=1)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="^low=-1: expected an integer >= 0$"):
+        Thing(low=-1)
+    with pytest.raises(ConfigError, match="^low=3: expected <= high=1$"):
+        Thing(low=3)
+    assert Thing(low=1, high=2).high == 2 and is_checked(Thing.__init__)
+
+
+def test_reading_run_settings_loads_no_torch():
+    code = ("import sys; from experiments.config import build_config; build_config(overrides=['n_envs=4']); "
+            "print(sorted({'torch', 'stable_baselines3', 'agents'} & {m.partition('.')[0] for m in sys.modules}))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def new_member(tmp_path):
+    """:data:`MEMBER` saved as a module and imported (as the attention package imports each of its modules); the
+    registry forgets it afterwards."""
+    path = tmp_path / "scratch_hops.py"
+    path.write_text(MEMBER)
+    spec = importlib.util.spec_from_file_location("scratch_hops", path)
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    yield ATTENTIONS["scratch-hops"].cls
+    del ATTENTIONS["scratch-hops"]
+
+
+def test_a_new_attention_member_is_one_module(new_member, tmp_path, capsys, monkeypatch):
+    """The member's own module is all it takes: the Python API, the command line (its rule, its relation, a good
+    run validated), ``list`` and the generated docs read its options and rules from it, and it passes the
+    checks every member must (mutation caught: the validation reading rules from a table of its own)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="^window=1: expected an integer >= 2$"):
+        make_backbone("gtrxl", 4, d_model=8, n_heads=2, attention="scratch-hops", attention_options={"window": 1})
+    runs = ["--log-dir", str(tmp_path / "runs")]
+    for options, message in [("{window: 1}", "gtrxl.attention_options.window=1: expected an integer >= 2"),
+                             ("{window: 5, hop: 2}", "gtrxl.attention_options.window=5: expected a multiple of "
+                                                     "gtrxl.attention_options.hop=2"),
+                             ("{hop: 0}", "gtrxl.attention_options.hop=0: expected an integer >= 1")]:
+        argv = [*SMALL, *runs, "-p", "gtrxl.attention=scratch-hops", f"gtrxl.attention_options={options}"]
+        assert train_rl.main(argv) == 2
+        assert message in capsys.readouterr().err
+    validate(build_config(overrides=[*SMALL[-7:], "env_kwargs.length=3", "n_envs=4", "gtrxl.attention=scratch-hops",
+                                     "gtrxl.attention_options={window: 4, hop: 2}", f"log_dir={tmp_path / 'runs'}"]))
+    assert not (tmp_path / "runs").exists()
+    assert listing.main(["attentions"]) == 0 and "scratch-hops" in capsys.readouterr().out
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    catalogue = hooks.attentions()
+    assert "### `scratch-hops`" in catalogue and "| `window` | `4` | an integer >= 2 |" in catalogue
+    assert "| `attention_options.hop` | attention " in hooks.option_rules()
+    assert set(ATTENTIONS.options("scratch-hops")) == set(option_rules(new_member.__init__)) == {"window", "hop"}
+    assert is_checked(new_member.__init__)
