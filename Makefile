@@ -37,8 +37,7 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/env_throughput.py
-	$(BIN)/python benchmarks/step_cost.py
-	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/speed.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,8 +1,8 @@
 """engram's command line: ``engram [COMMAND] ...`` (or ``python train_rl.py``, ``python -m engram``); ``train`` is
 the default command.
 
-Each command lives in its own module (``experiments/cli/``, ``experiments/tune.py``,
-``experiments/lm_workbench.py``) with ``main(argv) -> int``; this file only picks one and
+Each command lives in its own module (``experiments/cli/``, ``experiments/studies/tune.py``,
+``lm/workbench.py``) with ``main(argv) -> int``; this file only picks one and
 imports it when called, so ``--help`` loads neither torch nor SB3::
 
     python train_rl.py --algo ppo --backbone gtrxl --env TMaze-v0 --env-kwargs length=10
@@ -50,8 +50,8 @@ COMMANDS: dict[str, Command] = {
     "plot": Command("experiments.cli.plot", "main", "RUN_DIRS...", "learning curves of any runs as a PNG"),
     "inspect": Command("experiments.cli.inspect", "main", "RUN_DIR_OR_MODEL",
                        "what a trained agent's memory reads: saliency and attention maps over episodes"),
-    "tune": Command("experiments.tune", "main", "[OPTIONS]", "search hyper-parameters with Optuna"),
-    "lm": Command("experiments.lm_workbench", "main", "{train,eval,sample} ...",
+    "tune": Command("experiments.studies.tune", "main", "[OPTIONS]", "search hyper-parameters with Optuna"),
+    "lm": Command("lm.workbench", "main", "{train,eval,sample} ...",
                   "language models on the same backbones"),
 }
 

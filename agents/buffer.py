@@ -82,6 +82,7 @@ class _MemoryStorage:
             self.histories[name] = WindowHistory(history, history_valid, torch.empty(0))
             self.memory_lengths[name] = M
         self.extras: dict[str, Tensor] = getattr(self, "extras", {})
+        self._tensors: tuple[PyTorchObs, Tensor] | None = None
 
     def add_records(self, records: dict[str, Tensor]) -> None:
         """Store the record each backbone pushed at the current step (call before ``add``)."""
@@ -104,6 +105,7 @@ class _MemoryStorage:
     def compute_returns_and_advantage(self, last_values: Tensor, dones: np.ndarray) -> None:
         """SB3's GAE, then the episode counters that window validity is computed from."""
         super().compute_returns_and_advantage(last_values, dones)  # type: ignore[misc]
+        self._tensors = None
         starts = torch.as_tensor(self.episode_starts, device=self.device).bool().T  # [E, n_steps]
         episodes = episode_ids(starts)
         for name, history in self.histories.items():
@@ -134,30 +136,47 @@ class _MemoryStorage:
             chosen = order[first:first + per_batch]
             yield self._segment_batch(seg_env[chosen], seg_t0[chosen], T)
 
+    def _steps(self) -> tuple[PyTorchObs, Tensor]:
+        """The rollout's observations and its other per-step fields as tensors ``[n_steps·n_envs, ...]``, row
+        ``t·n_envs + e``, built once per rollout: the scalar fields packed in one tensor ``[·, A + 5]`` (actions,
+        values, log-probabilities, advantages, returns, episode starts) that one gather per minibatch reads."""
+        if getattr(self, "_tensors", None) is None:
+            rows = self.buffer_size * self.n_envs
+
+            def flat(array: np.ndarray) -> Tensor:
+                return self.to_torch(array.reshape(rows, *array.shape[2:]))
+
+            observations = ({key: flat(obs) for key, obs in self.observations.items()}
+                            if isinstance(self.observations, dict) else flat(self.observations))
+            columns = [self.actions.reshape(rows, -1)] + [field.reshape(rows, 1) for field in (
+                self.values, self.log_probs, self.advantages, self.returns, self.episode_starts)]
+            self._tensors = (observations, self.to_torch(np.concatenate(columns, axis=1, dtype=np.float32)))
+        return self._tensors
+
     def _segment_batch(self, env: np.ndarray, t0: np.ndarray, T: int) -> MemoryBatch:
-        t = t0[None, :] + np.arange(T)[:, None]  # [T, N]
-        e = np.repeat(env[None, :], T, axis=0)  # [T, N]
-
-        def take(array: np.ndarray) -> Tensor:
-            return self.to_torch(array[t, e].reshape(T * len(env), *array.shape[2:]))  # [T*N, ...]
-
-        observations = ({key: take(obs) for key, obs in self.observations.items()}
-                        if isinstance(self.observations, dict) else take(self.observations))
+        N = len(env)
+        observations, packed = self._steps()
         env_t, t0_t = torch.as_tensor(env, device=self.device), torch.as_tensor(t0, device=self.device)
-        t_t, e_t = torch.as_tensor(t, device=self.device), torch.as_tensor(e, device=self.device)
-        extras = {name: value[t_t, e_t].flatten(0, 1) for name, value in self.extras.items()}
+        t_t = t0_t[None, :] + torch.arange(T, device=self.device)[:, None]  # [T, N]
+        rows = (t_t * self.n_envs + env_t[None, :]).flatten()  # row t·N + n: step t of segment n
+        observations = ({key: obs[rows] for key, obs in observations.items()}
+                        if isinstance(observations, dict) else observations[rows])
+        fields = packed[rows]
+        n_actions = fields.shape[1] - 5
+        values, log_prob, advantages, returns, starts = fields[:, n_actions:].unbind(1)
+        extras = {name: value.flatten(0, 1)[rows] for name, value in self.extras.items()}
         states = {name: shared_windows(history, env_t, t0_t, self.memory_lengths[name])
                   for name, history in self.histories.items()}
         for name, clock in self.clocks.items():
             states[name]["clock"] = clock[env_t, t0_t]
         return MemoryBatch(
             observations=observations,
-            actions=take(self.actions).float(),
-            old_values=take(self.values),
-            old_log_prob=take(self.log_probs),
-            advantages=take(self.advantages),
-            returns=take(self.returns),
-            episode_starts=torch.as_tensor(self.episode_starts[t, e], device=self.device).bool(),
+            actions=fields[:, :n_actions].reshape(T * N, *self.actions.shape[2:]),
+            old_values=values,
+            old_log_prob=log_prob,
+            advantages=advantages,
+            returns=returns,
+            episode_starts=starts.view(T, N).bool(),
             states=states,
             extras=extras,
         )
@@ -169,3 +188,66 @@ class MemoryRolloutBuffer(_MemoryStorage, RolloutBuffer):
 
 class MemoryDictRolloutBuffer(_MemoryStorage, DictRolloutBuffer):
     """SB3's :class:`DictRolloutBuffer` plus episode-memory histories and segment sampling."""
+
+
+class _DeviceSteps:
+    """SB3's rollout storage and GAE as tensors on the buffer's device: ``add`` writes a step's tensors in place
+    (no host copy), the GAE runs SB3's recursion in float32 tensors."""
+
+    buffer_size: int
+    n_envs: int
+    obs_shape: tuple[int, ...]
+    action_dim: int
+    device: torch.device
+    gamma: float
+    gae_lambda: float
+    _tensors: tuple[PyTorchObs, Tensor] | None
+
+    def reset(self) -> None:
+        def zeros(*shape: int) -> Tensor:
+            return torch.zeros(self.buffer_size, self.n_envs, *shape, device=self.device)
+
+        self.observations, self.actions = zeros(*self.obs_shape), zeros(self.action_dim)
+        self.rewards, self.returns, self.episode_starts = zeros(), zeros(), zeros()
+        self.values, self.log_probs, self.advantages = zeros(), zeros(), zeros()
+        self.pos, self.full, self.generator_ready = 0, False, False
+        self._tensors = None
+
+    def add(self, obs: Tensor, action: Tensor, reward: Tensor, episode_start: Tensor, value: Tensor,
+            log_prob: Tensor) -> None:
+        self.observations[self.pos] = obs.reshape(self.n_envs, *self.obs_shape)
+        self.actions[self.pos] = action.reshape(self.n_envs, self.action_dim)
+        self.rewards[self.pos] = reward
+        self.episode_starts[self.pos] = episode_start
+        self.values[self.pos] = value.flatten()
+        self.log_probs[self.pos] = log_prob
+        self.pos += 1
+        self.full = self.pos == self.buffer_size
+
+    def compute_returns_and_advantage(self, last_values: Tensor, dones: Tensor) -> None:
+        """SB3's GAE: ``δ_t = r_t + γ V_{t+1} (1 − d_{t+1}) − V_t``, ``A_t = δ_t + γλ (1 − d_{t+1}) A_{t+1}``."""
+        last_gae: Tensor | float = 0
+        for step in reversed(range(self.buffer_size)):
+            if step == self.buffer_size - 1:
+                next_non_terminal, next_values = 1.0 - dones.float(), last_values.flatten()
+            else:
+                next_non_terminal, next_values = 1.0 - self.episode_starts[step + 1], self.values[step + 1]
+            delta = self.rewards[step] + self.gamma * next_values * next_non_terminal - self.values[step]
+            last_gae = delta + self.gamma * self.gae_lambda * next_non_terminal * last_gae
+            self.advantages[step] = last_gae
+        self.returns = self.advantages + self.values
+
+    def _steps(self) -> tuple[PyTorchObs, Tensor]:
+        if self._tensors is None:
+            rows = self.buffer_size * self.n_envs
+            fields = (self.values, self.log_probs, self.advantages, self.returns, self.episode_starts)
+            packed = torch.cat([self.actions.reshape(rows, -1), *(f.reshape(rows, 1) for f in fields)], dim=1)
+            self._tensors = (self.observations.reshape(rows, *self.obs_shape), packed)
+        return self._tensors
+
+
+class DeviceRolloutBuffer(_MemoryStorage, _DeviceSteps, RolloutBuffer):
+    """:class:`MemoryRolloutBuffer` whose every field is a tensor on the device, for envs that step there
+    (`envs.torch_tasks.TorchVecEnv`): a rollout writes no step to the host."""
+
+    _steps = _DeviceSteps._steps

@@ -25,7 +25,13 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
 from agents.advantages import SUSTAINED_ROLLOUTS, normalized, sustained_scale
-from agents.buffer import MINIBATCH_ORDERS, MemoryBatch, MemoryDictRolloutBuffer, MemoryRolloutBuffer
+from agents.buffer import (
+    MINIBATCH_ORDERS,
+    DeviceRolloutBuffer,
+    MemoryBatch,
+    MemoryDictRolloutBuffer,
+    MemoryRolloutBuffer,
+)
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
 from policies.options import Relation, checked
@@ -238,7 +244,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return self.policy_aliases[policy_name]
 
     def _setup_model(self) -> None:
-        self.rollout_buffer_class = (MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
+        self.rollout_buffer_class = (DeviceRolloutBuffer if getattr(self.env, "on_device", False)
+                                     else MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
                                      else MemoryRolloutBuffer)
         super()._setup_model()
         if not isinstance(self.policy, MemoryActorCriticPolicy):
@@ -261,6 +268,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer,
                          n_rollout_steps: int) -> bool:
         assert self._last_obs is not None and self._last_state is not None
+        if getattr(env, "on_device", False):
+            return self._collect_on_device(env, callback, n_rollout_steps)
         buffer = self.rollout_buffer
         self.policy.set_training_mode(False)
         buffer.reset()
@@ -301,6 +310,46 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
+    def _collect_on_device(self, env: Any, callback: BaseCallback, n_rollout_steps: int) -> bool:
+        """``collect_rollouts`` for an env that steps on the device (`envs.torch_tasks.TorchVecEnv`): observations,
+        actions, rewards and dones stay tensors there, and the host reads only the rollout's finished episodes and
+        its advantage std, once per rollout. A time limit's cut episodes are bootstrapped as in
+        :meth:`_bootstrap_truncated`, with the values of every env's terminal observation masked by the cut."""
+        buffer = self.rollout_buffer
+        self.policy.set_training_mode(False)
+        buffer.reset()
+        buffer.start_rollout({name: strip_cache(s) for name, s in self._last_state.items()})
+        callback.on_rollout_start()
+        obs, state = self._last_obs, self._last_state
+        starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()
+        for _ in range(n_rollout_steps):
+            with torch.inference_mode():
+                step = self.policy(obs, state, starts)
+                actions, log_probs, extras = self._act(step)
+                new_obs, rewards, dones, infos = env.step(actions)
+                if env.can_truncate:
+                    values = self.policy.predict_values(env.terminal_obs, step.state, torch.zeros_like(dones))
+                    rewards = rewards + self.gamma * values.flatten() * env.truncated
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            buffer.add_records(self.policy.records(step.state))
+            buffer.add_extras(extras)
+            buffer.add(obs, actions, rewards, starts, step.values, log_probs)
+            obs, starts, state = new_obs, dones, step.state
+        self._last_obs, self._last_episode_starts, self._last_state = obs, starts, state
+        for episode in env.pop_episodes():
+            self.ep_info_buffer.extend([episode])
+            self.ep_success_buffer.append(episode["is_success"])
+        with torch.inference_mode():
+            last_values = self.policy.predict_values(obs, state, starts)
+        buffer.compute_returns_and_advantage(last_values=last_values, dones=starts)
+        self._track_advantage_scale(float(buffer.advantages.cpu().numpy().std()))
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
     def _track_advantage_scale(self, std: float) -> None:
         """Update σ̄ with the advantage std of the rollout just collected, and log both."""
         self._advantage_stds = [*self._advantage_stds, std][-SUSTAINED_ROLLOUTS:]
@@ -335,7 +384,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return rewards
 
     # -- training helpers -------------------------------------------------------------------
-    def _recompute(self, batch: MemoryBatch, logs: defaultdict[str, list[float]]) -> Recomputed:
+    def _recompute(self, batch: MemoryBatch, logs: defaultdict[str, list[Tensor | float]]) -> Recomputed:
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs
@@ -349,14 +398,14 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                                                                       batch.episode_starts)
         log_prob = distribution.log_prob(actions)
         if "rollout_logp_gap" not in logs:
-            logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().item())
+            logs["rollout_logp_gap"].append((log_prob - batch.old_log_prob).abs().max().detach())
         advantages = batch.advantages
         if self.normalize_advantage and len(advantages) > 1:
             advantages = normalized(advantages, self.advantage_scale)
         aux_loss = self._aux_loss(aux, logs)
         if self.uniform_kl_coef:
             barrier = uniform_kl(distribution).mean()
-            logs["uniform_kl"].append(barrier.item())
+            logs["uniform_kl"].append(barrier.detach())
             aux_loss = aux_loss + self.uniform_kl_coef * barrier
         return Recomputed(actions, values, distribution, log_prob, advantages, aux_loss)
 
@@ -365,39 +414,53 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         dtype = PRECISIONS[self.precision]
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
-    def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[float]]) -> Tensor | float:
+    def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[Tensor | float]]) -> Tensor | float:
         """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""
         total: Tensor | float = 0.0
         assert self.aux_coefs is not None
         for name, value in aux.items():
             mean = value.mean()
-            logs[f"aux/{name}"].append(mean.item())
+            logs[f"aux/{name}"].append(mean.detach())
             coef = self.aux_coefs.get(name.removeprefix("vf/"), 0.0)
             if coef:
                 total = total + coef * mean
         return total
 
-    def _optimize(self, loss: Tensor, terms: dict[str, Tensor]) -> float:
-        """One guarded gradient step; returns the gradient norm before clipping."""
-        if not torch.isfinite(loss):
-            named = {name: torch.as_tensor(value).detach() for name, value in terms.items()}
-            raise NonFiniteError(f"non-finite loss ({loss.item()}) at update {self._n_updates}, "
-                                 f"timestep {self.num_timesteps}: {non_finite_tensors(named)}")
+    def _optimize(self, loss: Tensor, terms: dict[str, Tensor]) -> Tensor:
+        """One guarded gradient step; returns the gradient norm before clipping, on the device.
+
+        The guards read two flags per step: ``loss + ‖g‖`` before the step (finite unless either is) and the
+        parameters' norms after it (:meth:`_check_parameters`, one fused norm); only a flag that is not finite
+        has the loss terms, gradients or parameters searched for the cause."""
         self.policy.optimizer.zero_grad()
         loss.backward()
         parameters = list(self.policy.parameters())
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
-        if not torch.isfinite(grad_norm):
+        if not torch.isfinite(loss.detach() + grad_norm):
+            if not torch.isfinite(loss):
+                named = {name: torch.as_tensor(value).detach() for name, value in terms.items()}
+                raise NonFiniteError(f"non-finite loss ({loss.item()}) at update {self._n_updates}, "
+                                     f"timestep {self.num_timesteps}: {non_finite_tensors(named)}")
             named = {n: p.grad for n, p in self.policy.named_parameters() if p.grad is not None}
             raise NonFiniteError(f"non-finite gradient norm at update {self._n_updates}, timestep "
                                  f"{self.num_timesteps}: {non_finite_tensors(named)}")
         torch.nn.utils.clip_grads_with_norm_(parameters, self.max_grad_norm, grad_norm)
         self.policy.optimizer.step()
+        self._check_parameters()
+        self.policy.invalidate_caches()
+        return grad_norm.detach()
+
+    def _check_parameters(self) -> None:
+        """Raise where a parameter, or the norm over them, is not finite."""
+        parameters = list(self.policy.parameters())
         if not torch.isfinite(torch.stack(torch._foreach_norm(parameters))).all():
             raise NonFiniteError(f"non-finite parameter norm after update {self._n_updates}, timestep "
                                  f"{self.num_timesteps}: {non_finite_tensors(dict(self.policy.named_parameters()))}")
-        return grad_norm.item()
 
-    def _record_logs(self, logs: dict[str, list[float]]) -> None:
-        for key, values in logs.items():
-            self.logger.record(f"train/{key}", float(np.mean(values)))
+    def _record_logs(self, logs: dict[str, list[Tensor | float]]) -> None:
+        """Log the mean of every entry: the values stay on the device until this one read per update."""
+        names = list(logs)
+        means = torch.stack([torch.stack([torch.as_tensor(v, device=self.device) for v in logs[name]])
+                             .double().mean() for name in names]).tolist() if names else []
+        for name, mean in zip(names, means, strict=True):
+            self.logger.record(f"train/{name}", mean)

@@ -120,7 +120,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         clip_range = self.clip_range(self._current_progress_remaining)
         clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(self._current_progress_remaining)
-        logs: defaultdict[str, list[float]] = defaultdict(list)
+        logs: defaultdict[str, list[Tensor | float]] = defaultdict(list)
         continue_training = True
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length, self.minibatch_order):
@@ -137,27 +137,27 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss + aux_loss
                 with torch.no_grad():
                     log_ratio = log_prob - batch.old_log_prob
-                    approx_kl = ((torch.exp(log_ratio) - 1) - log_ratio).mean().item()
-                logs["policy_gradient_loss"].append(policy_loss.item())
-                logs["value_loss"].append(value_loss.item())
-                logs["entropy_loss"].append(entropy_loss.item())
-                logs["clip_fraction"].append(((ratio - 1).abs() > clip_range).float().mean().item())
-                logs["approx_kl"].append(approx_kl)
-                if self.target_kl is not None and approx_kl > 1.5 * self.target_kl:
+                    approx_kl = ((torch.exp(log_ratio) - 1) - log_ratio).mean()
+                    logs["policy_gradient_loss"].append(policy_loss.detach())
+                    logs["value_loss"].append(value_loss.detach())
+                    logs["entropy_loss"].append(entropy_loss.detach())
+                    logs["clip_fraction"].append(((ratio - 1).abs() > clip_range).float().mean())
+                    logs["approx_kl"].append(approx_kl)
+                if self.target_kl is not None and approx_kl.item() > 1.5 * self.target_kl:  # read only with a target
                     continue_training = False
                     if self.verbose >= 1:
-                        print(f"Early stopping at epoch {epoch} due to reaching max kl: {approx_kl:.4f}")
+                        print(f"Early stopping at epoch {epoch} due to reaching max kl: {approx_kl.item():.4f}")
                     break
                 logs["grad_norm"].append(self._optimize(loss, {"policy_loss": policy_loss, "value_loss": value_loss,
                                                                "entropy_loss": entropy_loss, "aux_loss": aux_loss}))
-                logs["loss"].append(loss.item())
+                logs["loss"].append(loss.detach())
             self._n_updates += 1
             if not continue_training:
                 break
         self._record_logs(logs)
         buffer = self.rollout_buffer
-        self.logger.record("train/explained_variance",
-                           explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
+        values, returns = (torch.as_tensor(x).cpu().numpy().flatten() for x in (buffer.values, buffer.returns))
+        self.logger.record("train/explained_variance", explained_variance(values, returns))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip_range)
         if self.explores:

@@ -130,7 +130,8 @@ class VMPO(MemoryOnPolicyAlgorithm):
         """The policy's own sample, storing π_old: every parameter of the acting distribution."""
         return step.actions, step.log_prob, {"old_distribution": self.policy.distribution_params(step.distribution)}
 
-    def _trust_region(self, old: Distribution, new: Distribution, logs: defaultdict[str, list[float]]) -> Tensor:
+    def _trust_region(self, old: Distribution, new: Distribution,
+                      logs: defaultdict[str, list[Tensor | float]]) -> Tensor:
         """``L_α`` (or ``L_αμ + L_αΣ``) with KL(π_old ‖ π_θ) averaged over the minibatch."""
         if not self.gaussian:
             if isinstance(old.distribution, list):  # multi-discrete: one categorical per component
@@ -140,20 +141,20 @@ class VMPO(MemoryOnPolicyAlgorithm):
                 kl = torch.distributions.kl_divergence(old.distribution, new.distribution)
             if kl.dim() > 1:  # independent components (multi-discrete, Bernoulli)
                 kl = kl.sum(dim=-1)
-            logs["kl"].append(kl.mean().item())
+            logs["kl"].append(kl.mean().detach())
             return trust_region_loss(kl, self.duals.alphas["kl"], self.epsilon_alpha)
         mean_old, std_old = old.distribution.mean, old.distribution.stddev
         kl_mu = gaussian_kl_mean(mean_old, std_old, new.distribution.mean)
         kl_sigma = gaussian_kl_covariance(std_old, new.distribution.stddev)
-        logs["kl_mu"].append(kl_mu.mean().item())
-        logs["kl_sigma"].append(kl_sigma.mean().item())
+        logs["kl_mu"].append(kl_mu.mean().detach())
+        logs["kl_sigma"].append(kl_sigma.mean().detach())
         return (trust_region_loss(kl_mu, self.duals.alphas["mu"], self.epsilon_alpha_mu)
                 + trust_region_loss(kl_sigma, self.duals.alphas["sigma"], self.epsilon_alpha_sigma))
 
     def train(self) -> None:
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        logs: defaultdict[str, list[float]] = defaultdict(list)
+        logs: defaultdict[str, list[Tensor | float]] = defaultdict(list)
         value_head = self.policy.value_net
         for _ in range(self.n_epochs):
             for batch in self.rollout_buffer.segments(self.batch_size, self.segment_length, self.minibatch_order):
@@ -177,23 +178,24 @@ class VMPO(MemoryOnPolicyAlgorithm):
                                                                "value_loss": value_loss, "aux_loss": aux_loss}))
                 self.dual_optimizer.step()
                 self.duals.project()
-                if not all(torch.isfinite(p) for p in self.duals.parameters()):
+                if not torch.isfinite(torch.cat([p.detach().flatten() for p in self.duals.parameters()])).all():
                     raise NonFiniteError(f"non-finite Lagrange multipliers at update {self._n_updates}, timestep "
                                          f"{self.num_timesteps}: "
                                          f"{ {n: p.item() for n, p in self.duals.named_parameters()} }")
-                logs["policy_loss"].append(pi.loss.item())
-                logs["temperature_loss"].append(eta_loss.item())
-                logs["value_loss"].append(value_loss.item())
-                logs["psi_effective_sample_size"].append(pi.effective_sample_size.item())
-                logs["top_half_threshold"].append(advantages[top].min().item())
-                logs["loss"].append(loss.item())
+                logs["policy_loss"].append(pi.loss.detach())
+                logs["temperature_loss"].append(eta_loss.detach())
+                logs["value_loss"].append(value_loss.detach())
+                logs["psi_effective_sample_size"].append(pi.effective_sample_size.detach())
+                logs["top_half_threshold"].append(advantages[top].min().detach())
+                logs["loss"].append(loss.detach())
             self._n_updates += 1
         self._record_logs(logs)
         self.logger.record("train/eta", self.duals.eta.item())
         for name, alpha in self.duals.alphas.items():
             self.logger.record(f"train/alpha_{name}" if self.gaussian else "train/alpha", alpha.item())
-        self.logger.record("train/explained_variance", explained_variance(self.rollout_buffer.values.flatten(),
-                                                                          self.rollout_buffer.returns.flatten()))
+        values, returns = (torch.as_tensor(x).cpu().numpy().flatten()
+                           for x in (self.rollout_buffer.values, self.rollout_buffer.returns))
+        self.logger.record("train/explained_variance", explained_variance(values, returns))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 
     def learn(self: SelfVMPO, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,

@@ -1,6 +1,6 @@
 """Time and memory of one training segment against memory length, for every registered attention.
 
-Issue 12's scaling benchmark. Every attention of the registry (``policies.ATTENTIONS``), each with
+Every attention of the registry (``policies.ATTENTIONS``), each with
 its default options, inside a GTrXL backbone (d_model 128, 2 layers, 4 heads), and the ``linear``
 backbone (Katharopoulos et al. 2020: its attention carries sums, so its cost does not depend on M),
 at memory lengths M (default 64, 256, 1024). One training segment: 16 envs × T = 16 steps whose
@@ -8,7 +8,7 @@ memory window is full (M valid records), forward and backward of ``sum(outputs)`
 one torch thread. Measured:
 
 - **time**: ms per forward+backward, ``rounds`` interleaved rounds of ``calls`` calls each (every
-  cell once per round, so all see the same machine load; ``benchmarks/step_cost.py``'s ``time_block``),
+  cell once per round, so all see the same machine load; ``common.time_block``),
   reported as the median over rounds of the ratio to the GTrXL default attention (``relative``) at
   the same M in the same round;
 - **saved**: the bytes autograd keeps for backward (``saved_tensors_hooks``, parameters left out;
@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS, BackboneSize, heading, machine_info, machine_line, provenance, write_results
-from step_cost import time_block
+from common import RESULTS, BackboneSize, heading, machine_info, machine_line, provenance, time_block, write_results
 
 from experiments.activation_bytes import peak_allocated_bytes, saved_activation_bytes
 from policies import ATTENTIONS, BACKBONES, make_backbone

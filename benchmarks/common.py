@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +103,17 @@ def run_directories_parser(doc: str, directories_help: str = "study or run direc
     parser.add_argument("--name", required=True, help="results file name (benchmarks/results/<name>.{json,md})")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results files")
     return parser
+
+
+def time_block(fn: Callable[[], object], calls: int) -> float:
+    """µs per call of ``calls`` back-to-back calls of ``fn`` (garbage collector paused)."""
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return elapsed / calls * 1e6

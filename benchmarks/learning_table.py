@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from common import heading, machine_info, provenance, run_directories_parser, write_results
 
-from experiments.report import reliability
-from experiments.run_dir import INTERRUPTED, Run, find_runs, read_study_record, task_label
+from experiments.studies.report import reliability
+from experiments.studies.runs import INTERRUPTED, Run, find_runs, read_study_record, task_label
 
 
 def time_to_threshold(run: Run, threshold: float) -> tuple[int, float] | None:
@@ -140,6 +140,12 @@ def _per_seed(per_seed: dict[int, dict[str, float | None]]) -> str:
     return ", ".join(cells)
 
 
+def _in_repository(directory: str) -> bool:
+    """Whether a run directory lies inside this repository (a committed study), so a reader has it too."""
+    path = Path(directory).resolve()
+    return path.exists() and path.is_relative_to(Path(__file__).resolve().parents[1])
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [*heading(f"Learning table: {result['name']}", result),
              f"Runs from: {', '.join(f'`{d}`' for d in result['directories'])}. Threshold: success ≥ "
@@ -153,6 +159,11 @@ def render(result: dict[str, Any]) -> str:
              ""]
     commands = [f"- `{c['command']}` ({c['time']})" for c in result["study_commands"]]
     commands += [f"- `{c}`" for c in result["produced_by"]]
+    outside = [d for d in result["directories"] if not _in_repository(d)]
+    if outside:
+        lines += [f"The run directories it reads ({', '.join(f'`{d}`' for d in outside)}) are not in the repository: "
+                  + ("train them with the commands listed below, then run the command above." if commands else
+                     "train them first, then run the command above."), ""]
     if commands:
         lines += ["Commands that produced the runs:", "", *commands, ""]
     if result.get("return_scored"):

@@ -1,8 +1,8 @@
 """Validation bits per character of the LM variants, with and without memory, and against evaluation memory.
 
-Issue 12's LM benchmark. Every backbone of ``--backbones`` (default TrXL, TrXL-I, GTrXL and the
+Every backbone of ``--backbones`` (default TrXL, TrXL-I, GTrXL and the
 Universal Transformer with ACT) and every attention of ``--attentions`` inside GTrXL (the efficient
-members) is trained by the LM workbench (:func:`experiments.lm_workbench.train_lm`) on the byte-level
+members) is trained by the LM workbench (:func:`lm.workbench.train_lm`) on the byte-level
 ``python`` corpus (the standard library's sources, every tenth file held out), once per training memory
 length of ``--memory-lengths`` (default 128, "with memory", and 8, a context of eight bytes), all with
 the same budget: ``--steps`` segments of 16 rows × 64 bytes, d_model 128, 2 layers (``ut-act``: up to
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 
-from experiments.lm_workbench import LMConfig, evaluate_run, train_lm
+from lm.workbench import LMConfig, evaluate_run, train_lm
 
 BACKBONE_OPTIONS: dict[str, dict[str, Any]] = {
     "ut-act": {"d_model": 128, "n_heads": 4, "max_steps": 2},

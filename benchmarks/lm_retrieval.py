@@ -1,8 +1,8 @@
 """Retrieval for a trained language model: kNN-LM's interpolation and SPALM's gated read against the LM alone.
 
-Issue 12's retrieval measurement. From a finished LM run (``train_rl.py lm train``), a datastore of
+From a finished LM run (``train_rl.py lm train``), a datastore of
 (final hidden state, next token) pairs is built from the first ``--datastore-segments`` training
-segments (:func:`experiments.lm_workbench.build_datastore`). Then, on the run's validation segments:
+segments (:func:`lm.workbench.build_datastore`). Then, on the run's validation segments:
 
 - the LM alone;
 - kNN-LM (Khandelwal et al. 2020) with each ``--weights`` λ: ``p = λ p_kNN + (1 − λ) p_LM``;
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 
-from experiments.lm_workbench import (
+from lm.workbench import (
     KNNSettings,
     SPALMSettings,
     bits_per_token,

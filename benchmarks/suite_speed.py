@@ -1,6 +1,6 @@
 """Suite speed: engram's default backbones in steps/s against the GRU, and RecurrentPPO's defaults at one budget.
 
-Two parts, one torch thread throughout (issue 31, deliverable 3); ``--recurrent`` runs the first alone for the linear
+Two parts, one torch thread throughout; ``--recurrent`` runs the first alone for the linear
 recurrent memories (FFM, LRU, minGRU, Mamba, mLSTM) against the GRU on two POPGym tasks and T-Maze-20, with the
 bytes each stores per env step in the rollout buffer:
 
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from common import heading, machine_info, machine_line, provenance, write_results
 from sb3_contrib import RecurrentPPO
-from train_throughput import PhaseTimer
+from stable_baselines3.common.callbacks import BaseCallback
 
 from envs import make_vec_env
 from experiments.config import build_config
@@ -86,6 +86,24 @@ def engram_default(task: str, backbone: str, seed: int) -> tuple[Any, Any]:
     config = build_config(None, {"env": env_id, "env_kwargs": env_kwargs, "backbone": backbone, "seed": seed})
     env, eval_env = make_envs(config)
     return build_model(config, env, tensorboard_log=None), eval_env
+
+
+class PhaseTimer(BaseCallback):
+    """Wall time spent collecting rollouts (the rest of ``learn`` is updates)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collecting = 0.0
+        self._began = 0.0
+
+    def _on_rollout_start(self) -> None:
+        self._began = time.perf_counter()
+
+    def _on_rollout_end(self) -> None:
+        self.collecting += time.perf_counter() - self._began
+
+    def _on_step(self) -> bool:
+        return True
 
 
 def rates(steps: int, wall: float, cpu: float) -> dict[str, float]:

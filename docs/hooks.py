@@ -33,8 +33,10 @@ RESULT_SUFFIXES = (".md", ".png")
 
 
 def cell(text: Any) -> str:
-    """A value or sentence as one Markdown table cell."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """A value or sentence as one Markdown table cell: a ``|`` outside code becomes ``&#124;`` (inside code the
+    table extension leaves it alone, and an escape would show)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(part if i % 2 else part.replace("|", "&#124;") for i, part in enumerate(parts))
 
 
 def code(value: Any) -> str:
@@ -349,11 +351,26 @@ def configs() -> str:
     return table(["file", "what it is"], rows)
 
 
+def results_pages() -> str:
+    """Every published results file (``benchmarks/results/**/*.md``) with its title, linked from the benchmarks
+    index."""
+    results = REPO / "benchmarks" / "results"
+    rows = []
+    for path in sorted(results.rglob("*.md")):
+        name = path.relative_to(results)
+        if "__" in str(name):
+            continue
+        title = next((line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("# ")),
+                     str(name))
+        rows.append([f"[`{name}`](../results/{name})", title])
+    return table(["file", "title"], rows)
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "backbones": backbones, "backbone-options": backbone_options, "attentions": attentions,
     "positions": positions, "learners": learners, "algo-options": algo_options, "run-settings": run_settings,
     "policy-options": policy_options, "option-rules": option_rules, "flags": flags, "env-families": env_families,
-    "engram-tasks": engram_tasks, "configs": configs,
+    "engram-tasks": engram_tasks, "configs": configs, "results": results_pages,
 }
 
 
@@ -376,6 +393,22 @@ def expand(markdown: str) -> str:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return expand(markdown)
+
+
+ROLE_IN_HTML = re.compile(r":(?:class|mod|func|meth|attr|data|exc|obj):\s*<code>(~?)([^<]+)</code>")
+LITERAL_MARKER = re.compile(r"(?<=[^\s:])::</p>")
+
+
+def plain_roles(html: str) -> str:
+    """Sphinx markup left in rendered docstrings, as plain HTML: a role (``:class:`~a.B``` reaches the page as
+    ``:class:<code>~a.B</code>``) becomes ``<code>B</code>``, or the full name where it has no ``~``; a paragraph's
+    closing ``::`` becomes ``:``."""
+    html = ROLE_IN_HTML.sub(lambda m: f"<code>{m.group(2).split('.')[-1] if m.group(1) else m.group(2)}</code>", html)
+    return LITERAL_MARKER.sub(":</p>", html)  # reST's "text::" before a code block reads "text:"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    return plain_roles(html)
 
 
 def on_files(files: Any, config: Any) -> Any:

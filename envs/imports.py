@@ -3,7 +3,7 @@
 ``module.path:Name`` and ``module.path.Name`` both name attribute ``Name`` of module ``module.path``.
 Modules are imported with the working directory on ``sys.path`` (as ``python -m`` does), so a file
 ``my_envs.py`` beside the command is found whether engram runs as ``engram`` or ``python train_rl.py``.
-A failure is an :class:`ImportPathError` whose one-line message names the path and the cause: the
+A failure is an ``ImportPathError`` whose one-line message names the path and the cause: the
 last line of the import's traceback (``ModuleNotFoundError: No module named 'my_envs'``).
 """
 
@@ -27,7 +27,7 @@ def cause(error: BaseException) -> str:
 
 
 def import_module(name: str) -> Any:
-    """Import module ``name`` with the working directory on ``sys.path``; :class:`ImportPathError` naming the
+    """Import module ``name`` with the working directory on ``sys.path``; ``ImportPathError`` naming the
     module and the cause if it is not found or raises while importing."""
     if not name or any(not part.isidentifier() for part in name.split(".")):
         raise ImportPathError(f"{name!r} is not a module path (expected dotted names, e.g. my_package.envs)")
@@ -51,7 +51,7 @@ def split_path(path: str) -> tuple[str, str]:
 
 
 def load_object(path: str) -> Any:
-    """The object an import path names; :class:`ImportPathError` if its module does not import or lacks it."""
+    """The object an import path names; ``ImportPathError`` if its module does not import or lacks it."""
     module_name, name = split_path(path)
     module = import_module(module_name)
     target: Any = module
@@ -64,6 +64,6 @@ def load_object(path: str) -> Any:
 
 def import_packages(packages: Iterable[str]) -> None:
     """Import each module of ``packages`` for its side effects (gymnasium registrations), as rl-zoo3's
-    ``--gym-packages``; :class:`ImportPathError` naming the first that fails."""
+    ``--gym-packages``; ``ImportPathError`` naming the first that fails."""
     for name in packages:
         import_module(name)

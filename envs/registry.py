@@ -89,7 +89,7 @@ def _other_gymnasium_ids() -> list[str]:
 
 
 def list_env_ids(family: str | None = None) -> list[str]:
-    """Every id `make_vec_env` accepts, or those of one family of :data:`FAMILIES` (``gymnasium``: every id in
+    """Every id `make_vec_env` accepts, or those of one family of ``FAMILIES`` (``gymnasium``: every id in
     gymnasium's registry outside the other families, including those registered by modules imported so far)."""
     lists: dict[str, Callable[[], list[str]]] = {
         "engram": lambda: list(ENV_IDS),

@@ -7,9 +7,9 @@ A run's ``env_wrapper`` is written as in rl-zoo3's hyper-parameter files: one im
       - envs.wrappers.MaskVelocity
       - gymnasium.wrappers.TimeLimit: {max_episode_steps: 200}
 
-:class:`MaskVelocity` drops the velocities of the classic-control tasks, so that they must be inferred from
+``MaskVelocity`` drops the velocities of the classic-control tasks, so that they must be inferred from
 a memory of positions (the "no velocity" POMDPs of Meng et al. 2021 and of rl-zoo3's ``*NoVel`` tasks);
-:class:`MaskObservation` drops any chosen entries.
+``MaskObservation`` drops any chosen entries.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def parse_env_wrapper(value: Any) -> list[WrapperSpec]:
 
 
 def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
-    """``env`` wrapped by each of ``specs`` in turn; :class:`EnvWrapperError` naming the one that fails."""
+    """``env`` wrapped by each of ``specs`` in turn; ``EnvWrapperError`` naming the one that fails."""
     for spec in specs:
         try:
             wrapper = load_object(spec.path)
@@ -113,7 +113,7 @@ VELOCITIES: dict[str, tuple[int, ...]] = {
 
 
 class MaskVelocity(MaskObservation):
-    """A classic-control task without its velocities (:data:`VELOCITIES`): the agent must infer them from
+    """A classic-control task without its velocities (``VELOCITIES``): the agent must infer them from
     the positions it remembers."""
 
     def __init__(self, env: gym.Env) -> None:

@@ -7,9 +7,10 @@ weights it gives the library's logits, values and PPO loss (``tests/test_referen
 
     python examples/gtrxl_ppo_reference.py    # learns a T-Maze with a 10-step corridor, about a minute
 
-Where each piece lives in engram: ``RelativeAttention`` is ``RelativeMultiHeadAttention``; ``GRUGate``
-and ``GTrXLBlock`` are ``GRUGate`` and ``TransformerXLBlock``; ``Agent`` is ``GatedTransformerXL`` (built by
-``policies.make_backbone("gtrxl", ...)``) inside ``MemoryActorCriticPolicy``; ``attention_mask``, ``push``
+Where each piece lives in engram: ``RelativeAttention`` is ``MultiHeadAttention.forward``
+(``policies/attention/layer.py``); ``GRUGate`` and ``GTrXLBlock`` are ``GRUGate`` and ``TransformerXLBlock``;
+``Agent`` is ``TransformerXL`` (built by ``policies.make_backbone("gtrxl", ...)``) inside
+``MemoryActorCriticPolicy``; ``attention_mask``, ``push``
 and ``window_before`` are the window operations of the memory contract; ``Rollout`` and ``segment_batch``
 are ``MemoryRolloutBuffer``; ``ppo_loss`` is ``MemoryPPO.train``. The library adds, with the same results:
 cached keys and values for rollout steps, each stored record projected once per minibatch, other gates,
@@ -151,8 +152,7 @@ class RelativeAttention(nn.Module):
         k, v = (x.view(B, K, H, d).transpose(1, 2) for x in self.kv(h_tilde).chunk(2, dim=-1))  # [B, H, K, d]
         R = sinusoids(torch.arange(K - 1, -1, -1, dtype=h_tilde.dtype, device=h_tilde.device), D)  # [K, D]
         r = self.r(R).view(K, H, d).transpose(0, 1)  # W_kR R, distances K-1 ... 0: [H, K, d]
-        # A_ij = q_iᵀk_j + q_iᵀW_kR R_{i-j} + uᵀk_j + vᵀW_kR R_{i-j}   terms (a) + (b) + (c) + (d)
-        #      = (q_i + u)ᵀ k_j  +  shift((q_i + v)ᵀ W_kR R)_{ij}
+        # terms (a) + (c) and (b) + (d) of Transformer-XL's score, as in policies.attention.layer
         ac = torch.einsum("bhtd,bhkd->bhtk", q + self.u[:, None], k)  # (a) + (c): [B, H, T, K]
         bd = rel_shift(torch.einsum("bhtd,hkd->bhtk", q + self.v[:, None], r))  # (b) + (d): [B, H, T, K]
         scores = (ac + bd) / math.sqrt(d)

@@ -13,6 +13,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class WriteError(OSError):
@@ -77,6 +78,12 @@ def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all (:func:`atomic_path`)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def save_figure(figure: Any, path: Path) -> None:
+    """Write a matplotlib ``figure`` to ``path`` (a PNG, or the format its suffix names) whole or not at all."""
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=110, bbox_inches="tight")
 
 
 def write_new(path: Path, text: str) -> None:

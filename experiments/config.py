@@ -59,8 +59,7 @@ rules are in the policy's signature, :class:`policies.policy.MemoryActorCriticPo
 
 
 def registry(module: str, name: str) -> Callable[[], Any]:
-    """The registry ``module.name`` (``agents.ALGOS``), imported when first read: a configuration is read
-    without torch, and a rule lists a registry's names only when it refuses a value."""
+    """The registry ``module.name`` (``agents.ALGOS``), imported when first read (a config is read without torch)."""
     return lambda: getattr(importlib.import_module(module), name)
 
 
@@ -68,8 +67,7 @@ algos, backbones = registry("agents", "ALGOS"), registry("policies.registry", "B
 
 
 def _rule(rule: Rule, doc: str, **kwargs: Any) -> Any:
-    """A field whose valid values ``rule`` declares (read by :func:`experiments.validation.validate`) and whose
-    ``doc`` is its ``--help`` text."""
+    """A field whose valid values ``rule`` declares and whose ``--help`` text is ``doc``."""
     return field(metadata={"rule": rule, "doc": doc}, **kwargs)
 
 
@@ -166,8 +164,7 @@ def field_default(spec: dataclasses.Field[Any]) -> Any:
 
 
 def env_slug(env: str) -> str:
-    """An env spec as part of a folder name: ``engram/TMaze-v0`` → ``engram-TMaze-v0``, ``pkg.envs:Maze`` →
-    ``pkg.envs-Maze``."""
+    """An env spec as part of a folder name: ``pkg.envs:Maze`` → ``pkg.envs-Maze``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", env).strip("-")
 
 
@@ -409,16 +406,6 @@ def with_every_option(data: dict[str, Any], saved: bool = False) -> dict[str, An
         given = data.get(backbone) or {}
         out[backbone] = saved_options(backbone, given) if saved else backbones()[backbone].resolve(given)
     return out
-
-
-def save_config(config: RunConfig, path: Path, every_option: bool = True) -> None:
-    """Write the resolved configuration (schedules as ``lin_<start>_<end>``); ``every_option``: the learner's
-    and backbone's sections with every option, defaults included (a run directory's ``config.yaml``, which must
-    say what the run was, whatever later defaults are), else only the options set."""
-    from experiments.run_dir import write_atomic
-
-    data = config.to_dict()
-    write_atomic(path, yaml.safe_dump(plain(with_every_option(data) if every_option else data), sort_keys=False))
 
 
 def plain(value: Any) -> Any:

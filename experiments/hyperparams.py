@@ -186,15 +186,16 @@ def shown_file(path: str) -> str:
 
 
 def load(path: str) -> EntryFile:
-    """The entries of the file at ``path`` (read once per version of the file); ``ConfigError`` naming the file and
-    the entry where the file is not a mapping of entries, an entry holds a setting of :data:`NOT_IN_ENTRIES`, or its
-    ``when`` is not a mapping of conditions. Values are checked by :meth:`EntryFile.check_values`."""
+    """The entries of the file at ``path``, read once per version of the file (:func:`_load`)."""
     stat = Path(path).stat()
     return _load(path, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=32)
 def _load(path: str, mtime_ns: int, size: int) -> EntryFile:
+    """``ConfigError`` naming the file and the entry where the file is not a mapping of entries, an entry holds a
+    setting of :data:`NOT_IN_ENTRIES`, or its ``when`` is not a mapping of conditions; values are checked later
+    (:meth:`EntryFile.check_values`)."""
     file = shown_file(path)
     entries = []
     for key, body in load_yaml(path).items():
@@ -259,7 +260,7 @@ def applied_line(names: list[str], what: str = "runs", under: str = "--config, f
 
 def summary(path: Path, entry: Entry) -> str:
     """The first sentence of the comment right above the entry's key in its file, with the entry's conditions."""
-    from experiments.catalog import first_sentence
+    from experiments.catalogues import first_sentence
 
     comment: list[str] = []
     for line in path.read_text().splitlines():

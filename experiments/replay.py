@@ -25,14 +25,13 @@ import torch
 from agents import ALGOS, saved_learner
 from experiments.atomic import write_new
 from experiments.config import ConfigError, RunConfig, build_config
-from experiments.evaluation import BEST_MODEL, BEST_RECORD, EvalResult, evaluate
+from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
 from experiments.rules import Device
-from experiments.run_dir import CHECKPOINT_PREFIX, read_json
+from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env
 from policies.rules import short
 
-MODEL_FILE = "model.zip"
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
             "both": ("deterministic", "stochastic")}
 """``--deterministic``, ``--stochastic``, ``--both``: the policies scored, in order"""

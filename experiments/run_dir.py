@@ -1,21 +1,19 @@
-"""Run directories on disk: where a run lives, how its files are written, and its state, score and
-learning curve as studies and reports read them.
+"""The directory of one run, and the one object that owns it: :class:`RunDirectory`.
 
-A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/`` (:func:`run_dir`); a study puts the
-runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
-environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`). Every file is
-written atomically and durably (:mod:`experiments.atomic`), and one process at a time writes a run
-directory (:func:`run_lock`); docs/run-directories.md says what that guarantees.
+A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/``:
 
-Reading needs only the files a run writes (:mod:`experiments.training`) plus ``status.json``, which a
-study's worker writes around each run, so any launcher (process pool, Ray, a shell loop) and any
-moment (a study still running, or killed) gives the same answer:
+- ``config.yaml``: the resolved configuration, every option of the learner and the backbone included;
+- ``run.lock``: held (``flock``) by the one process writing the run, with its PID and host;
+- ``evaluations.csv``: one row per evaluation (:data:`EVAL_COLUMNS`);
+- ``checkpoints/model_<steps>_steps.zip`` and ``progress.json`` (training seconds at each kept checkpoint);
+- ``best_model.zip`` and ``best_model.json`` (the best evaluation's step and mean return);
+- ``model.zip`` (the final model) and ``summary.json``;
+- ``MemoryPPO_1/`` (the learner's name): tensorboard events;
+- ``status.json``: what a study's worker writes around the run (:mod:`experiments.studies.runs`).
 
-- ``finished``: ``summary.json`` exists (and, when a step target is given, reaches it);
-- ``diverged`` / ``failed``: ``status.json`` says so (a non-finite loss, gradient or parameter,
-  or any other exception, with its message);
-- ``interrupted``: a checkpoint exists but no summary, so the run resumes from it;
-- ``new``: nothing to resume from (at most the logs of a run killed before its first checkpoint).
+Every file is written whole or not at all (:mod:`experiments.atomic`); each saved model holds its run's settings
+(:mod:`experiments.run_identity`). A run resumed from step ``s`` first drops every record after ``s``
+(:meth:`RunDirectory.rewind`).
 """
 
 from __future__ import annotations
@@ -23,68 +21,151 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import io
 import json
 import math
 import os
-import re
 import socket
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+import struct
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
+import yaml
 
-from envs.wrappers import parse_env_wrapper
-from experiments.atomic import write_atomic
+from experiments.atomic import atomic_path, write_atomic
+from experiments.config import RunConfig, load_yaml
+from experiments.run_identity import Record, add_record, read_record, refuse_differences
 from experiments.strict_yaml import load as load_yaml_text
+from policies.rules import ConfigError
 
-if TYPE_CHECKING:
-    from experiments.config import RunConfig
-
-
-STUDY_FILE = "study.yaml"
-CHECKPOINT_PREFIX = "model_"
-STATUS_FILE = "status.json"
-PROGRESS_FILE = "progress.json"
+CONFIG_FILE, SUMMARY_FILE, MODEL_FILE = "config.yaml", "summary.json", "model.zip"
+EVALUATIONS_FILE, PROGRESS_FILE, STATUS_FILE = "evaluations.csv", "progress.json", "status.json"
 LOCK_FILE = "run.lock"
 """held (``flock``) by the one process writing the run; holds its PID and host"""
-FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
-RUNNING = "running"
-"""what a worker writes in ``status.json`` while it trains a run"""
-UNSUCCESSFUL = (DIVERGED, FAILED)
-
-
-def run_dir(config: RunConfig) -> Path:
-    """The directory of the run ``config`` describes."""
-    return Path(config.log_dir) / config.run_name()
-
-
-def task_label(config: dict[str, Any]) -> str:
-    """The task of a run configuration, as reports name it: ``env (key=value, ...)``, followed by its wrappers
-    (``+ MaskVelocity``, ``+ TimeLimit(max_episode_steps=100)``) where it has some."""
-    kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
-    label = f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
-    for wrapper in parse_env_wrapper(config.get("env_wrapper")):
-        arguments = ", ".join(f"{k}={v}" for k, v in sorted(wrapper.kwargs.items()))
-        label += f" + {wrapper.path.replace(':', '.').rsplit('.', 1)[-1]}" + (f"({arguments})" if arguments else "")
-    return label
-
-
-def slug(text: str) -> str:
-    """``text`` as a file or folder name (letters, digits, dots and underscores)."""
-    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
-
-
-def task_folder(config: dict[str, Any]) -> str:
-    """The folder of a task's runs inside a study directory."""
-    return slug(task_label(config))
+BEST_MODEL, BEST_RECORD = "best_model.zip", "best_model.json"
+"""the model of the best evaluation, and that evaluation's step and mean return"""
+CHECKPOINTS, CHECKPOINT_PREFIX, CHECKPOINT_SUFFIX = "checkpoints", "model_", "_steps.zip"
+EVENT_GLOB = "*/events.out.tfevents.*"
+EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds",
+                "stochastic_mean_return", "stochastic_success_rate"]
 
 
 class RunBusyError(RuntimeError):
     """Another process holds the run directory's lock."""
+
+
+def notify(message: str) -> None:
+    """Tell the user what a run does with its directory (stderr, so that it reaches a study's terminal too)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` when there is none (or it is not JSON)."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
+                suffix: str = CHECKPOINT_SUFFIX) -> list[tuple[Path, int]]:
+    """Every checkpoint ``{prefix}{steps}{suffix}`` in ``directory``, as ``(path, steps)``, fewest steps first."""
+    found = []
+    for path in directory.glob(f"{prefix}*{suffix}"):
+        steps = path.name.removeprefix(prefix).removesuffix(suffix)
+        if steps.isdigit():
+            found.append((int(steps), path))
+    return [(path, steps) for steps, path in sorted(found)]
+
+
+def best_checkpoint(found: list[tuple[Path, int]], rows: list[dict[str, str]]) -> tuple[Path, int] | None:
+    """The checkpoint of ``found`` with the highest mean return (the earliest of equals), each scored by the last
+    evaluation at or before its step; ``None`` without evaluations."""
+    scored = sorted((int(float(r["timesteps"])), float(r["mean_return"])) for r in rows)
+    best, best_score = None, -math.inf
+    for path, steps in found:
+        before = [score for step, score in scored if step <= steps]
+        if before and before[-1] > best_score:
+            best, best_score = (path, steps), before[-1]
+    return best
+
+
+class EvalLog:
+    """``evaluations.csv``: one row per evaluation, the file rewritten whole (atomically) with each new row."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def columns(self) -> list[str]:
+        """The file's own header, else :data:`EVAL_COLUMNS`."""
+        if not self.path.exists():
+            return EVAL_COLUMNS
+        with self.path.open(newline="") as f:
+            return next(csv.reader(f), EVAL_COLUMNS)
+
+    def rows(self) -> list[dict[str, str]]:
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="") as f:
+            return list(csv.DictReader(f))
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._write([*self.rows(), row])
+
+    def truncate_after(self, timesteps: int) -> None:
+        """Drop the rows after ``timesteps``."""
+        if self.path.exists():
+            self._write([r for r in self.rows() if int(float(r["timesteps"])) <= timesteps])
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, self.columns(), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(self.path, text.getvalue())
+
+
+def read_records(path: Path) -> list[bytes]:
+    """The complete records of a TFRecord file (length, its CRC, data, its CRC); a record cut short ends the list."""
+    data = path.read_bytes()
+    records, offset = [], 0
+    while offset + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[offset:offset + 8])
+        end = offset + 12 + length + 4
+        if end > len(data):
+            break
+        records.append(data[offset + 12:offset + 12 + length])
+        offset = end
+    return records
+
+
+def rewind_tensorboard(directory: Path, steps: int) -> None:
+    """Keep only the events at ``step ≤ steps`` in every tensorboard event file under ``directory``. A file left
+    without a summary is removed, and so is a folder left empty (SB3 then reuses its name)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    emptied = set()
+    for path in sorted(directory.glob(EVENT_GLOB)):
+        records = read_records(path)
+        events = [(record, Event.FromString(record)) for record in records]
+        kept = [(record, event) for record, event in events if not event.HasField("summary") or event.step <= steps]
+        if len(kept) == len(records) and path.stat().st_size == sum(len(r) + 16 for r in records):
+            continue  # nothing after ``steps``, and no record cut short
+        if not any(event.HasField("summary") for _, event in kept):
+            path.unlink()
+            emptied.add(path.parent)
+            continue
+        with atomic_path(path) as tmp, tmp.open("wb") as handle:
+            writer = RecordWriter(handle)
+            for record, _ in kept:
+                writer.write(record)
+            writer.flush()
+    for folder in emptied:
+        if not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _busy(handle: Any, directory: Path) -> RunBusyError | None:
@@ -101,244 +182,264 @@ def _busy(handle: Any, directory: Path) -> RunBusyError | None:
     return None
 
 
-@contextlib.contextmanager
-def run_lock(directory: Path) -> Iterator[None]:
-    """Hold the exclusive lock of a run directory (``flock`` on :data:`LOCK_FILE`, which records
-    this process's PID and host) while the block runs; the kernel releases it when the process
-    ends, even killed. Raises :class:`RunBusyError`, naming the holder, when another process has it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / LOCK_FILE).open("a+") as handle:
-        busy = _busy(handle, directory)
+class RunDirectory:
+    """One run's directory: its files, its one writer's lock, and every write to it.
+
+    ``checkpoint_prefix`` and ``checkpoint_suffix`` name its checkpoints (``model_<steps>_steps.zip``; the language
+    model workbench's are ``lm_<step>.pt``).
+    """
+
+    def __init__(self, path: str | Path, checkpoint_prefix: str = CHECKPOINT_PREFIX,
+                 checkpoint_suffix: str = CHECKPOINT_SUFFIX) -> None:
+        self.path = Path(path)
+        self.checkpoint_prefix, self.checkpoint_suffix = checkpoint_prefix, checkpoint_suffix
+        self.evaluations = EvalLog(self.path / EVALUATIONS_FILE)
+
+    @classmethod
+    def of(cls, config: RunConfig) -> RunDirectory:
+        """The directory of the run ``config`` describes: ``{log_dir}/{run_name}``."""
+        return cls(Path(config.log_dir) / config.run_name())
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    # -- what it holds --------------------------------------------------------------------------------------------
+
+    def holds_run(self) -> bool:
+        """Whether it holds (part of) a run: anything but its lock and a study's status file."""
+        return self.path.is_dir() and any(p.name not in (LOCK_FILE, STATUS_FILE) for p in self.path.iterdir())
+
+    def config(self) -> dict[str, Any] | None:
+        """``config.yaml`` as written; ``None`` when there is none."""
+        path = self / CONFIG_FILE
+        return (load_yaml_text(path.read_text()) or {}) if path.exists() else None
+
+    def summary(self) -> dict[str, Any] | None:
+        return read_json(self / SUMMARY_FILE)
+
+    def progress(self) -> dict[str, Any] | None:
+        return read_json(self / PROGRESS_FILE)
+
+    def checkpoints(self) -> list[tuple[Path, int]]:
+        """Every checkpoint as ``(path, steps)``, fewest steps first."""
+        return checkpoints(self / CHECKPOINTS, self.checkpoint_prefix, self.checkpoint_suffix)
+
+    def latest_checkpoint(self) -> tuple[Path, int] | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def checkpoint_walls(self) -> dict[int, float]:
+        """Training wall-clock seconds at each kept checkpoint (steps → seconds), from ``progress.json``."""
+        progress = self.progress() or {}
+        walls = {int(k): float(v) for k, v in (progress.get("checkpoints") or {}).items()}
+        if progress.get("timesteps") is not None:
+            walls.setdefault(int(progress["timesteps"]), float(progress["wall_seconds"]))
+        return walls
+
+    # -- one writer -----------------------------------------------------------------------------------------------
+
+    def check_not_busy(self) -> None:
+        """Raise :class:`RunBusyError` when another process holds the lock; changes no file."""
+        try:
+            handle = (self / LOCK_FILE).open()
+        except FileNotFoundError:
+            return
+        with handle:
+            busy = _busy(handle, self.path)
         if busy is not None:
             raise busy
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()} {socket.gethostname()}\n")
-        handle.flush()
-        yield
 
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the directory's exclusive lock (``flock`` on ``run.lock``, which records this process's PID and
+        host) while the block runs; the kernel releases it when the process ends, even killed. Raises
+        :class:`RunBusyError`, naming the holder, when another process has it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with (self / LOCK_FILE).open("a+") as handle:
+            busy = _busy(handle, self.path)
+            if busy is not None:
+                raise busy
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+            handle.flush()
+            yield
 
-def check_not_busy(directory: Path) -> None:
-    """Raise :class:`RunBusyError` when another process holds the run's lock; changes no file."""
-    try:
-        handle = (directory / LOCK_FILE).open()
-    except FileNotFoundError:
-        return
-    with handle:
-        busy = _busy(handle, directory)
-    if busy is not None:
-        raise busy
+    # -- a new run, or a resumed one ------------------------------------------------------------------------------
 
+    def refuse_existing(self) -> None:
+        """Raise ``ConfigError`` when the directory already holds a run: a run directory is never reused."""
+        if not self.holds_run():
+            return
+        summary, checkpoint = self.summary(), self.latest_checkpoint()
+        what = (f"a finished run ({summary['env_steps']} steps)" if summary is not None
+                else f"an unfinished run (last checkpoint at step {checkpoint[1]})" if checkpoint is not None
+                else "an unfinished run (stopped before its first checkpoint)")
+        raise ConfigError(f"run directory {str(self.path)!r} already holds {what}; add --resume to continue it, or "
+                          "choose another --seed or --log-dir (a run directory is never overwritten)")
 
-def holds_run(directory: Path) -> bool:
-    """Whether ``directory`` holds (part of) a run: anything but its lock and a study's status file."""
-    return directory.is_dir() and any(p.name not in (LOCK_FILE, STATUS_FILE) for p in directory.iterdir())
-
-
-def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
-                suffix: str = "_steps.zip") -> list[tuple[Path, int]]:
-    """Every checkpoint ``{prefix}{steps}{suffix}`` in ``directory``, as ``(path, steps)``, fewest steps first."""
-    found = []
-    for path in directory.glob(f"{prefix}*{suffix}"):
-        steps = path.name.removeprefix(prefix).removesuffix(suffix)
-        if steps.isdigit():
-            found.append((int(steps), path))
-    return [(path, steps) for steps, path in sorted(found)]
-
-
-def latest_checkpoint(directory: Path, prefix: str = CHECKPOINT_PREFIX,
-                      suffix: str = "_steps.zip") -> tuple[Path, int] | None:
-    """The checkpoint ``{prefix}{steps}{suffix}`` with the most steps, as ``(path, steps)``."""
-    found = checkpoints(directory, prefix, suffix)
-    return found[-1] if found else None
-
-
-def best_checkpoint(found: list[tuple[Path, int]], rows: list[dict[str, str]]) -> tuple[Path, int] | None:
-    """The checkpoint of ``found`` with the best evaluation (highest mean return, the earliest of equals,
-    as for ``best_model.zip``): a checkpoint is scored by the last evaluation at or before its step
-    (the same step when ``checkpoint_freq`` is a multiple of ``eval_freq``). ``None`` without evaluations."""
-    scored = sorted((int(float(r["timesteps"])), float(r["mean_return"])) for r in rows)
-    best, best_score = None, -math.inf
-    for path, steps in found:
-        before = [score for step, score in scored if step <= steps]
-        if before and before[-1] > best_score:
-            best, best_score = (path, steps), before[-1]
-    return best
-
-
-def read_study_record(directory: Path) -> dict[str, Any]:
-    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
-    path = Path(directory) / STUDY_FILE
-    return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
-
-
-def write_status(directory: Path, state: str, **fields: Any) -> None:
-    """Record a run's state (atomically) with the writing process and host."""
-    directory.mkdir(parents=True, exist_ok=True)
-    record = {"state": state, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), **fields}
-    write_atomic(directory / STATUS_FILE, json.dumps(record, indent=2))
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; ``None`` when there is none (or it is not JSON)."""
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    def finished(self, total_timesteps: int) -> dict[str, Any] | None:
+        """The summary, when the run has trained ``total_timesteps`` or stopped solved; else ``None``."""
+        summary = self.summary()
+        if summary is not None and (summary["env_steps"] >= total_timesteps or summary.get("stopped_solved")):
+            return summary
         return None
 
+    def check_same_run(self, config: RunConfig) -> None:
+        """Refuse (``ConfigError`` naming the keys) to resume with another configuration than the run's own: the one
+        in ``config.yaml``, and the one recorded in each checkpoint."""
+        path = self / CONFIG_FILE
+        if path.exists():
+            refuse_differences(config, Record(load_yaml(path)), repr(str(path)))
+        for path, _ in reversed(self.checkpoints()):
+            record = read_record(path)
+            if record is not None:
+                refuse_differences(config, record, f"its checkpoint {str(path)!r}")
 
-def record_progress(directory: Path, timesteps: int, wall_seconds: float, checkpoint_walls: dict[int, float]) -> None:
-    """Write ``progress.json``: the steps of the newest checkpoint, the training wall-clock seconds then, and
-    those of every kept checkpoint (what a resume from an older one, when the newest does not load, starts at)."""
-    record = {"timesteps": timesteps, "wall_seconds": wall_seconds,
-              "checkpoints": {str(k): v for k, v in sorted(checkpoint_walls.items())}}
-    write_atomic(directory / PROGRESS_FILE, json.dumps(record))
+    def load_newest_checkpoint(self, load: Callable[[Path], Any]) -> tuple[Any, int] | None:
+        """``(load(path), steps)`` of the newest checkpoint that loads; ``None`` when there is none.
 
-
-def checkpoint_walls(directory: Path) -> dict[int, float]:
-    """The training wall-clock seconds at each kept checkpoint, from ``progress.json`` (steps → seconds)."""
-    progress = read_json(directory / PROGRESS_FILE) or {}
-    walls = {int(k): float(v) for k, v in (progress.get("checkpoints") or {}).items()}
-    if progress.get("timesteps") is not None:  # a run from before the per-checkpoint record
-        walls.setdefault(int(progress["timesteps"]), float(progress["wall_seconds"]))
-    return walls
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run directory (read lazily; build a new one to see newer files)."""
-
-    directory: Path
-
-    @property
-    def name(self) -> str:
-        return self.directory.name
-
-    @cached_property
-    def config(self) -> dict[str, Any]:
-        path = self.directory / "config.yaml"
-        return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
-
-    @cached_property
-    def summary(self) -> dict[str, Any] | None:
-        return read_json(self.directory / "summary.json")
-
-    @cached_property
-    def status(self) -> dict[str, Any] | None:
-        return read_json(self.directory / STATUS_FILE)
-
-    def state(self, total_timesteps: int | None = None) -> str:
-        """``finished``, ``diverged``, ``failed``, ``interrupted`` or ``new`` (see the module doc).
-
-        A finished run whose summary holds a non-finite score counts as diverged; one that stopped
-        short of ``total_timesteps`` (a study extended to more steps) as interrupted, unless it stopped
-        there because it was solved (``stop_when_solved``).
+        A checkpoint that fails to load is named and, once an older one loads, renamed ``*.unloadable``. When
+        checkpoints exist but none loads: ``ConfigError``, nothing changed.
         """
-        if self.summary is not None:
-            if not all(math.isfinite(self.summary[k]) for k in ("final_mean_return", "final_std_return")):
-                return DIVERGED
-            if (total_timesteps is None or self.summary["env_steps"] >= total_timesteps
-                    or self.summary.get("stopped_solved")):
-                return FINISHED
-        elif self.status is not None and self.status["state"] in UNSUCCESSFUL:
-            return self.status["state"]
-        return INTERRUPTED if self.checkpoint() is not None else NEW
-
-    def checkpoint(self) -> tuple[Path, int] | None:
-        return latest_checkpoint(self.directory / "checkpoints")
-
-    def timesteps(self) -> int:
-        """Environment steps done so far (from the summary, else the last checkpoint's progress)."""
-        if self.summary is not None:
-            return int(self.summary["env_steps"])
-        progress = read_json(self.directory / PROGRESS_FILE)
-        return 0 if progress is None else int(progress["timesteps"])
-
-    @cached_property
-    def evaluations(self) -> list[dict[str, str]]:
-        path = self.directory / "evaluations.csv"
-        if not path.exists():
-            return []
-        with path.open(newline="") as f:
-            return list(csv.DictReader(f))
-
-    def has_success(self) -> bool:
-        """Whether the task reports success (the final evaluation, else the logged ones, have a rate)."""
-        if self.summary is not None:
-            return self.summary["final_success_rate"] is not None
-        return bool(self.evaluations) and all(row["success_rate"] != "" for row in self.evaluations)
-
-    def curve(self, success: bool, stochastic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Evaluation timesteps and scores (success rate or mean return) from ``evaluations.csv``, of
-        the deterministic policy or, with ``stochastic``, the sampling one (empty for a run that
-        predates those columns)."""
-        column = _score_column(success, stochastic)
-        rows = [r for r in self.evaluations if r.get(column)]
-        steps = np.array([int(float(r["timesteps"])) for r in rows], dtype=np.int64)
-        return steps, np.array([float(r[column]) for r in rows], dtype=np.float64)
-
-    def lowest_after_solving(self, success: bool, threshold: float, stochastic: bool = False) -> float | None:
-        """The lowest evaluation from the first one scoring ≥ ``threshold`` on, the final one
-        included (how far a run that solved its task fell back afterwards); ``None`` for a run
-        that never reached it. ``stochastic``: the same for the sampling policy's evaluations."""
-        _, values = self.curve(success, stochastic)
-        final = None
-        if self.state() == FINISHED:
-            assert self.summary is not None
-            final = self.summary.get(f"final_{_score_column(success, stochastic)}")
-        if final is not None:
-            values = np.append(values, final)
-        return lowest_after_reaching(values, threshold)
-
-    def score(self, success: bool) -> float | None:
-        """The final score: the summary's final evaluation; for a run that diverged or failed, its
-        last evaluation before it stopped (the policy it leaves); ``None`` when there is none."""
-        state = self.state()
-        if state == FINISHED:
-            assert self.summary is not None
-            return float(self.summary[f"final_{_score_column(success, stochastic=False)}"])
-        if state in UNSUCCESSFUL:
-            _, values = self.curve(success)
-            finite = values[np.isfinite(values)]
-            return float(finite[-1]) if finite.size else None
+        failures = []
+        for path, steps in reversed(self.checkpoints()):
+            try:
+                model = load(path)
+            except Exception as error:  # zipfile, pickle, torch and key errors alike: the file is unusable
+                failures.append(path)
+                notify(f"checkpoint {str(path)!r} does not load ({type(error).__name__}: {error})")
+                continue
+            for failed in failures:
+                os.replace(failed, failed.with_name(f"{failed.name}.unloadable"))
+            if failures:
+                notify(f"resuming from {str(path)!r} ({steps} steps), the newest checkpoint that loads; "
+                       f"set aside: {', '.join(f'{p.name}.unloadable' for p in failures)}")
+            return model, steps
+        if failures:
+            raise ConfigError(f"--resume: none of the {len(failures)} checkpoints in {str(self / CHECKPOINTS)!r} "
+                              "loads; the run directory is left as it is")
         return None
 
-    def error(self) -> str:
-        """The message of a run that diverged or failed (empty otherwise)."""
-        return "" if self.status is None else str(self.status.get("error", ""))
+    def checkpoint_note(self) -> str:
+        """Where a run that stopped can restart from: its newest checkpoint, or that it has none."""
+        latest = self.latest_checkpoint()
+        if latest is None:
+            return f"no checkpoint was saved before it ({str(self / CHECKPOINTS)!r} holds none)"
+        return f"the last checkpoint before it is {str(latest[0])!r} (step {latest[1]})"
 
-    def problem(self) -> str | None:
-        """Why a report cannot read this run (files it does not expect: a configuration that is not a
-        mapping, evaluation steps that repeat or go back, a summary without its scores), else ``None``."""
-        try:
-            if not isinstance(self.config, dict):
-                return "config.yaml is not a mapping"
-            success = self.has_success()
-            for stochastic in (False, True):
-                steps, _ = self.curve(success, stochastic)
-                back = np.flatnonzero(np.diff(steps) <= 0)
-                if back.size:
-                    return (f"evaluations.csv repeats or rewinds its steps ({steps[back[0]]} then "
-                            f"{steps[back[0] + 1]})")
-            self.score(success)
-            self.timesteps()
-            self.lowest_after_solving(success, 0.0)
-        except Exception as error:  # any file the report cannot read: name it rather than stop the report
-            return f"{type(error).__name__}: {error}"
-        return None
+    def rewind(self, steps: int) -> float:
+        """Drop every record after ``steps``, the step a resume continues from; returns the training seconds then.
 
+        ``evaluations.csv``, ``progress.json`` and the tensorboard events keep what is at or before ``steps``;
+        ``summary.json``, ``model.zip`` and the best model go when they come from after it, and so do the temporary
+        files of an interrupted write.
+        """
+        wall = self.wall_seconds_at(steps) if steps else 0.0
+        evaluations_dropped = any(int(float(r["timesteps"])) > steps for r in self.evaluations.rows())
+        self.evaluations.truncate_after(steps)
+        if steps:
+            self.record_progress(steps, wall, {k: v for k, v in self.checkpoint_walls().items() if k <= steps})
+        else:
+            (self / PROGRESS_FILE).unlink(missing_ok=True)
+        rewind_tensorboard(self.path, steps)
+        for tmp in [*self.path.glob(".*.tmp*"), *self.path.glob(f"{CHECKPOINTS}/.*.tmp*")]:
+            tmp.unlink()
+        summary = self.summary()
+        if summary is None or summary["env_steps"] > steps:
+            for name in (SUMMARY_FILE, MODEL_FILE):
+                (self / name).unlink(missing_ok=True)
+        best = read_json(self / BEST_RECORD)
+        if best["timesteps"] > steps if best is not None else evaluations_dropped:
+            for name in (BEST_MODEL, BEST_RECORD):
+                (self / name).unlink(missing_ok=True)
+        return wall
 
-def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float) -> float | None:
-    """The lowest of ``values`` from the first one ≥ ``threshold`` on; ``None`` if none reaches it."""
-    values = np.asarray(values, dtype=np.float64)
-    reached = np.flatnonzero(values >= threshold)
-    return float(values[reached[0]:].min()) if reached.size else None
+    def wall_seconds_at(self, steps: int) -> float:
+        """Training wall-clock seconds when the checkpoint at ``steps`` was saved (0 at step 0)."""
+        walls = self.checkpoint_walls()
+        if steps in walls:
+            return float(walls[steps])
+        earlier = [float(r["wall_seconds"]) for r in self.evaluations.rows() if int(float(r["timesteps"])) <= steps]
+        return earlier[-1] if earlier else 0.0
 
+    # -- writes, each whole or not at all -------------------------------------------------------------------------
 
-def _score_column(success: bool, stochastic: bool) -> str:
-    return ("stochastic_" if stochastic else "") + ("success_rate" if success else "mean_return")
+    def write(self, name: str, text: str) -> None:
+        """Write the file ``name`` of the directory (:func:`experiments.atomic.write_atomic`)."""
+        write_atomic(self / name, text)
 
+    def write_config(self, settings: dict[str, Any]) -> None:
+        """Write ``config.yaml``: ``settings``, the run's record (:func:`experiments.run_identity.config_record`)."""
+        self.write(CONFIG_FILE, yaml.safe_dump(settings, sort_keys=False))
 
-def find_runs(directory: Path) -> list[Run]:
-    """Every run directory (one holding ``config.yaml``) at or below ``directory``, sorted."""
-    return [Run(path.parent) for path in sorted(Path(directory).rglob("config.yaml"))]
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self.write(SUMMARY_FILE, json.dumps(summary, indent=2))
+
+    def save(self, name: str, write: Callable[[Path], None]) -> Path:
+        """Write the file ``name`` (its folder made if needed) as ``write(tmp)`` writes ``tmp``, whole or not at
+        all (:func:`experiments.atomic.atomic_path`)."""
+        path = self / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            write(tmp)
+        return path
+
+    def save_model(self, model: Any, name: str = MODEL_FILE, record: dict[str, Any] | None = None) -> Path:
+        """``model.save`` to ``name`` whole or not at all, with ``record``, the run's settings, inside it."""
+
+        def write(tmp: Path) -> None:
+            model.save(tmp)
+            if record is not None:
+                add_record(tmp, record)
+
+        return self.save(name, write)
+
+    def save_checkpoint(self, model: Any, steps: int, wall_seconds: float, keep: int,
+                        record: dict[str, Any] | None = None) -> None:
+        """Save the checkpoint of ``steps``, prune the older ones to the newest ``keep`` and the best, and record
+        ``progress.json``."""
+        self.save_model(model, f"{CHECKPOINTS}/{self.checkpoint_prefix}{steps}{self.checkpoint_suffix}", record)
+        kept = self.prune_checkpoints(keep)
+        walls = {**self.checkpoint_walls(), steps: wall_seconds}
+        self.record_progress(steps, wall_seconds, {k: v for k, v in walls.items() if k in kept})
+
+    def prune_checkpoints(self, keep: int) -> list[int]:
+        """Delete every checkpoint but the newest ``keep`` and the best one (``keep`` 0: keep all); returns the
+        steps of those left."""
+        found = self.checkpoints()
+        if keep <= 0:
+            return [steps for _, steps in found]
+        kept = found[-keep:]
+        best = best_checkpoint(found, self.evaluations.rows())
+        if best is not None and best not in kept:
+            kept.insert(0, best)
+        for path, steps in found:
+            if (path, steps) not in kept:
+                path.unlink()
+        return [steps for _, steps in kept]
+
+    def record_progress(self, steps: int, wall_seconds: float, checkpoint_walls: dict[int, float]) -> None:
+        """Write ``progress.json``: the newest checkpoint's steps, the training seconds then, and those of every
+        kept checkpoint."""
+        record = {"timesteps": steps, "wall_seconds": wall_seconds,
+                  "checkpoints": {str(k): v for k, v in sorted(checkpoint_walls.items())}}
+        self.write(PROGRESS_FILE, json.dumps(record))
+
+    def best_return(self) -> float:
+        """The mean return of the evaluation ``best_model.zip`` holds; -inf when there is none."""
+        best = read_json(self / BEST_RECORD)
+        if best is not None:
+            return float(best["mean_return"])
+        if (self / BEST_MODEL).exists():
+            return max((float(r["mean_return"]) for r in self.evaluations.rows()), default=-math.inf)
+        return -math.inf
+
+    def save_best(self, model: Any, steps: int, mean_return: float, record: dict[str, Any] | None = None) -> None:
+        """Save ``best_model.zip`` and its evaluation. The record goes first: a kill between the two leaves it newer
+        than the model, so a resume from an earlier step drops both."""
+        self.write(BEST_RECORD, json.dumps({"timesteps": steps, "mean_return": mean_return}))
+        self.save_model(model, BEST_MODEL, record)

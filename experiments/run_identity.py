@@ -1,14 +1,11 @@
-"""What a run is, recorded inside every model it saves, so that ``--resume`` can check it whatever else is missing.
+"""What a run is, recorded inside every model it saves, and the check that a resume continues the same run.
 
 A run is defined by its settings: the learner and its options, the backbone and its options, the environment with
-its keyword arguments and wrappers, the seed, ... (what :func:`experiments.training.check_same_run` compares). Each
-model a run saves (its checkpoints, ``best_model.zip``, ``model.zip``) holds them in the entry :data:`RECORD_ENTRY`
-of its zip: the resolved configuration, every option of the learner and the backbone included, as ``config.yaml``
-holds it. SB3 reads only the entries it knows, so such a model loads anywhere as before.
-
-A model saved before the record existed still says what SB3 keeps in its ``data``: the learner, its options, the
-backbone with its options, the number of environments and the seed; :func:`read_record` returns those, marked
-``partial``.
+its keyword arguments and wrappers, the seed, ... Each model a run saves (its checkpoints, ``best_model.zip``,
+``model.zip``) holds them in the zip entry :data:`RECORD_ENTRY`, as ``config.yaml`` holds them; SB3 reads only the
+entries it knows, so such a model loads anywhere. A model without the entry still says, in SB3's ``data``, its
+learner with its options, its backbone with its options, the number of environments and the seed:
+:func:`read_record` returns those, marked ``partial``.
 """
 
 from __future__ import annotations
@@ -19,16 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.config import RunConfig, algo_defaults, algos, plain, with_every_option
+from experiments.config import RunConfig, algo_defaults, algos, backbones, plain, with_every_option
+from policies.rules import ConfigError, short
 
 RECORD_ENTRY = "engram/config.json"
 """the zip entry of a saved model that holds its run's configuration"""
+NOT_COMPARED = {"total_timesteps", "stop_when_solved", "device", "threads", "log_dir", "keep_checkpoints", "vec_env"}
+"""the settings a resumed run may change: its budget and early stop, where and how fast it runs, what it keeps"""
 
 
 @dataclass(frozen=True)
 class Record:
-    """The settings of the run that saved a model; ``partial``: only those SB3 keeps (a model saved before the
-    record existed), the others unknown."""
+    """The settings of the run that saved a model; ``partial``: only those SB3 keeps, the others unknown."""
 
     settings: dict[str, Any]
     partial: bool = False
@@ -46,8 +45,8 @@ def add_record(path: Path, settings: dict[str, Any]) -> None:
 
 
 def read_record(path: Path) -> Record | None:
-    """The record of the saved model at ``path``; for a model saved before records, what SB3 keeps (``partial``);
-    ``None`` for a file that is no model SB3 wrote, or is damaged (loading it says how)."""
+    """The record of the saved model at ``path`` (what SB3 keeps, ``partial``, when it has none); ``None`` for a
+    file that is no model SB3 wrote, or is damaged (loading it says how)."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
@@ -76,3 +75,34 @@ def _sb3_record(data: dict[str, Any]) -> Record | None:
                                 policy["backbone"]: dict(policy.get("backbone_kwargs") or {})}
     settings.update({key: data[key] for key in ("n_envs", "seed") if _is_plain(data.get(key))})
     return Record(settings, partial=True)
+
+
+def refuse_differences(config: RunConfig, saved: Record, source: str) -> None:
+    """Refuse (``ConfigError`` naming the keys) ``config`` where it differs from the run's ``saved`` settings, read
+    from ``source``.
+
+    Compared: every setting but :data:`NOT_COMPARED`, and the options of the run's learner and backbone one by one
+    (the sections of other learners and backbones are not). A partial record compares only the settings it holds.
+    """
+    if saved.partial:
+        previous = _compared(plain(saved.settings), config)
+    else:
+        previous = _compared(plain(with_every_option({**RunConfig().to_dict(), **saved.settings}, saved=True)),
+                             config)
+    current = _compared(plain(with_every_option(config.to_dict())), config)
+    if "hyperparams" not in saved.settings:
+        previous.pop("hyperparams", None)
+        current.pop("hyperparams", None)
+    keys = {key for key in previous if current.get(key) is not None} if saved.partial else set(previous) | set(current)
+    changed = [f"{key} ({short(repr(previous.get(key)))} in the run, {short(repr(current.get(key)))} now)"
+               for key in sorted(keys) if previous.get(key) != current.get(key)]
+    if changed:
+        raise ConfigError(f"--resume with a configuration that differs from {source} in: {', '.join(changed)}")
+
+
+def _compared(data: dict[str, Any], config: RunConfig) -> dict[str, Any]:
+    """The settings :func:`refuse_differences` compares, the run's learner and backbone options as dotted keys."""
+    flat = {key: value for key, value in data.items() if key not in NOT_COMPARED | set(algos()) | set(backbones())}
+    for section in (config.algo, config.backbone):
+        flat.update({f"{section}.{key}": value for key, value in (data.get(section) or {}).items()})
+    return flat

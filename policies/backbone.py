@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 from torch import Tensor, nn
 
 from policies.window import State, advance_window, as_bool, as_windows, empty_window, reset_window
 
 Aux = dict[str, Tensor]
+
+
+class Sequence(NamedTuple):
+    """What ``forward_sequence`` returns: outputs ``[T, B, output_dim]``, the state after the segment (``None`` when
+    not asked for) and ``aux``."""
+
+    output: Tensor
+    state: State | None
+    aux: Aux
 
 
 class MemoryBackbone(nn.Module, ABC):
@@ -18,12 +28,10 @@ class MemoryBackbone(nn.Module, ABC):
     - ``step(x[B, D], state, episode_start[B]) -> (y[B, output_dim], state)``: one time step of a
       batch of envs (rollouts, evaluation, ``predict``); ``episode_start[i]`` clears env ``i``'s
       memory before the step is processed;
-    - ``forward_sequence(x[T, B, D], state, episode_starts[T, B]) -> (y[T, B, output_dim], state, aux)``:
+    - ``forward_sequence(x[T, B, D], state, episode_starts[T, B]) -> Sequence(y[T, B, output_dim], state, aux)``:
       a stored segment at once (training); ``aux`` maps names to per-position values ``[T, B]``
       (auxiliary losses and statistics). ``aux_loss_coefs`` names the entries that are losses
       and their default coefficients; learners add them to their loss and log every entry;
-    - ``forward_outputs(x, state, episode_starts) -> (y, aux)``: the same without the state after the
-      segment (the learners' update).
 
     The state is a window of the last ``memory_length`` per-step records (``[B, M, *record_shape]``)
     with its validity mask (:mod:`policies.window`), so learners can store, index and
@@ -36,6 +44,9 @@ class MemoryBackbone(nn.Module, ABC):
     memory_length: int
     record_shape: tuple[int, ...]
     aux_loss_coefs: dict[str, float] = {}
+
+    def invalidate_caches(self) -> None:
+        """Forget what was computed from the parameters (none here); learners call it after each optimiser step."""
 
     def _like(self) -> Tensor:
         """A parameter whose device and dtype the state follows."""
@@ -63,15 +74,10 @@ class MemoryBackbone(nn.Module, ABC):
         raise NotImplementedError(f"{type(self).__name__} implements neither _read nor step")
 
     @abstractmethod
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
-        """A time-major segment ``[T, B, D]`` starting from ``state``."""
-
-    def forward_outputs(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Aux]:
-        """``forward_sequence``'s outputs and ``aux`` without the state after the segment, which the
-        learners' update never reads; a backbone may skip building it (the Transformers do: for
-        ``N`` one-step segments it is ``N`` new windows, as large as the memory the update reads)."""
-        y, _, aux = self.forward_sequence(x, state, episode_starts)
-        return y, aux
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+                         ) -> Sequence:
+        """A time-major segment ``[T, B, D]`` starting from ``state``. ``final_state=False`` (the learners' update)
+        lets a backbone skip the state after the segment (the Transformers then return ``None`` for it)."""
 
     def segment_state(self, state: State) -> State:
         """A stored state in the form ``forward_sequence`` takes: windows ``[N, M, *record]``, rebuilt from shared
@@ -79,7 +85,7 @@ class MemoryBackbone(nn.Module, ABC):
         shared (:attr:`policies.backbones.transformer_xl.WindowTransformer.shares_records`)."""
         return as_windows(state)
 
-    def forward(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+    def forward(self, x: Tensor, state: State, episode_starts: Tensor) -> Sequence:
         return self.forward_sequence(x, state, episode_starts)
 
     def extra_repr(self) -> str:

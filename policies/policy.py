@@ -31,6 +31,7 @@ from stable_baselines3.common.torch_layers import (
 )
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor
+from torch.distributions import Categorical
 
 from policies.backbone import Aux, MemoryBackbone
 from policies.options import checked
@@ -164,6 +165,25 @@ def _set(options: dict[str, Any], name: str, value: Any, source: str) -> None:
     options[name] = value
 
 
+class LazyCategorical(CategoricalDistribution):
+    """SB3's categorical of a rollout step, its ``torch.distributions`` object built from the logits when first read."""
+
+    def __init__(self, action_dim: int, logits: Tensor) -> None:
+        self.built: Categorical | None = None
+        super().__init__(action_dim)
+        self.logits = logits
+
+    @property
+    def distribution(self) -> Categorical:  # type: ignore[override]
+        if self.built is None:
+            self.built = Categorical(logits=self.logits)
+        return self.built
+
+    @distribution.setter
+    def distribution(self, value: Categorical | None) -> None:
+        self.built = value
+
+
 class PolicyStep(NamedTuple):
     """What one rollout step of the policy produces."""
 
@@ -171,7 +191,7 @@ class PolicyStep(NamedTuple):
     values: Tensor
     log_prob: Tensor
     state: PolicyState
-    distribution: Distribution  # SB3 reuses this object: read it before the policy runs again
+    distribution: Distribution  # SB3's may be reused: read it before the policy runs again
 
 
 class MemoryActorCriticPolicy(ActorCriticPolicy):
@@ -290,27 +310,54 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         features = self.extract_features(obs)
         return (features, features) if self.share_features_extractor else features
 
-    def _latents_step(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor
-                      ) -> tuple[Tensor, Tensor, PolicyState]:
-        pi_features, vf_features = self._features(obs)
+    def invalidate_caches(self) -> None:
+        """Forget what the backbones computed from the parameters; the learner calls it after each optimiser step."""
+        for backbone in self._backbones().values():
+            backbone.invalidate_caches()
+
+    def _latents_step(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor, critic: bool = True
+                      ) -> tuple[Tensor, Tensor | None, PolicyState]:
+        """The actor's latent, the critic's (``None`` unless ``critic``) and the next state of one step."""
+        features = self.extract_features(obs)
+        pi_features, vf_features = (features, features) if self.share_features_extractor else features
         latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
         new_state = {"pi": pi_state}
-        if self.critic_backbone is None:
-            latent_vf = latent_pi
-        else:
+        latent_vf = latent_pi
+        if self.critic_backbone is not None:
             latent_vf, new_state["vf"] = self.critic_backbone.step(vf_features, state["vf"], episode_starts)
-        return self.mlp_extractor.forward_actor(latent_pi), self.mlp_extractor.forward_critic(latent_vf), new_state
+        return (self.mlp_extractor.forward_actor(latent_pi),
+                self.mlp_extractor.forward_critic(latent_vf) if critic else None, new_state)
 
     # -- acting ----------------------------------------------------------------------------
     def forward(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor,  # type: ignore[override]
                 deterministic: bool = False) -> PolicyStep:
-        """One rollout step: actions, values, log-probabilities, the next state and the distribution."""
-        latent_pi, latent_vf, new_state = self._latents_step(obs, state, episode_starts)
-        distribution = self._get_action_dist_from_latent(latent_pi)
-        actions = distribution.get_actions(deterministic=deterministic)
-        log_prob = distribution.log_prob(actions)
-        return PolicyStep(actions.reshape((-1, *self.action_space.shape)), self.value_net(latent_vf), log_prob,
-                          new_state, distribution)
+        """One rollout step: actions, values, log-probabilities, the next state and the distribution (the backbones
+        called here, not through :meth:`_latents_step`, so the score is four frames below)."""
+        features = self.extract_features(obs)
+        pi_features, vf_features = (features, features) if self.share_features_extractor else features
+        latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
+        new_state = {"pi": pi_state}
+        latent_vf = latent_pi
+        if self.critic_backbone is not None:
+            latent_vf, new_state["vf"] = self.critic_backbone.step(vf_features, state["vf"], episode_starts)
+        latent_pi, latent_vf = self.mlp_extractor.forward_actor(latent_pi), self.mlp_extractor.forward_critic(latent_vf)
+        values = self.value_net(latent_vf)
+        if not isinstance(self.action_dist, CategoricalDistribution):
+            distribution = self._get_action_dist_from_latent(latent_pi)
+            actions = distribution.get_actions(deterministic=deterministic)
+            return PolicyStep(actions.reshape((-1, *self.action_space.shape)), values, distribution.log_prob(actions),
+                              new_state, distribution)
+        actions, log_pmf = self._sample_categorical(latent_pi, deterministic)  # [B, 1], [B, n]
+        return PolicyStep(actions.view(-1), values, log_pmf.gather(-1, actions).view(-1), new_state,
+                          LazyCategorical(int(self.action_space.n), log_pmf))
+
+    def _sample_categorical(self, latent_pi: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
+        """Actions ``[B, 1]`` drawn from the action head's logits without ``torch.distributions`` (the same draws as
+        its ``Categorical``: ``a ~ softmax(log π)``, ``log π = l − logsumexp(l)``), and ``log π`` ``[B, n]``."""
+        logits = self.action_net(latent_pi)
+        log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)  # [B, n]
+        probs = log_pmf.softmax(dim=-1)
+        return probs.argmax(dim=-1, keepdim=True) if deterministic else torch.multinomial(probs, 1, True), log_pmf
 
     def distribution_params(self, distribution: Distribution) -> Tensor:
         """All parameters of an action distribution as one ``[B, P]`` tensor: logits (categorical,
@@ -335,7 +382,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     def get_distribution(self, obs: PyTorchObs, state: PolicyState,  # type: ignore[override]
                          episode_starts: Tensor) -> tuple[Distribution, PolicyState]:
-        latent_pi, _, new_state = self._latents_step(obs, state, episode_starts)
+        latent_pi, _, new_state = self._latents_step(obs, state, episode_starts, critic=False)
         return self._get_action_dist_from_latent(latent_pi), new_state
 
     def predict_values(self, obs: PyTorchObs, state: PolicyState,  # type: ignore[override]
@@ -356,12 +403,12 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """
         T, N = episode_starts.shape
         pi_features, vf_features = (features.view(T, N, -1) for features in self._features(obs))
-        latent_pi, aux = self.backbone.forward_outputs(pi_features, self.backbone.segment_state(state["pi"]),
-                                                       episode_starts)
+        latent_pi, _, aux = self.backbone.forward_sequence(pi_features, self.backbone.segment_state(state["pi"]),
+                                                           episode_starts, final_state=False)
         latent_vf = latent_pi
         if self.critic_backbone is not None:
-            latent_vf, aux_vf = self.critic_backbone.forward_outputs(
-                vf_features, self.critic_backbone.segment_state(state["vf"]), episode_starts)
+            latent_vf, _, aux_vf = self.critic_backbone.forward_sequence(
+                vf_features, self.critic_backbone.segment_state(state["vf"]), episode_starts, final_state=False)
             aux = {**aux, **{f"vf/{k}": v for k, v in aux_vf.items()}}
         with torch.autocast(latent_pi.device.type, enabled=False):  # heads in float32 under a learner's autocast
             latent_pi = self.mlp_extractor.forward_actor(latent_pi.float().reshape(T * N, -1))
@@ -400,15 +447,25 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
             torch_state = (self.initial_state(n_envs) if state is None else
-                           {name: {k: torch.as_tensor(v, device=self.device) for k, v in s.items()}
-                            for name, s in state.items()})
+                           {name: {k: self._as_tensor(v) for k, v in s.items()} for name, s in state.items()})
             starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
                 torch.as_tensor(np.asarray(episode_start), device=self.device).bool().reshape(n_envs)
-            distribution, new_state = self.get_distribution(obs, torch_state, starts)
-            actions = distribution.get_actions(deterministic=deterministic).cpu().numpy()
+            latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)
+            if isinstance(self.action_dist, CategoricalDistribution):
+                actions = self._sample_categorical(latent_pi, deterministic)[0].view(-1).cpu().numpy()
+            else:
+                distribution = self._get_action_dist_from_latent(latent_pi)
+                actions = distribution.get_actions(deterministic=deterministic).cpu().numpy()
         actions = actions.reshape((-1, *self.action_space.shape))
         if isinstance(self.action_space, spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         if not vectorized:
             actions = actions.squeeze(axis=0)
-        return actions, {name: {k: v.cpu().numpy() for k, v in s.items()} for name, s in new_state.items()}
+        return actions, {name: {k: (v if v.device.type == "cpu" else v.cpu()).numpy() for k, v in s.items()}
+                         for name, s in new_state.items()}
+
+    def _as_tensor(self, value: np.ndarray | Tensor) -> Tensor:
+        """A state entry at SB3's ``predict`` boundary as a tensor on the policy's device (NumPy memory shared)."""
+        if isinstance(value, np.ndarray) and self.device.type == "cpu":
+            return torch.from_numpy(value)
+        return torch.as_tensor(value, device=self.device)

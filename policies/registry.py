@@ -1,8 +1,7 @@
 """Backbones by name: ``make_backbone("gtrxl", input_dim, memory_length=64)``.
 
 A saved model or run records every option of its backbone (:meth:`BackboneSpec.resolve`), so a later change
-of a default never changes how it loads or resumes. Files saved before options were recorded whole lack the
-options added to the record since; `EARLIER_DEFAULTS` holds what those options meant then.
+of a default never changes how it loads or resumes; a file that lacks an option is refused (:func:`saved_options`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from policies.backbones.recurrent import RecurrentMemory
 from policies.backbones.reversible_transformer import ReversibleTransformerXL
 from policies.backbones.transformer_xl import TransformerXL
 from policies.backbones.universal import UniversalTransformerACT
-from policies.rules import OneOf
+from policies.rules import ConfigError, OneOf
 
 
 @dataclass(frozen=True)
@@ -86,17 +85,20 @@ BackboneName = Annotated[str, OneOf(lambda: BACKBONES)]
 CriticBackboneName = Annotated[str | None, OneOf(lambda: BACKBONES, optional=True)]
 """the critic's own backbone; ``None``: the actor's"""
 
-EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {name: {"episode_time": "none"} for name in ("trxl", "trxl-i", "gtrxl")}
-"""Options whose default has changed, per backbone, with the value that a model or run saved before every option
-was recorded meant by leaving them out."""
-
-
 def saved_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Every option of a backbone as saved in a model or run: ``options``, the options it lacks that
-    `EARLIER_DEFAULTS` names, then today's defaults (a file that lacks one was saved before it was recorded)."""
+    """Every option of a backbone as saved in a model or run.
+
+    Raises:
+        ConfigError: (a ValueError) the file lacks an option of the backbone (saved before options were recorded).
+    """
     if name not in BACKBONES:
         return dict(options)
-    return BACKBONES[name].resolve({**EARLIER_DEFAULTS.get(name, {}), **options})
+    missing = sorted(set(BACKBONES[name].options()) - set(options))
+    if missing:
+        raise ConfigError(f"saved backbone {name!r} lacks option(s) {', '.join(missing)}: it was saved before every "
+                         "option was recorded, and defaults have changed since (episode_time is now 'sinusoidal' "
+                         "for the Transformer-XL family); retrain it, or add the options it was trained with")
+    return BACKBONES[name].resolve(options)
 
 
 def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, runtime_checkable
 
 
-class ConfigError(ValueError):
-    """A bad configuration key or value; the message names it and the valid choices."""
+class ConfigError(ValueError, AssertionError):
+    """A bad configuration key or value; the message names it and the valid choices.
+
+    A ``ValueError``, and an ``AssertionError`` too, since SB3 signals the same bad constructor arguments with
+    ``assert`` (code that catches SB3's errors catches engram's)."""
 
 
 def one_line(text: str) -> str:

@@ -17,7 +17,7 @@ Which slots a step sees follows one rule (:func:`in_window`): valid, same episod
 ``M`` steps back. A step is processed in three moves, shared by every backbone
 (:meth:`policies.backbone.MemoryBackbone.step`): episode starts invalidate the window
 (:func:`reset_window`), the step reads the valid slots, and its record is pushed
-(:func:`push_window`). Training rebuilds the window before any step of a stored rollout
+(:func:`advance_window`). Training rebuilds the window before any step of a stored rollout
 from the window at the rollout start plus the per-step records (:func:`gather_windows`), or hands
 each distinct record once with the slots that point at it (:func:`shared_windows`): no per-step
 copies of the window are ever stored.
@@ -70,17 +70,14 @@ def reset_window(valid: Tensor, episode_start: Tensor) -> Tensor:
     return valid & ~episode_start.bool().view(-1, 1)
 
 
-def push_window(window: Tensor, item: Tensor) -> Tensor:
-    """Drop the oldest slot of ``window`` ``[B, M, ...]`` and append ``item`` ``[B, ...]``."""
-    if window.shape[1] == 0:
-        return window
-    return torch.cat([window[:, 1:], item.unsqueeze(1).to(window.dtype)], dim=1)
-
-
 def advance_window(memory: Tensor, valid: Tensor, record: Tensor) -> State:
-    """The window after a step: its ``record`` ``[B, *record]`` pushed onto ``memory`` ``[B, M, *record]`` as a
-    valid slot; ``valid`` ``[B, M]`` is the window the step read (already reset at episode starts)."""
-    return {"memory": push_window(memory, record), "valid": push_window(valid, valid.new_ones(valid.shape[0]))}
+    """The window after a step: the oldest slot of ``memory`` ``[B, M, *record]`` dropped and the step's ``record``
+    ``[B, *record]`` appended as a valid slot; ``valid`` ``[B, M]`` is the window the step read (already reset at
+    episode starts)."""
+    if memory.shape[1] == 0:
+        return {"memory": memory, "valid": valid}
+    return {"memory": torch.cat([memory[:, 1:], record.unsqueeze(1).to(memory.dtype)], dim=1),
+            "valid": torch.cat([valid[:, 1:], valid.new_ones(valid.shape[0], 1)], dim=1)}
 
 
 def strip_cache(state: State) -> State:
@@ -104,13 +101,6 @@ def episode_clock(clock: Tensor, episode_starts: Tensor) -> Tensor:
     steps = torch.arange(episode_starts.shape[1], device=episode_starts.device)
     last_start = torch.where(episode_starts.bool(), steps, -1).cummax(dim=1).values
     return torch.where(last_start >= 0, steps - last_start, clock.view(-1, 1) + steps)
-
-
-def step_clock(clock: Tensor, valid: Tensor) -> Tensor:
-    """The episode time of a rollout step: the state's ``clock`` ``[B]``, or 0 where the window ``valid`` ``[B, M]``
-    (already reset at episode starts) is empty, at an episode's first step (a window of ``M >= 1`` keeps the step
-    before any other)."""
-    return torch.where(valid.any(dim=1), clock, 0)
 
 
 class WindowHistory(NamedTuple):

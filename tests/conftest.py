@@ -15,9 +15,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import ALGOS
 from envs import make_vec_env
-from experiments.lm_data import copy_task
-from experiments.lm_workbench import build_lm_config
-from policies import BACKBONES
+from lm.data import copy_task
+from lm.workbench import build_lm_config
+from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.attention.layer import MultiHeadAttention, make_attention
 from policies.backbones.transformer_xl import WindowTransformer
 from policies.lm.model import MemoryLanguageModel
@@ -135,6 +135,9 @@ def build_attention(name: str, d_model: int, n_heads: int, d_head: int, *, max_d
               position: str | None = None, **options: Any) -> MultiHeadAttention:
     """:func:`policies.attention.layer.make_attention` with the attention's options as keywords; a position
     scheme's name as ``name`` is the full window with that position (and the options are the position's)."""
+    if name in POSITIONS and name not in ATTENTIONS:
+        return make_attention("full", d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
+                              position=name, position_options=options or None)
     return make_attention(name, d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
                           options=options or None, position=position)
 

@@ -24,8 +24,8 @@ CASES = {name: (name, OPTIONS[name]) for name in BACKBONES} | {
     "gtrxl-knn-top1": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "knn", "attention_options": {"top_k": 1}}),
     "gtrxl-linformer-rank2": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "linformer",
                                         "attention_options": {"rank": 2}}),
-    "gtrxl-absolute-learned": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "absolute",
-                                         "attention_options": {"encoding": "learned"}}),
+    "gtrxl-absolute-learned": ("gtrxl", {**OPTIONS["gtrxl"], "position": "absolute",
+                                         "position_options": {"encoding": "learned"}}),
     "gtrxl-episode-time": ("gtrxl", {**OPTIONS["gtrxl"], "episode_time": "learned", "max_episode_time": 12}),
     "gtrxl-fixed": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "fixed", "attention_options": {"block_length": 3}}),
     "gtrxl-image-local": ("gtrxl", {**OPTIONS["gtrxl"], "attention": "image-local",
@@ -231,7 +231,7 @@ def test_shared_records_equal_per_window_computation(name, T):
         backbone.zero_grad()
         segment_state = backbone.segment_state(state)
         if update_path:  # what the learners' update calls: no state after the segment
-            y, _ = backbone.forward_outputs(x, segment_state, starts)
+            y, _, _ = backbone.forward_sequence(x, segment_state, starts, final_state=False)
         else:
             y, _, _ = backbone.forward_sequence(x, segment_state, starts)
         y.square().sum().backward()
@@ -250,7 +250,8 @@ def test_shared_records_equal_per_window_computation(name, T):
 
 @pytest.mark.parametrize("name", ATTENDING)
 def test_step_caches_follow_parameter_updates(name):
-    """Rollout caches (keys/values, projected distances) are rebuilt after an optimizer step."""
+    """Rollout caches (keys/values, projected distances) are rebuilt after an optimizer step and
+    ``invalidate_caches``, as the learner calls it."""
     backbone = build(name)
     B, T = 2, MEMORY + 3
     x = torch.randn(2 * T, B, INPUT_DIM)
@@ -261,6 +262,7 @@ def test_step_caches_follow_parameter_updates(name):
     y, _, _ = backbone.forward_sequence(x[:T], backbone.initial_state(B), starts[:T])
     y.square().mean().backward()
     optimizer.step()
+    backbone.invalidate_caches()
     y_step, _ = run_steps(backbone, x[T:], state, starts[T:])
     with torch.no_grad():
         y_seq, _, _ = backbone.forward_sequence(x[T:], strip_cache(state), starts[T:])
@@ -287,27 +289,43 @@ def cached_rollout(backbone):
 
 @pytest.mark.parametrize("name", ATTENDING)
 def test_step_caches_follow_every_block_parameter(name):
-    """Changing any single parameter of a memory block in place invalidates the rollout caches, so
-    no attention can leave a parameter out of the cache fingerprint (mutation caught: a fingerprint
-    over the key/value projection only, which misses W_kR, u, v and the norms)."""
+    """After any single parameter of a memory block changes in place, ``invalidate_caches`` makes the next step
+    equal the sequence: nothing a step caches escapes invalidation (W_kR, u, v, the norms)."""
     backbone = build(name)
     next_step_agrees = cached_rollout(backbone)
     blocks = {id(block): block for block in backbone.memory_blocks}.values()
     for n, parameter in enumerate(p for block in blocks for p in block.parameters()):
         with torch.no_grad():
             parameter.add_(0.5 * torch.randn_like(parameter))
+        backbone.invalidate_caches()
         next_step_agrees(f"stale cache after parameter {n}")
 
 
 @pytest.mark.parametrize("name", ATTENDING)
 def test_step_caches_follow_parameters_assigned_by_load_state_dict(name):
-    """``load_state_dict(assign=True)`` puts new parameter objects in place: the caches follow them."""
+    """``load_state_dict`` (here with ``assign=True``) invalidates the caches itself."""
     backbone = build(name)
     next_step_agrees = cached_rollout(backbone)
     other = {k: v + 0.3 * torch.randn_like(v) if v.is_floating_point() else v
              for k, v in backbone.state_dict().items()}
     backbone.load_state_dict(other, assign=True)
     next_step_agrees("stale cache after load_state_dict(assign=True)")
+
+
+def test_casting_the_backbone_makes_its_caches_stale():
+    """After ``.double()`` the step rebuilds its key/value caches (mutation caught: caches of the float32 parameters
+    read as they were)."""
+    backbone = build("gtrxl")
+    x = torch.randn(MEMORY + 2, 2, INPUT_DIM)
+    starts = torch.zeros(MEMORY + 2, 2, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(backbone, x[:-1], backbone.initial_state(2), starts[:-1])
+    with torch.no_grad():
+        backbone.double()
+        state = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+        cached, _ = backbone.step(x[-1].double(), state, starts[-1])
+        rebuilt, _ = backbone.step(x[-1].double(), strip_cache(state), starts[-1])
+    torch.testing.assert_close(cached, rebuilt, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("name", list(BACKBONES))

@@ -53,7 +53,7 @@ def test_one_unshifted_block_is_plain_content_attention():
     for rows that have keys, ``all`` for ``any``; key blocks cut one step off the queries')."""
     options = {"d_model": 16, "n_heads": 2, "n_layers": 2, "memory_length": 4}
     torch.manual_seed(0)
-    plain = make_backbone("gtrxl", 3, attention="none", **options)
+    plain = make_backbone("gtrxl", 3, attention="full", position="none", **options)
     blockwise = make_backbone("gtrxl", 3, attention="blockwise", attention_options={"block_length": 20,
                                                                                   "shifts": [0, 0]}, **options)
     blockwise.load_state_dict(plain.state_dict())

@@ -1,5 +1,5 @@
-"""Checkpoints of the previous layout load: a tiny MemoryPPO saved at 265c8b3 (``tests/golden/make_checkpoint.py``,
-before policies/ was laid out by axis) loads with today's code and gives the values and logits it gave then."""
+"""A tiny MemoryPPO saved before policies/ was laid out by axis (``tests/golden/make_checkpoint.py``), its options
+and parameter names converted once to today's, loads and gives the values and logits it gave then."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from agents import MemoryPPO
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def test_a_checkpoint_of_the_flat_layout_loads_and_acts_as_before():
-    expected = torch.load(DATA / "gtrxl_ppo_265c8b3_outputs.pt")
-    policy = MemoryPPO.load(DATA / "gtrxl_ppo_265c8b3.zip", device="cpu").policy
+def test_a_converted_checkpoint_loads_and_acts_as_before():
+    expected = torch.load(DATA / "gtrxl_ppo_saved_outputs.pt")
+    policy = MemoryPPO.load(DATA / "gtrxl_ppo_saved.zip", device="cpu").policy
     state, starts = policy.initial_state(2), torch.tensor([True, True])
     values, logits = [], []
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The pure parts of ``benchmarks/cleanrl_compare.py`` (no CleanRL needed, nothing timed).
+"""The pure parts of ``notebooks/cleanrl_compare.py`` (no CleanRL needed, nothing timed).
 
 Mutations these catch: reading CleanRL's first ``SPS=`` line instead of its last (the cumulative one);
 the ratio of the median speeds instead of the median of per-round ratios; a CleanRL flag that drifts from
@@ -17,8 +17,8 @@ import pytest
 
 from experiments.config import build_config
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-CONFIG = BENCHMARKS.parent / "configs" / "minigrid_memory_s9_cleanrl.yaml"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+CONFIG = NOTEBOOKS.parent / "configs" / "minigrid_memory_s9_cleanrl.yaml"
 
 CLEANRL_OUTPUT = """\
 /x/tyro/_fields.py:181: UserWarning: The field target_kl is annotated with type <class 'float'>
@@ -31,13 +31,13 @@ CLEANRL_OUTPUT = """\
 
 @pytest.fixture(scope="module")
 def compare() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling ``common``
+    sys.path.insert(0, str(NOTEBOOKS))  # the script imports its sibling ``common``
     try:
-        spec = importlib.util.spec_from_file_location("cleanrl_compare", BENCHMARKS / "cleanrl_compare.py")
+        spec = importlib.util.spec_from_file_location("cleanrl_compare", NOTEBOOKS / "cleanrl_compare.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(NOTEBOOKS))
     return module
 
 

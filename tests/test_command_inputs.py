@@ -17,9 +17,9 @@ import torch
 import train_rl
 from experiments.cli.train import config_from_args, make_parser
 from experiments.config import ConfigError
-from experiments.lm_workbench import LMConfig, build_lm_config, train_lm
 from experiments.replay import load_agent
-from experiments.tune_space import load_space
+from experiments.studies.tune_space import load_space
+from lm.workbench import LMConfig, build_lm_config, train_lm
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "2", "--threads", "1", "-n", "64",

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 import train_rl
-from experiments import tune
 from experiments.cli import train as train_cli
 from experiments.config import ConfigError
 from experiments.config_files import config_path, shipped_dir, shipped_names
-from experiments.tune_space import load_space
+from experiments.studies import tune
+from experiments.studies.tune_space import load_space
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "configs"

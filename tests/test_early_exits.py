@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from policies import make_backbone
+from policies.lm.depths import forward_with_exits
 from policies.lm.model import MemoryLanguageModel
 
 T, B, X, M = 7, 3, 5, 4
@@ -35,7 +36,7 @@ def test_a_rule_that_never_fires_changes_nothing():
     net = backbone()
     x, starts = segment()
     y, state, _ = net.forward_sequence(x, net.initial_state(B), starts)
-    y_exits, state_exits, aux = net.forward_with_exits(x, net.initial_state(B), starts,
+    y_exits, state_exits, aux = forward_with_exits(net, x, net.initial_state(B), starts,
                                                        lambda n, h: torch.zeros(h.shape[:2], dtype=torch.bool))
     torch.testing.assert_close(y_exits, y, atol=0, rtol=0)
     torch.testing.assert_close(state_exits["memory"], state["memory"], atol=0, rtol=0)
@@ -49,7 +50,7 @@ def test_an_exited_state_is_copied_to_every_later_layer():
     deeper records taken from the layers' outputs)."""
     net = backbone()
     x, starts = segment()
-    y, state, aux = net.forward_with_exits(x, net.initial_state(B), starts,
+    y, state, aux = forward_with_exits(net, x, net.initial_state(B), starts,
                                            lambda n, h: torch.ones(h.shape[:2], dtype=torch.bool))
     assert (aux["exit_depth"] == 1).all()
     first = make_backbone("gtrxl", X, d_model=16, n_heads=2, n_layers=1, memory_length=M).eval()
@@ -66,11 +67,11 @@ def test_a_segment_at_once_equals_one_position_at_a_time():
     time, a position frozen by its predecessor's exit)."""
     net = backbone()
     x, starts = segment()
-    y, state, aux = net.forward_with_exits(x, net.initial_state(B), starts, by_sign)
+    y, state, aux = forward_with_exits(net, x, net.initial_state(B), starts, by_sign)
     assert 0 < (aux["exit_depth"] < 3).float().mean() < 1, "the rule must send some positions out early"
     carried, outputs, depths = net.initial_state(B), [], []
     for t in range(T):
-        y_t, carried, aux_t = net.forward_with_exits(x[t:t + 1], carried, starts[t:t + 1], by_sign)
+        y_t, carried, aux_t = forward_with_exits(net, x[t:t + 1], carried, starts[t:t + 1], by_sign)
         outputs.append(y_t)
         depths.append(aux_t["exit_depth"])
     torch.testing.assert_close(torch.cat(outputs), y, atol=1e-6, rtol=0)

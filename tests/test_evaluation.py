@@ -14,8 +14,8 @@ import torch
 
 import train_rl
 from agents import MemoryPPO
-from experiments.evaluation import EVAL_COLUMNS, EvalLog
-from experiments.run_dir import FINISHED, Run
+from experiments.run_dir import EVAL_COLUMNS, EvalLog
+from experiments.studies.runs import FINISHED, Run
 from tests.test_cli import REPO, TINY
 
 
@@ -62,9 +62,9 @@ def test_a_run_logged_before_the_stochastic_columns_keeps_its_layout(tmp_path: P
     assert path.read_text().splitlines() == [",".join(old_columns), "1,1,1,1,1,1", "5,4,4,4,4,4"]
 
 
-def test_the_evaluation_modes_benchmark_scores_every_checkpoint_with_both_policies(tmp_path: Path):
+def test_the_evaluation_modes_notebook_scores_every_checkpoint_with_both_policies(tmp_path: Path):
     run = _train(tmp_path / "runs", "-p", "keep_checkpoints=0")
-    command = [sys.executable, str(REPO / "benchmarks" / "evaluation_modes.py"), str(tmp_path / "runs"),
+    command = [sys.executable, str(REPO / "notebooks" / "evaluation_modes.py"), str(tmp_path / "runs"),
                "--name", "modes", "--episodes", "4", "--out", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
     (result,) = json.loads((tmp_path / "modes.json").read_text())["runs"]

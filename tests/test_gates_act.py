@@ -22,7 +22,7 @@ def relative_deviation(gate: str, gate_bias: float | None, layout: str = "identi
     deviations = []
     for seed in range(5):
         torch.manual_seed(seed)
-        attention = make_attention("relative", D, 4, 16, max_distance=6)
+        attention = make_attention("full", D, 4, 16, max_distance=6)
         block = TransformerXLBlock(attention, D, 4 * D, layout=layout, gate=gate, gate_bias=gate_bias)
         h, memory = torch.randn(8, 10, D), torch.randn(8, 6, D)
         mask = attention_mask(torch.ones(8, 6, dtype=torch.bool), torch.zeros(8, 10, dtype=torch.bool), 6)

@@ -56,7 +56,7 @@ def test_help_shows_the_real_defaults_and_docs_of_run_settings():
     """Each run setting's flag shows the field's own doc and default (mutation caught: a default changed in
     RunConfig but not in the help)."""
     from experiments.config import FIELDS, RunConfig, field_default
-    from experiments.report import DEFAULT_REPS
+    from experiments.studies.report import DEFAULT_REPS
 
     helps = {action.dest: action for action in train_cli.make_parser(study_file=False)._actions}
     for name, _ in train_cli.FLAGS.values():

@@ -12,13 +12,14 @@ import pytest
 import yaml
 
 import train_rl
-from experiments import tune
 from experiments.cli import train as train_cli
-from experiments.config import ConfigError, build_config, save_config
+from experiments.config import ConfigError, build_config
 from experiments.config_files import config_path
 from experiments.hyperparams import applied_line, load
-from experiments.study import Grid
-from experiments.training import check_same_config
+from experiments.run_dir import RunDirectory
+from experiments.run_identity import config_record
+from experiments.studies import tune
+from experiments.studies.study import Grid
 
 SHIPPED = "configs/hyperparams/ppo.yml"
 """the shipped PPO file as a run records it"""
@@ -143,17 +144,17 @@ def test_every_shipped_entry_passes_the_training_checks():
 def test_a_run_resumes_only_from_the_entry_it_was_made_from(tmp_path):
     config = build_config(TMAZE100)
     saved = tmp_path / "config.yaml"
-    save_config(config, saved)
-    check_same_config(build_config(TMAZE100), saved)
+    RunDirectory(tmp_path).write_config(config_record(config))
+    RunDirectory(tmp_path).check_same_run(build_config(TMAZE100))
     other = build_config(TMAZE100, {"hyperparams": f"{SHIPPED}#TMaze-v0"})
-    check_same_config(other, saved)  # the same entry, named
+    RunDirectory(tmp_path).check_same_run(other)  # the same entry, named
     with pytest.raises(ConfigError, match=r"hyperparams \('configs/hyperparams/ppo.yml#TMaze-v0' in the run, 'none' "
                                           r"now\)"):
-        check_same_config(build_config(TMAZE100, {"hyperparams": "none"}), saved)
+        RunDirectory(tmp_path).check_same_run(build_config(TMAZE100, {"hyperparams": "none"}))
     unrecorded = yaml.safe_load(saved.read_text())
     del unrecorded["hyperparams"]  # a run made before runs recorded their entry: its values alone are compared
     saved.write_text(yaml.safe_dump(unrecorded))
-    check_same_config(config, saved)
+    RunDirectory(tmp_path).check_same_run(config)
 
 
 def test_a_study_resolves_each_run_and_names_the_entries_on_one_line(tmp_path):

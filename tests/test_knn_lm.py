@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from experiments.lm_workbench import KNNSettings, bits_per_token, build_datastore
+from lm.workbench import KNNSettings, bits_per_token, build_datastore
 from policies.lm.knn import Datastore, interpolate, knn_lm_loss
 from policies.lm.model import MemoryLanguageModel
 from tests.conftest import tiny_copy_lm

@@ -1,4 +1,4 @@
-"""``benchmarks/learned_spans.py``: the spans adaptive-span heads learned, read from a run's models."""
+"""``notebooks/learned_spans.py``: the spans adaptive-span heads learned, read from a run's models."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def train(log_dir: Path, attention: str) -> None:
 
 
 def spans_command(runs: Path, out: Path) -> list[str]:
-    return [sys.executable, str(REPO / "benchmarks" / "learned_spans.py"), str(runs), "--name", "spans",
+    return [sys.executable, str(REPO / "notebooks" / "learned_spans.py"), str(runs), "--name", "spans",
             "--out", str(out)]
 
 
@@ -41,6 +41,6 @@ def test_the_benchmark_reports_every_head_at_every_checkpoint(tmp_path: Path):
 
 
 def test_runs_without_adaptive_spans_are_refused_by_name(tmp_path: Path):
-    train(tmp_path / "runs", "relative")
+    train(tmp_path / "runs", "full")
     done = subprocess.run(spans_command(tmp_path / "runs", tmp_path), cwd=REPO, capture_output=True, text=True)
-    assert done.returncode != 0 and "no adaptive-span attention in the model (attention 'relative')" in done.stderr
+    assert done.returncode != 0 and "no adaptive-span attention in the model (attention 'full')" in done.stderr

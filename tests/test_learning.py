@@ -59,10 +59,7 @@ def test_the_demo_solves_every_seed(threads, tmp_path):
 @pytest.mark.parametrize("algo", ["ppo", "vmpo"])
 def test_the_defaults_solve_a_short_tmaze(algo, threads, tmp_path):
     """No tuning: ``train_rl.py --algo ALGO --backbone gtrxl --env TMaze-v0 --env-kwargs length=10
-    -n 40000 --threads N`` solves seeds 0-4. Measured (2-core AMD EPYC, 2026-11-23): V-MPO 5/5 with one
-    and with two threads; PPO with its decaying learning rate 10/10 on seeds 0-9 with one and with two
-    (benchmarks/results/tuned_defaults_lr_decay.md). With the earlier constant 5e-4, PPO lost solved
-    runs (seeds 0-9: 7/10 and 8/10) and this test failed with two threads."""
+    -n 40000 --threads N`` solves seeds 0-4 (measured: benchmarks/results/tuned_defaults_lr_decay.md)."""
     flags = {"algo": algo, "backbone": "gtrxl", "env": "TMaze-v0", "env_kwargs": {"length": 10},
              "total_timesteps": 40_000, "threads": threads}
     finals = solved_seeds(None, range(5), tmp_path, **flags)
@@ -72,14 +69,8 @@ def test_the_defaults_solve_a_short_tmaze(algo, threads, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("config_file", ["configs/tmaze100.yaml", "configs/minigrid_memory_s9.yaml"])
 def test_gtrxl_solves_the_long_memory_tasks(config_file, tmp_path):
-    """The issue's targets: GTrXL solves the passive T-Maze of length 100 and MiniGrid-MemoryS9
-    (view 3, 96 steps, navigation actions) on at least 4 of seeds 0-4 within 1M env steps, with every
-    core. Measured (docs/benchmarks/memory-study.md; AMD EPYC): T-Maze-100 4/5 with one thread and with two, before
-    and after its learning-rate drop after solving (benchmarks/results/tmaze100_two_threads_solved_lr.md);
-    MiniGrid-MemoryS9 with GAE λ = 0.99 (the config since 2026-11-24) 4/5 with one thread and 5/5 with two
-    (benchmarks/results/minigrid_gae_lambda.md); with the learning-rate drop after solving (the config since
-    2026-11-25) 4/5 with one thread and 5/5 with two (benchmarks/results/solved_lr_minigrid.md). With λ = 0.95
-    it was 5/5 with one thread but 3/5 with two: the failed runs never learned to walk back to the cue from
-    the hallway (benchmarks/results/minigrid_starts_two_threads.md)."""
+    """GTrXL solves the passive T-Maze of length 100 and MiniGrid-MemoryS9 (view 3, 96 steps, navigation
+    actions) on at least 4 of seeds 0-4 within 1M env steps (measured with one thread and with two:
+    docs/benchmarks/hyperparams.md)."""
     finals = solved_seeds(config_file, range(5), tmp_path, backbone="gtrxl", total_timesteps=1_000_000)
     assert sum(final >= 0.9 for final in finals.values()) >= 4, finals

@@ -1,4 +1,4 @@
-"""``benchmarks/length_transfer.py``: a T-Maze run's final policy scored on other corridor lengths,
+"""``notebooks/length_transfer.py``: a T-Maze run's final policy scored on other corridor lengths,
 with a longer kNN store around the same weights, and with retrieval switched off (every gate at 0)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import train_rl
 from agents import MemoryPPO
 from tests.test_cli import REPO, TINY
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "notebooks"))
 from length_transfer import switch_off_retrieval  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def test_length_transfer_scores_every_length_with_and_without_retrieval(tmp_path
     assert switch_off_retrieval(model.policy) >= 1
     gates = [m.gate() for m in model.policy.modules() if hasattr(m, "gate_logit")]
     assert all(torch.equal(g, torch.zeros_like(g)) for g in gates)
-    command = [sys.executable, "benchmarks/length_transfer.py", "--name", "transfer", "--out", str(tmp_path),
+    command = [sys.executable, "notebooks/length_transfer.py", "--name", "transfer", "--out", str(tmp_path),
                str(run), "--lengths", "3", "6", "--episodes", "4", "--store-length", "8", "--envs", "2"]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
     (row,) = json.loads((tmp_path / "transfer.json").read_text())["runs"]

@@ -13,7 +13,8 @@ import policies
 import train_rl
 from agents import ALGOS
 from envs import ENV_IDS
-from experiments.catalog import first_sentence, summary
+from experiments.catalogues import first_sentence, summary
+from experiments.cli.parser import plain_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,7 @@ def test_every_registry_entry_is_listed_with_its_summary(what, registry, capsys)
     shown = listed(what, capsys)
     assert list(shown) == list(registry)
     for name, entry in registry.items():
-        assert shown[name] == summary(entry) and shown[name], name
+        assert shown[name] == plain_text(summary(entry)) and shown[name], name
     if what == "backbones":
         assert shown["gtrxl"] == "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)"
 

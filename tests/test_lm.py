@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from policies import BACKBONES
+from policies.lm.depths import forward_with_depths
 from policies.lm.model import MemoryLanguageModel
 from tests.conftest import TRANSFORMERS, small_options
 
@@ -123,7 +124,7 @@ def test_intermediate_layer_losses_read_every_inner_layer():
     """Al-Rfou et al. (2019): the shared head's next-token loss on the output of each layer below the
     top (the next depth's input), averaged and weighted; gradient reaches the lower layer through it."""
     lm, tokens, state, plain, with_layers = losses_with_and_without(dict(n_layers=3), intermediate_weight=0.3)
-    _, depths, _, _ = lm.backbone.forward_with_depths(lm.embedding(tokens[:-1]), state,
+    _, depths, _, _ = forward_with_depths(lm.backbone, lm.embedding(tokens[:-1]), state,
                                                       torch.zeros(8, 3, dtype=torch.bool))
     inner = [torch.nn.functional.cross_entropy(lm.head(depths[:, :, n]).flatten(0, 1), tokens[1:].flatten())
              for n in (1, 2)]

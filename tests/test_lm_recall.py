@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 import train_rl
-from experiments.lm_data import QUERY, associative_recall, segments
-from experiments.lm_workbench import KNNSettings, bits_per_token, build_lm_config, train_lm
+from lm.data import QUERY, associative_recall, segments
+from lm.workbench import KNNSettings, bits_per_token, build_lm_config, train_lm
 from policies.lm.knn import Datastore
 from policies.lm.model import MemoryLanguageModel
 

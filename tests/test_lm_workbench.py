@@ -15,8 +15,8 @@ import torch
 
 import train_rl
 from experiments.config import ConfigError
-from experiments.lm_data import copy_task, python_corpus, python_sources, segments
-from experiments.lm_workbench import bits_per_token, build_lm_config, load_run, train_lm
+from lm.data import copy_task, python_corpus, python_sources, segments
+from lm.workbench import bits_per_token, build_lm_config, load_run, train_lm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,3 +150,33 @@ def test_eval_with_early_exits_reports_bits_and_layers(tmp_path, capsys):
     assert lines[1] == (f"memory_length 16, early exits at confidence 2.0: {plain} bits per token, "
                         "2.00 of 2 layers per token")
     assert lines[2].startswith("memory_length 16, early exits at confidence 0.0: ") and "1.00 of 2 layers" in lines[2]
+
+
+def test_an_lm_run_has_the_run_cores_guarantees(tmp_path, monkeypatch):
+    """The LM run directory is the run core's: a second writer is refused while the lock is held, every file is
+    written through :mod:`experiments.atomic` (fsync, then rename; mutation caught: a bare ``torch.save`` or
+    ``write_text``), and a new run never overwrites one (mutation caught: no refusal)."""
+    from experiments import atomic
+    from experiments.run_dir import RunDirectory
+
+    config = copy_config(tmp_path, 4, steps=4)
+    run = RunDirectory(config.directory())
+    with run.lock(), pytest.raises(ConfigError, match="is being written by process"):
+        train_lm(config)
+    assert sorted(p.name for p in run.path.iterdir()) == ["run.lock"]
+
+    synced, fsynced = [], []
+    replace_synced, fsync = atomic.replace_synced, atomic.os.fsync
+    monkeypatch.setattr(atomic, "replace_synced", lambda tmp, path: (synced.append(path), replace_synced(tmp, path)))
+    monkeypatch.setattr(atomic.os, "fsync", lambda handle: (fsynced.append(handle), fsync(handle)))
+    train_lm(config)
+    written = {p.relative_to(run.path).as_posix() for p in run.path.rglob("*")
+               if p.is_file() and "tfevents" not in p.name and p.name != "run.lock"}
+    assert written == {"config.yaml", "evaluations.csv", "checkpoints/lm_4.pt", "summary.json"}
+    assert {p.relative_to(run.path).as_posix() for p in synced} == written
+    assert len(fsynced) >= 2 * len(synced)  # each file, then its directory
+
+    before = {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="already holds a run; pass --resume"):
+        train_lm(config)
+    assert {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()} == before

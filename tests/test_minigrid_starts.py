@@ -1,4 +1,4 @@
-"""``benchmarks/minigrid_starts.py``: success by start position of a trained MiniGrid-Memory run. Its
+"""``notebooks/minigrid_starts.py``: success by start position of a trained MiniGrid-Memory run. Its
 attribution rests on SB3's auto-reset: after the step that ends an episode, the env already stands at
 the next episode's start (the hallway row, facing the split), which is pinned here too."""
 
@@ -44,7 +44,7 @@ def train_a_small_run(log_dir: Path, n_envs: int, steps: int) -> None:
 
 def test_the_benchmark_reports_success_per_start(tmp_path: Path):
     train_a_small_run(tmp_path / "runs", n_envs=4, steps=64)
-    command = [sys.executable, str(REPO / "benchmarks" / "minigrid_starts.py"), str(tmp_path / "runs"),
+    command = [sys.executable, str(REPO / "notebooks" / "minigrid_starts.py"), str(tmp_path / "runs"),
                "--name", "starts", "--episodes", "16", "--out", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
     (run,) = json.loads((tmp_path / "starts.json").read_text())["runs"]
@@ -56,12 +56,12 @@ def test_the_benchmark_reports_success_per_start(tmp_path: Path):
 
 
 def test_the_trace_shows_every_step_of_an_episode(tmp_path: Path):
-    """``benchmarks/minigrid_trace.py``: one ``x,y/heading:action`` per step from a start (facing east in the
+    """``notebooks/minigrid_trace.py``: one ``x,y/heading:action`` per step from a start (facing east in the
     hallway), positions inside the grid, headings and actions in range, and the episode's end within the
     12-step limit."""
     train_a_small_run(tmp_path / "runs", n_envs=2, steps=32)
     (model,) = (tmp_path / "runs").glob("*/model.zip")
-    command = [sys.executable, str(REPO / "benchmarks" / "minigrid_trace.py"), str(model), "--name", "trace",
+    command = [sys.executable, str(REPO / "notebooks" / "minigrid_trace.py"), str(model), "--name", "trace",
                "--seeds", "3", "--steps", "20", "--out", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)
     (episode,) = json.loads((tmp_path / "trace.json").read_text())["episodes"]

@@ -62,7 +62,8 @@ def test_importing_engram_loads_no_torch():
 
 def test_setup_cfg_lists_every_package_of_the_tree():
     listed = setup_cfg()["options"]["packages"].split()
-    found = setuptools.find_packages(str(REPO), include=["agents*", "engram*", "envs*", "experiments*", "policies*"])
+    packages = ["agents*", "engram*", "envs*", "experiments*", "lm*", "policies*"]
+    found = setuptools.find_packages(str(REPO), include=packages)
     assert sorted(listed) == sorted([*found, "engram.configs"])
 
 
@@ -130,8 +131,9 @@ def test_the_wheel_holds_the_packages_the_command_and_the_configs(installed):
 
 
 def test_the_installed_package_is_imported_with_its_configs(installed):
-    code = ("import engram, train_rl\nfrom experiments import tune\nfrom experiments.config_files import config_path\n"
-            "from experiments.study import Grid\n"
+    code = ("import engram, train_rl\nfrom experiments.studies import tune\n"
+            "from experiments.config_files import config_path\n"
+            "from experiments.studies.study import Grid\n"
             "print(engram.__file__, engram.__version__, train_rl.__file__, tune.SPACE_DIR, sep='\\n')\n"
             "print(Grid.from_file(config_path('demo', 'studies')).config_file)")
     engram_file, version, train_rl_file, space_dir, study_config = installed.run(installed.python, "-c", code).split()

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 import train_rl
-from experiments import plotting, report
-from experiments.evaluation import EVAL_COLUMNS
+from experiments.run_dir import EVAL_COLUMNS
+from experiments.studies import plotting, report
 
 STEPS = (100, 200, 300)
 

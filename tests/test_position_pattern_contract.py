@@ -107,7 +107,8 @@ def test_episode_and_env_isolation(position, attention):
 
 @pytest.mark.parametrize("position,attention", ACCEPTED)
 def test_caches_follow_updates(position, attention):
-    """A step after an in-place update of every parameter equals the step from a state without caches."""
+    """A step after an in-place update of every parameter and ``invalidate_caches`` equals the step from a state
+    without caches."""
     backbone = build(position, attention)
     x, starts = inputs()
     state = backbone.initial_state(ENVS)
@@ -116,6 +117,7 @@ def test_caches_follow_updates(position, attention):
             _, state = backbone.step(x_t, state, start)
         for parameter in backbone.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
+        backbone.invalidate_caches()
         cached, _ = backbone.step(x[4], state, starts[4])
         rebuilt, _ = backbone.step(x[4], strip_cache(state), starts[4])
     torch.testing.assert_close(cached, rebuilt, atol=1e-10, rtol=0)

@@ -1,4 +1,4 @@
-"""``benchmarks/recurrent_ppo_compare.py`` gives RecurrentPPO what the engram run gets (nothing trained, nothing
+"""``notebooks/recurrent_ppo_compare.py`` gives RecurrentPPO what the engram run gets (nothing trained, nothing
 timed): the env spec with its wrappers and copies, the shared PPO settings, the policy's options; and its summary
 keeps every learner's worst and best seed."""
 
@@ -14,7 +14,7 @@ import torch
 
 from experiments.config import build_config
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CONFIG = {"env": "Pendulum-v1", "env_wrapper": "envs.wrappers.MaskVelocity", "n_envs": 3,
           "ppo": {"n_steps": 32, "batch_size": 48, "gamma": 0.9, "learning_rate": 1e-3, "segment_length": 16},
           "policy": {"ortho_init": False, "activation_fn": "relu", "net_arch": {"pi": [16], "vf": [8]}},
@@ -23,11 +23,11 @@ CONFIG = {"env": "Pendulum-v1", "env_wrapper": "envs.wrappers.MaskVelocity", "n_
 
 @pytest.fixture(scope="module")
 def compare() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling ``common``
+    sys.path.insert(0, str(NOTEBOOKS))  # the script imports its sibling ``common``
     try:
         return importlib.import_module("recurrent_ppo_compare")
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(NOTEBOOKS))
 
 
 def test_recurrent_ppo_gets_the_runs_env_settings_and_policy(compare: ModuleType) -> None:

@@ -16,9 +16,9 @@ import yaml
 from rliable import metrics
 
 import train_rl
-from experiments import stats
-from experiments.evaluation import EVAL_COLUMNS
-from experiments.report import Study, build_report
+from experiments.run_dir import EVAL_COLUMNS
+from experiments.studies import stats
+from experiments.studies.report import Study, build_report
 from tests.test_cli import REPO
 
 REPS = 300

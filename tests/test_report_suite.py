@@ -1,6 +1,7 @@
-"""The suite part of the study report (experiments.suite_scores): each run's final and best (MMER) evaluation, the
-normalised score (0.5·R + 0.5 for POPGym, the success rate for MiniGrid), the suite's IQM and P(X > Y), and a
-partial study that leaves out the tasks not every backbone has finished, on synthetic run directories."""
+"""The suite part of the study report (experiments.studies.suite_scores): each run's final and best (MMER)
+evaluation, the normalised score (0.5·R + 0.5 for POPGym, the success rate for MiniGrid), the suite's IQM and
+P(X > Y), and a partial study that leaves out the tasks not every backbone has finished,
+on synthetic run directories."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 from rliable import metrics
 
-from experiments.report import Study, build_report
-from experiments.run_dir import Run
-from experiments.suite_scores import normalised_score, run_scores, suite_matrices
+from experiments.studies.report import Study, build_report
+from experiments.studies.runs import Run
+from experiments.studies.suite_scores import normalised_score, run_scores, suite_matrices
 from tests.test_report import fake_run
 
 REPS = 100

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 import train_rl
-from experiments.rewind import read_records
-from experiments.run_dir import LOCK_FILE, run_lock
+from experiments.run_dir import LOCK_FILE, RunDirectory, read_records
 from tests.test_cli import REPO, TINY
 
 RUN = "TMaze-v0__ppo-gtrxl__0"
@@ -124,7 +123,7 @@ def test_when_no_checkpoint_loads_the_run_is_left_as_it_is(tmp_path: Path, capsy
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path: Path, capsys, written: list[str]):
     """Whether the holder has written files yet or not, the message names it (mutation caught: the check of
     a directory holding a run ignoring the lock, which said "already holds an unfinished run")."""
-    with run_lock(tmp_path / RUN):
+    with RunDirectory(tmp_path / RUN).lock():
         for name in written:
             (tmp_path / RUN / name).write_text("")
         before = _hashes(tmp_path / RUN)

@@ -19,12 +19,12 @@ import pytest
 from test_cli import REPO, TINY
 from test_study import alive
 
-import experiments.study
+import experiments.studies.study
 import train_rl
 from experiments.cli import train as train_cli
-from experiments.launchers import Lost, launch
-from experiments.run_dir import FAILED, FINISHED, RUNNING, Run, write_status
-from experiments.study import RunTask, plan, wait_for_lost_worker
+from experiments.studies.launchers import Lost, launch
+from experiments.studies.runs import FAILED, FINISHED, RUNNING, Run, write_status
+from experiments.studies.study import RunTask, plan, wait_for_lost_worker
 
 CHECKPOINT = 64  # TINY's --checkpoint-freq and --eval-freq
 
@@ -150,7 +150,7 @@ def test_a_run_lost_too_often_is_recorded_as_failed(tmp_path, monkeypatch, capsy
         yield 0, Lost("worker process 7 died (killed by SIGKILL)", max_retries + 1, retried=False)
         yield from ((i, fn(item)) for i, item in enumerate(items) if i)
 
-    monkeypatch.setattr(experiments.study, "launch", lose_the_first)
+    monkeypatch.setattr(experiments.studies.study, "launch", lose_the_first)
     argv = [*TINY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--seed", "0", "1", "--reps", "100",
             "--max-retries", "2"]
     assert train_rl.main(argv) == 3

@@ -13,6 +13,7 @@ from policies import ATTENTIONS, make_backbone
 from policies.attention.layer import make_attention
 from policies.backbones.reversible import ReversibleLayer, reversible_stack, run_layers
 from policies.backbones.transformer_xl import TransformerXLBlock
+from policies.lm.depths import forward_with_depths
 from policies.window import attention_mask
 
 B, T, M, D, INPUT_DIM = 3, 6, 4, 16, 5
@@ -71,7 +72,7 @@ def test_gradients_equal_plain_autograd(attention, monkeypatch):
     def gradients():
         backbone.zero_grad()
         inputs = x.clone().requires_grad_()
-        y, records, _, aux = backbone.forward_with_depths(inputs, state, starts)
+        y, records, _, aux = forward_with_depths(backbone, inputs, state, starts)
         loss = (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum() + records.sin().sum()
         (loss + sum(value.sum() for value in aux.values())).backward()
         return [y.detach(), inputs.grad] + [p.grad for p in backbone.parameters()]
@@ -119,7 +120,7 @@ def test_stack_keeps_only_its_outputs_and_contexts():
 
 @pytest.mark.parametrize("layout,gate", [("identity-map", "gru"), ("identity-map", "output"), ("post-ln", "residual")])
 def test_only_residual_identity_map_blocks_are_reversible(layout, gate):
-    attention = make_attention("relative", D, 2, 8, max_distance=M)
+    attention = make_attention("full", D, 2, 8, max_distance=M)
     block = TransformerXLBlock(attention, D, 4 * D, layout=layout, gate=gate)
     with pytest.raises(ValueError, match="identity-map block with residual connections: a GTrXL gate"):
         ReversibleLayer(block)
@@ -130,7 +131,7 @@ def test_only_residual_identity_map_blocks_are_reversible(layout, gate):
 @pytest.mark.parametrize("where", ["block", "attention"])
 def test_reversible_layers_refuse_dropout(where):
     """Backward recomputes the branches: a dropout mask drawn again would differ from the forward's."""
-    attention = make_attention("relative", D, 2, 8, max_distance=M, dropout=0.1 if where == "attention" else 0.0)
+    attention = make_attention("full", D, 2, 8, max_distance=M, dropout=0.1 if where == "attention" else 0.0)
     block = TransformerXLBlock(attention, D, 4 * D, dropout=0.1 if where == "block" else 0.0)
     with pytest.raises(ValueError, match="dropout must be 0, got 0.1"):
         ReversibleLayer(block)

@@ -14,30 +14,26 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from experiments.evaluation import EVAL_COLUMNS, EvalLog
-from experiments.report import build_report
-from experiments.rewind import rewind, rewind_tensorboard
-from experiments.run_dir import (
-    LOCK_FILE,
-    RunBusyError,
-    holds_run,
-    record_progress,
-    run_lock,
-    write_atomic,
-)
+from experiments.atomic import write_atomic
+from experiments.run_dir import EVAL_COLUMNS, LOCK_FILE, EvalLog, RunBusyError, RunDirectory, rewind_tensorboard
+from experiments.studies.report import build_report
 
 
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path):
     """flock locks belong to an open file, so a second open in this process stands for a second process
     (mutation caught: no flock, both enter)."""
-    with run_lock(tmp_path / "run"):
-        assert (tmp_path / "run" / LOCK_FILE).read_text().split()[0] == str(os.getpid())
+    run = RunDirectory(tmp_path / "run")
+    with run.lock():
+        assert (run / LOCK_FILE).read_text().split()[0] == str(os.getpid())
         with pytest.raises(RunBusyError, match=rf"being written by process {os.getpid()} on "), \
-                run_lock(tmp_path / "run"):
+                RunDirectory(tmp_path / "run").lock():
             pass
-    with run_lock(tmp_path / "run"):  # released with the first holder
+        with pytest.raises(RunBusyError, match=rf"being written by process {os.getpid()} on "):
+            RunDirectory(tmp_path / "run").check_not_busy()
+    with run.lock():  # released with the first holder
         pass
-    assert not holds_run(tmp_path / "run"), "a lock file alone is not a run"
+    run.check_not_busy()
+    assert not run.holds_run(), "a lock file alone is not a run"
 
 
 def test_an_interrupted_write_leaves_the_old_file(tmp_path: Path):
@@ -81,21 +77,21 @@ def test_tensorboard_is_rewound_to_the_step(tmp_path: Path):
 
 
 def test_rewind_drops_every_record_after_the_step(tmp_path: Path):
-    log = EvalLog(tmp_path / "evaluations.csv")
+    run = RunDirectory(tmp_path)
     for row in _rows(64, 128, 192):
-        log.append(row)
-    record_progress(tmp_path, 192, 3.0, {64: 1.0, 128: 2.0, 192: 3.0})
+        run.evaluations.append(row)
+    run.record_progress(192, 3.0, {64: 1.0, 128: 2.0, 192: 3.0})
     (tmp_path / "summary.json").write_text(json.dumps({"env_steps": 192}))
     (tmp_path / "model.zip").write_text("final")
     (tmp_path / "best_model.json").write_text(json.dumps({"timesteps": 192, "mean_return": 1.0}))
     (tmp_path / "best_model.zip").write_text("best")
     (tmp_path / ".summary.tmp.json").write_text("half")
-    assert rewind(tmp_path, 128) == 2.0
+    assert run.rewind(128) == 2.0
     assert [int(r["timesteps"]) for r in csv.DictReader((tmp_path / "evaluations.csv").open())] == [64, 128]
     assert json.loads((tmp_path / "progress.json").read_text()) == {
         "timesteps": 128, "wall_seconds": 2.0, "checkpoints": {"64": 1.0, "128": 2.0}}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluations.csv", "progress.json"]
-    assert rewind(tmp_path, 0) == 0.0
+    assert run.rewind(0) == 0.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluations.csv"]
     assert (tmp_path / "evaluations.csv").read_text().strip() == ",".join(EVAL_COLUMNS)
 

@@ -16,7 +16,7 @@ import train_rl
 from experiments.cli.train import config_from_args, make_parser
 from experiments.config import ConfigError
 from experiments.run_identity import RECORD_ENTRY, config_record, read_record
-from experiments.study import check_consistency
+from experiments.studies.study import check_consistency
 from experiments.training import train
 
 TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "2", "--threads", "1", "-n", "64",

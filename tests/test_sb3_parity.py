@@ -288,6 +288,8 @@ def test_gradients_flow_after_predict_and_after_a_rollout(backbone):
 def test_clip_range_vf_must_be_positive(clip_range_vf):
     with pytest.raises(ValueError, match=f"clip_range_vf={clip_range_vf}: expected a number > 0"):
         tiny(ENVS["box"](), clip_range_vf=clip_range_vf)
+    with pytest.raises(AssertionError):  # as SB3's assert
+        tiny(ENVS["box"](), clip_range_vf=clip_range_vf)
 
 
 @pytest.mark.parametrize("clip_range_vf", [None, 0.2, LinearSchedule(0.2, 0.0, 1.0)])

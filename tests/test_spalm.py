@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import train_rl
-from experiments.lm_workbench import (
+from lm.workbench import (
     SPALMSettings,
     bits_per_token,
     build_datastore,

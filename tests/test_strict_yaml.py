@@ -11,10 +11,10 @@ import yaml
 
 from experiments import strict_yaml
 from experiments.config import ConfigError, load_yaml, parse_value
-from experiments.lm_workbench import build_lm_config
-from experiments.run_dir import Run
-from experiments.study import Grid
-from experiments.tune_space import load_space
+from experiments.studies.runs import Run
+from experiments.studies.study import Grid
+from experiments.studies.tune_space import load_space
+from lm.workbench import build_lm_config
 
 BOMB = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]",
                   *(f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi", strict=True))])

@@ -18,13 +18,13 @@ import pytest
 import yaml
 from test_cli import REPO, TINY
 
-import experiments.study
+import experiments.studies.study
 import experiments.training
 import train_rl
 from experiments.cli import train as train_cli
 from experiments.config import ConfigError
-from experiments.run_dir import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, Run, write_status
-from experiments.study import Grid, Progress, RunTask, execute, plan
+from experiments.studies.runs import DIVERGED, FAILED, FINISHED, INTERRUPTED, NEW, Run, write_status
+from experiments.studies.study import Grid, Progress, RunTask, execute, plan
 
 STUDY = [*TINY, "--reps", "100"]
 PARAMS = TINY[TINY.index("-p"):]  # the -p overrides of TINY, to extend (a later -p replaces them)
@@ -95,7 +95,7 @@ def test_grid_from_the_command_line(tmp_path):
 def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, capsys):
     """A run that diverges and one that raises are recorded in status.json; the others finish,
     the report counts them, the exit status is 3, and a rerun leaves them alone unless asked."""
-    monkeypatch.setattr(experiments.study, "launch", in_process)
+    monkeypatch.setattr(experiments.studies.study, "launch", in_process)
     build_model = experiments.training.build_model
 
     def fail_for_gtrxl(config, *args):  # a failure inside the run: bad settings are refused before the study
@@ -128,7 +128,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
 
 
 def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(experiments.study, "launch", in_process)
+    monkeypatch.setattr(experiments.studies.study, "launch", in_process)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "lstm", "--study", "s"]
     assert train_rl.main([*argv, "--no-report"]) == 0
     assert train_rl.main([*argv, *PARAMS, "lstm.hidden_size=8"]) == 2
@@ -146,7 +146,7 @@ def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, ca
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_afresh(tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.study, "launch", in_process)
+    monkeypatch.setattr(experiments.studies.study, "launch", in_process)
     argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--backbone", "lstm", "--study", "s", "--no-report"]
     assert train_rl.main(argv) == 0
     run = tmp_path / "s" / "TMaze-v0__ppo-lstm__0"

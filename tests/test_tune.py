@@ -15,8 +15,8 @@ import yaml
 
 import train_rl
 from experiments.config import build_config
-from experiments.evaluation import EvalLog
-from experiments.tune import ReportEvaluations, one_ask_at_a_time, score
+from experiments.run_dir import EvalLog
+from experiments.studies.tune import ReportEvaluations, one_ask_at_a_time, score
 
 TINY = ["--env", "TMaze-v0", "--backbone", "mlp", "-n", "128", "--eval-freq", "64",
         "--n-eval-episodes", "2", "--startup-trials", "1",

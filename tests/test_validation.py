@@ -17,7 +17,7 @@ from agents import ALGOS
 from experiments.cli import train as train_cli
 from experiments.config import POLICY_OPTIONS, SEED_LIMIT, RunConfig, build_config, section_defaults
 from experiments.footprint import check_fits, estimate
-from experiments.study import Grid
+from experiments.studies.study import Grid
 from experiments.training import EVAL_SEED_OFFSET
 from experiments.validation import component, validate
 from policies import ATTENTIONS, BACKBONES, POSITIONS

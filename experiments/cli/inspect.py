@@ -170,7 +170,7 @@ def attention_figure(maps: list[Any], marked: list[int], title: str) -> Any:
 
 def inspect_episode(agent: Any, episode: dict[str, Any], index: int, out: Path) -> dict[str, Any]:
     """The maps of one played episode: figures written to ``out``, and the record for ``inspect.json``."""
-    from experiments.plotting import save_figure
+    from experiments.atomic import save_figure
     from experiments.saliency import episode_attention, recall_distance, saliency
 
     policy, name = agent.model.policy, agent.config.backbone

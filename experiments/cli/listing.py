@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.catalog import CATALOGS
-from experiments.cli.parser import OneLineParser, program
+from experiments.catalogues import CATALOGUES
+from experiments.cli.parser import OneLineParser, plain_text, program
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -17,27 +17,27 @@ def make_parser() -> argparse.ArgumentParser:
     # No ``choices=``: on Python 3.11 argparse checks the empty default of ``nargs="*"`` against them, so a bare
     # ``list`` would be refused; ``main`` checks the names instead.
     parser.add_argument("what", nargs="*", metavar="WHAT",
-                        help=f"one or more of: {', '.join(CATALOGS)} (default: all)")
+                        help=f"one or more of: {', '.join(CATALOGUES)} (default: all)")
     parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
                         help="modules to import first, so that envs lists the ids they register")
     return parser
 
 
 def format_table(entries: dict[str, str]) -> list[str]:
-    """``name  summary`` lines, the summaries aligned."""
+    """``name  summary`` lines, the summaries aligned and in plain text (no docstring markup)."""
     width = max((len(name) for name in entries), default=0)
-    return [f"{name:<{width}}  {text}".rstrip() for name, text in entries.items()]
+    return [f"{name:<{width}}  {plain_text(text)}".rstrip() for name, text in entries.items()]
 
 
 def main(argv: list[str]) -> int:
     """Print the catalogues asked for (each under a heading when there are several)."""
     parser = make_parser()
     options = parser.parse_args(argv)
-    what = options.what or list(CATALOGS)
-    unknown = [name for name in what if name not in CATALOGS]
+    what = options.what or list(CATALOGUES)
+    unknown = [name for name in what if name not in CATALOGUES]
     if unknown:
         parser.error(f"argument WHAT: invalid choice: {unknown[0]!r} "
-                     f"(choose from {', '.join(map(repr, CATALOGS))})")
+                     f"(choose from {', '.join(map(repr, CATALOGUES))})")
     if options.gym_packages:
         from envs.imports import ImportPathError, import_packages
 
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
             return 2
     for index, name in enumerate(what):
         try:
-            entries = CATALOGS[name]()
+            entries = CATALOGUES[name]()
         except AttributeError as error:
             print(f"error: cannot list {name}: {error}", file=sys.stderr)
             return 1

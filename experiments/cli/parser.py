@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
+
+RST_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
 
 
 def program() -> str:
@@ -21,9 +24,18 @@ def invocation() -> list[str]:
     return ["engram"] if program() == "engram" else ["python", "train_rl.py"]
 
 
+def plain_text(text: str) -> str:
+    """Docstring markup as terminal text: ``x`` → x, :class:`~a.B` → B, :func:`a.f` → a.f, a closing ``::`` → ``:``."""
+    text = RST_ROLE.sub(lambda m: m.group(2).split(".")[-1] if m.group(1) else m.group(2), text)
+    return re.sub(r"(?<=\S)::$", ":", text.replace("``", ""), flags=re.MULTILINE)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``train_rl.py: error: argument --n-envs: ...``),
     exit status 2, like every other bad input (docs/validation.md)."""
+
+    def format_help(self) -> str:
+        return plain_text(super().format_help())
 
     def error(self, message: str) -> NoReturn:
         text = " ".join(part.strip() for part in message.splitlines() if part.strip())

@@ -2,7 +2,7 @@
 
 Every run directory at or below the given paths is read; runs are grouped by configuration keys
 (``backbone``, ``algo``, ``env``, ``task`` = env with its keyword arguments, ``seed``, or any run setting
-such as ``n_envs``), and the figure is the study report's (:func:`experiments.plotting.plot_curves`):
+such as ``n_envs``), and the figure is the study report's (:func:`experiments.studies.plotting.plot_curves`):
 per group the mean and a 95 % bootstrap band over its finished runs, every run as a thin line.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import DEFAULT_REPS
-from experiments.run_dir import Run, find_runs, task_label
+from experiments.studies.runs import Run, find_runs, task_label
 
 DEFAULT_GROUPING = ("algo", "backbone", "task")
 """the keys grouped by when none is given: those whose values differ between the runs"""
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     except KeyError as error:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 2
-    from experiments.plotting import plot_curves
+    from experiments.studies.plotting import plot_curves
 
     success = all(run.has_success() for run in runs)
     tasks = {task_label(run.config) for run in runs}

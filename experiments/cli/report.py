@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--env {' '.join(options.env)}: a report of some of the tasks needs --out DIR, so that it does "
                      "not replace the study's own report")
     from experiments.config import ConfigError
-    from experiments.report import build_report
+    from experiments.studies.report import build_report
     from experiments.validation import check_cli_options
     from experiments.writable import check_output
     from policies.rules import Range

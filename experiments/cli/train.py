@@ -31,7 +31,7 @@ from typing import Any
 from experiments.cli.parser import OneLineParser, invocation, program
 from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
-from experiments.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
+from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
 
 
 class RegistryKey:
@@ -158,9 +158,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def grid_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~experiments.study.Grid` of a study: flags over the study file (if any); --backbone and
+    """The :class:`~experiments.studies.study.Grid` of a study: flags over the study file (if any); --backbone and
     --seed make the grid."""
-    from experiments.study import Grid
+    from experiments.studies.study import Grid
 
     chosen = {"config_file": config_path(args.config), "flags": flags_from_args(args), "params": args.param,
               "backbones": args.backbone or [], "seeds": args.seed or [], "name": args.study}
@@ -174,11 +174,11 @@ def progress_bar(args: argparse.Namespace) -> bool:
 
 def train_one(config: Any, args: argparse.Namespace) -> None:
     """A single run, in this process."""
-    from experiments.run_dir import run_dir
+    from experiments.run_dir import RunDirectory
     from experiments.training import train
 
     summary = train(config, resume=args.resume, progress_bar=progress_bar(args), verbose=args.verbose)
-    directory = run_dir(config)
+    directory = RunDirectory.of(config).path
     rate, stochastic = summary["final_success_rate"], summary["final_stochastic_success_rate"]
     print(f"{config.run_name()}: mean return {summary['final_mean_return']:.3f}"
           + ("" if rate is None else f", success rate {rate:.2f} (stochastic policy {stochastic:.2f})")
@@ -192,13 +192,13 @@ def _run(argv: list[str], study_file: bool) -> int:
     args = make_parser(study_file).parse_args(argv)
     from agents import NonFiniteError
     from experiments.config import ConfigError
-    from experiments.launchers import LauncherError
+    from experiments.studies.launchers import LauncherError
     from experiments.validation import check_cli_options
 
     try:
         check_cli_options(vars(args))
         if is_study(args):
-            from experiments.study import run_study
+            from experiments.studies.study import run_study
 
             command = shlex.join([*invocation(), *(["study"] if study_file else []), *argv])
             return run_study(grid_from_args(args), command, args.launcher, args.workers, args.ray_address,

@@ -1,28 +1,11 @@
-"""Multi-head attention over ``[memory; segment]``, in one file from the projections to the weights: a newcomer
-reads a GTrXL layer's attention here top to bottom (with :mod:`policies.backbones.transformer_xl`, the block and
-the stack, and :mod:`policies.window`, the episode window and its mask).
+"""Multi-head attention over ``[memory; segment]``: :class:`MultiHeadAttention` is Transformer-XL's relative
+attention in one ``forward`` (its docstring gives the score); the other members of the family plug into it along
+two axes and read through :func:`attend`:
 
-Queries come from the segment only; keys and values from the memory (kept without gradient by the caller)
-followed by the segment, as in Transformer-XL (Dai et al. 2019, Sec. 3.2). The layer joins two axes at one
-kernel, :func:`attend`, which computes every member's scores, mask and weights:
-
-- the **position scheme** (:data:`policies.POSITIONS`, :class:`Position`) rotates queries and keys, adds a
-  content-query bias, a score term and a value term, or replaces the softmax. Transformer-XL's relative
-  positions (:class:`RelativePosition`), the family's default, are defined here beside the kernel that adds
-  their score; the other schemes are modules of :mod:`policies.positions`;
-- the **key pattern** or **memory kind** (:data:`policies.ATTENTIONS`, :class:`Pattern`) narrows the mask,
-  adds a soft bias, or decides which keys exist: the window's, or per-query slots (compressed blocks,
-  projected keys) handed in as :class:`Slots`. The full window is the :class:`Pattern` base; the others are
-  modules of :mod:`policies.attention`.
-
-For a GTrXL layer, :meth:`MultiHeadAttention.forward` computes, with ``h̃ = [SG(m); h]``::
-
-    q = h W_q,  k = h̃ W_k,  v = h̃ W_v                                  [B, H, T or M + T, d_head]
-    A_ij = s·(q_i + u)ᵀk_j + s·rel_shift((q_i + v)ᵀ W_kR R)_ij            [B, H, T, M + T]
-    z_i = Σ_j softmax_j(A_ij masked) v_j,   output = [z^1; …; z^H] W_o    [B, T, D]
-
-with ``s = 1/√d_head``, ``R`` the sinusoids of the distances and ``u``, ``v`` (there: ``u``, ``position_bias``)
-Transformer-XL's two learned biases (not the values).
+- the **position scheme** (:data:`policies.POSITIONS`, :class:`Position`): hooks that rotate queries and keys, add
+  a content-query bias, a score term or a value term, or replace the softmax (modules of :mod:`policies.positions`);
+- the **key pattern** or **memory kind** (:data:`policies.ATTENTIONS`, :class:`Pattern`): narrows the mask, adds a
+  soft bias, or decides which keys exist (modules of :mod:`policies.attention`).
 
 Tensor layout: hidden states ``[B, T, D]``, per-head tensors ``[B, H, N, d_head]``, scores ``[B, H, T, K]``.
 """
@@ -241,16 +224,10 @@ def rel_shift(scores: Tensor) -> Tensor:
 
 @POSITIONS.register("relative", "Transformer-XL relative positions with u, v and the shift (Dai et al. 2019)")
 class RelativePosition(Position):
-    """Transformer-XL relative attention scores (Dai et al. 2019, Sec. 3.3):
-
-        ``A_ij = q_iᵀk_j + q_iᵀW_kR R_{i−j} + uᵀk_j + vᵀW_kR R_{i−j}``
-
-    — terms (a) content, (b) content-dependent position, (c) global content bias, (d) global position bias —
-    computed as ``(q+u)ᵀk`` (:meth:`content_query`, the kernel's content term) plus
-    ``rel_shift((q+v)ᵀ W_kR R)`` (:meth:`score`), both scaled by ``1/√d_head``. ``R`` is the sinusoid table of
-    distances ``0..max_distance``, ``W_kR`` a bias-free projection, ``u`` and ``v`` (``position_bias``) learned
-    per layer (``[H, d_head]``, initialised N(0, 0.02) as in the original code). The terms are ``W_kR R``.
-    """
+    """Transformer-XL's relative positions (Dai et al. 2019, Sec. 3.3): the sinusoids ``R`` of distances
+    ``0..max_distance``, their bias-free projection ``W_kR`` and the learned biases ``u`` and ``v``
+    (``position_bias``), ``[H, d_head]`` each, N(0, 0.02). :class:`MultiHeadAttention` computes the score with
+    them; the hooks below serve the other key patterns through :func:`attend`."""
 
     contributes = True
 
@@ -306,8 +283,7 @@ class Pattern(nn.Module):
     times, with ``uses_episode_time``) or :meth:`bias` (a soft one); a memory kind overrides :meth:`read`,
     which calls the kernel on the keys it makes. :meth:`refuses` names the position schemes it cannot take.
 
-    ``default_position``: the position scheme the pattern takes when the backbone names none (the one its
-    registered attention used before the axes were split, so old settings keep their meaning).
+    ``default_position``: the position scheme the pattern takes when the backbone names none.
     """
 
     complexity = "O(n²)"
@@ -368,8 +344,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *, scale: float, posit
     """The per-head outputs ``[B, H, T, d_head]`` of queries ``q`` over keys ``k`` and values ``v``
     (``[B, H, K, d_head]``, the keys of ``[memory; segment]``), under ``mask`` ``[B, 1 or H, T, K]``::
 
-        A_ij = s · q̃_iᵀ k_j  +  P_ij  +  B_ij          (masked: −∞ where mask_ij is false)
-        z_i  = Σ_j softmax_j(A_ij) v_j  +  Σ_j softmax_j(A_ij) a^V_ij
+        S = s · q̃ kᵀ + P + B   (−∞ where the mask is false),   z = softmax(S) v + softmax(S) a^V
 
     with ``s = scale`` (``1/√d_head``). The ``position`` scheme (none: content only) supplies, from its
     per-pass ``terms``: the rotation of ``q`` and ``k`` (RoPE), the content query ``q̃`` (``q + u`` in
@@ -393,14 +368,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *, scale: float, posit
         visible = visible | slots.visible.any(dim=-1, keepdim=True)
     empty = ~visible  # [B, 1|H, T, 1]
     mask = mask | (empty & (key_distances(T, K, q.device) == 0))
-    fused = slots is None and (position is None or position.fused) and (bias is None or not bias.requires_grad)
-    if fused:  # torch's fused kernel computes s·q̃ᵀk + P + B, the mask and the softmax at once
+    if slots is None and (position is None or position.fused):  # torch's fused kernel: the score, mask and softmax
         attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))
         out = F.scaled_dot_product_attention(query, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
         return out.masked_fill(empty, 0.0)
-    # A bias that needs a gradient sends torch's fused CPU kernel to its unfused path, which scales every
-    # key; here the scale goes on the queries, of which an update has one per window (docs/design.md,
-    # "Where the time goes").
     scores = (query * scale) @ k.transpose(-2, -1)  # s · q̃ᵀk, [B, H, T, K]
     if bias is not None:
         scores = scores + bias
@@ -426,15 +397,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *, scale: float, posit
 
 
 class MultiHeadAttention(HeadProjections):
-    """Attention of a segment over ``[memory; segment]`` (Vaswani et al. 2017, with Transformer-XL's memory,
-    Dai et al. 2019: ``q = h W_q``, ``k = h̃ W_k``, ``v = h̃ W_v`` where ``h̃ = [SG(m); h]``), along two axes:
+    """Transformer-XL's relative multi-head attention of a segment ``h`` over ``h̃ = [SG(m); h]`` (Dai et al. 2019,
+    Sec. 3.3), with queries ``q = h W_q``, keys ``k = h̃ W_k`` and values ``v = h̃ W_v``::
 
-    - ``position`` (:data:`policies.POSITIONS`): the order information the scores get;
-    - ``attention`` (:data:`policies.ATTENTIONS`): the key pattern or memory kind, which keys a query sees.
+        A_ij = s·(q_i + u)ᵀk_j + s·(q_i + v)ᵀW_kR R_{i−j},   z_i = Σ_j softmax_j(A_ij masked) v_j,   out = z W_o
 
-    Any position combines with any pattern; a pair that cannot is refused here, naming both and why. Without a
-    ``position``, the pattern's ``default_position``. ``max_distance`` is the farthest key a query may see (the
-    memory length).
+    with ``s = 1/√d_head``, ``R`` the sinusoids of the distances and ``u``, ``v`` learned (:class:`RelativePosition`).
+    Another ``position`` (:data:`policies.POSITIONS`) or key pattern ``attention`` (:data:`policies.ATTENTIONS`)
+    replaces the score by its hooks (:meth:`Pattern.read`, :func:`attend`); a pair that cannot combine is refused.
+    ``max_distance`` is the farthest key a query may see (the memory length).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, max_distance: int, dropout: float = 0.0,
@@ -447,27 +418,15 @@ class MultiHeadAttention(HeadProjections):
         super().__init__(d_model, n_heads, d_head, shared_qk=pattern_cls.shared_qk)
         sizes = {"d_model": d_model, "n_heads": n_heads, "d_head": d_head, "max_distance": max_distance}
         position = pattern_cls.default_position if position is None else position
-        # the position first: its parameters are drawn before the pattern's, as when patterns subclassed it
         self.position: Position = POSITIONS.build(position, position_options, **sizes)
         self.pattern: Pattern = ATTENTIONS.build(attention, attention_options, **sizes)
         reason = self.pattern.refuses(self.position)
         if reason is not None:
             raise ValueError(f"attention {attention!r} cannot combine with position {position!r}: {reason}")
+        self.transformer_xl = type(self.position) is RelativePosition and type(self.pattern) is Pattern
         self.max_distance = max_distance
         self.scale = score_scale(d_head)
         self.dropout = dropout
-
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        """Load a state dict, also one saved when each attention was one class (before 2026-11, engram at
-        265c8b3): the position's and the pattern's parameters sat on the attention itself (``attn.r_net.weight``,
-        ``attn.u``, ``attn.span_fraction``) and now sit on its ``position`` and ``pattern``; their names within
-        them are unchanged, so each such key moves to the one of the two that holds the name."""
-        for part in ("position", "pattern"):
-            for name in getattr(self, part).state_dict():
-                old, new = prefix + name, f"{prefix}{part}.{name}"
-                if old in state_dict and new not in state_dict:
-                    state_dict[new] = state_dict.pop(old)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def reach(self) -> int:
@@ -476,8 +435,7 @@ class MultiHeadAttention(HeadProjections):
 
     def episode_mask(self, mask: Tensor, clock: Tensor | None) -> Tensor:
         """The memory ``mask`` ``[B, T, K]`` narrowed to the pattern's layout in episode time for queries at times
-        ``clock`` ``[B, T]``, when it has one (``uses_episode_time``, :meth:`Pattern.episode_pattern`); a per-head
-        pattern ``[B, H, T, K]`` gives a per-head mask."""
+        ``clock`` ``[B, T]`` (``uses_episode_time``); a per-head pattern gives ``[B, H, T, K]``."""
         if not self.pattern.uses_episode_time:
             return mask
         if clock is None:
@@ -496,42 +454,53 @@ class MultiHeadAttention(HeadProjections):
         return self.pattern.aux_terms()
 
     def position_terms(self) -> Tensor | None:
-        """What the position scheme computes from its parameters once per pass (cached during rollouts)."""
+        """What the position scheme computes from its parameters once per pass (``W_kR R`` for Transformer-XL)."""
         return self.position.terms(self)
 
     def segment_qkv(self, h: Tensor, memory_kv: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
         """Queries of the segment ``h`` and keys and values of ``[memory; segment]``, ``[B, H, N, d_head]``."""
-        k_seg, v_seg = self.keys_values(h)
-        return self.queries(h), *join_memory(memory_kv, k_seg, v_seg)
+        return self.queries(h), *join_memory(memory_kv, *self.keys_values(h))
 
     def forward(self, h: Tensor, memory_kv: KeysValues, mask: Tensor,
-                position_terms: Tensor | None = None) -> tuple[Tensor, KeysValues]:
-        """Attend from the segment ``h`` ``[B, T, D]`` to ``[memory; segment]``.
+                position_terms: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Attend from the segment ``h`` ``[B, T, D]`` to ``[memory; segment]``: ``memory_kv`` holds the memory's
+        keys and values (``[B, H, M, d_head]`` each, or shared records), ``mask`` ``[B, T, K]`` (or ``[B, H, T, K]``)
+        is ``True`` where query ``i`` may see key ``j``, ``position_terms`` is :meth:`position_terms`. Returns the
+        output ``[B, T, D]`` and the keys and values of ``[memory; segment]`` ``[B, H, K, d_head]``."""
+        B, T, _ = h.shape
+        H, d = self.n_heads, self.d_head
+        if self.shared_qk:
+            q = self.q_net(h).view(B, T, H, d).transpose(1, 2)  # [B, H, T, d]
+            k_seg, v_seg = F.normalize(q, dim=-1), self._heads(self.kv_net(h))
+        else:  # W_q and W_kv in one product
+            qkv = F.linear(h, torch.cat([self.q_net.weight, self.kv_net.weight]))  # [B, T, 3 H d]
+            q, k_seg, v_seg = qkv.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)  # [B, H, T, d] each
+        k, v = join_memory(memory_kv, k_seg, v_seg)  # [B, H, K, d], K = M + T
+        mask = mask if mask.dim() == 4 else mask.unsqueeze(1)  # [B, 1 or H, T, K]
+        if not self.transformer_xl:
+            kernel = partial(attend, scale=self.scale, position=self.position, terms=position_terms,
+                             dropout=self.dropout if self.training else 0.0)
+            out = self.pattern.read(q, k, v, mask, kernel)  # [B, H, T, d]
+            return self.out_net(out.transpose(1, 2).reshape(B, T, H * d)), (k, v)
+        K = k.shape[2]
+        if position_terms is None:
+            raise ValueError("relative positions need their terms (W_kR R)")
+        r = position_terms  # W_kR R at distances max_distance, ..., 0: [H, max_distance + 1, d]
+        if r.shape[1] != K:  # distances K-1, ..., 0; beyond max_distance clamped (masked anyway)
+            r = r[:, (r.shape[1] - K + torch.arange(K, device=h.device)).clamp(min=0)]
+        ac = (q + self.position.u.unsqueeze(1)) @ k.transpose(-2, -1)  # (a) + (c): [B, H, T, K]
+        bd = (q + self.position.position_bias.unsqueeze(1)) @ r.transpose(-2, -1)  # (b) + (d): [B, H, T, K]
+        if T > 1:
+            bd = rel_shift(bd)  # column j: key j, at distance K - T + i - j from query i
+        scores = torch.where(mask, (ac + bd) * self.scale, float("-inf"))  # [B, H, T, K]
+        weights = scores.softmax(dim=-1)
+        if self.dropout and self.training:
+            weights = F.dropout(weights, self.dropout)
+        z = weights @ v  # [B, H, T, d]
+        return self.out_net(z.transpose(1, 2).reshape(B, T, H * d)), (k, v)
 
-        Args:
-            memory_kv: keys and values of the memory, ``[B, H, M, d_head]`` each, or its shared records.
-            mask: ``[B, T, M + T]`` bool, ``True`` where query ``i`` may see key ``j``, or ``[B, H, T, M + T]``
-                per head (a pattern with a per-head ``episode_pattern``).
-            position_terms: what :meth:`position_terms` returned.
 
-        Returns:
-            The output ``[B, T, D]`` and the keys and values of ``[memory; segment]``
-            ``[B, H, M + T, d_head]`` (a rollout step keeps their last ``M`` as its next cache).
-        """
-        q, k, v = self.segment_qkv(h, memory_kv)
-        heads_mask = mask if mask.dim() == 4 else mask.unsqueeze(1)
-        kernel = partial(attend, scale=self.scale, position=self.position, terms=position_terms,
-                         dropout=self.dropout if self.training else 0.0)
-        return self.merge(self.pattern.read(q, k, v, heads_mask, kernel)), (k, v)
-
-
-def attention_names() -> list[str]:
-    """The names :func:`make_attention` takes: every key pattern and memory kind, then each position scheme's name
-    (the full window with that position)."""
-    return [*ATTENTIONS, *(name for name in POSITIONS if name not in ATTENTIONS)]
-
-
-AttentionName = Annotated[str, OneOf(attention_names)]
+AttentionName = Annotated[str, OneOf(lambda: ATTENTIONS)]
 PositionName = Annotated[str | None, OneOf(lambda: POSITIONS, optional=True)]
 """a position scheme; ``None``: the attention's own (its ``default_position``)"""
 
@@ -539,17 +508,14 @@ PositionName = Annotated[str | None, OneOf(lambda: POSITIONS, optional=True)]
 def make_attention(attention: str, d_model: int, n_heads: int, d_head: int, *, max_distance: int,
                    dropout: float = 0.0, options: dict[str, Any] | None = None, position: str | None = None,
                    position_options: dict[str, Any] | None = None) -> MultiHeadAttention:
-    """The attention with key pattern (or memory kind) ``attention`` and position scheme ``position``. A
-    position scheme named as ``attention`` (the names of the flat layout: ``relative``, ``alibi``, ``shaw``,
-    ``distance-aware``, ``absolute``, ``none``) means the full window with that position and those options.
+    """The attention with key pattern (or memory kind) ``attention`` and position scheme ``position``.
 
     Raises:
         ValueError: an unknown name or option (the message lists the valid ones), or a pair that cannot combine.
     """
-    if attention in POSITIONS and attention not in ATTENTIONS and position is None:
-        # the flat layout registered each position scheme as an attention over the full window ("relative",
-        # "alibi", ...): the name and its options keep that meaning
-        attention, position, options, position_options = "full", attention, None, options
+    if attention in POSITIONS and attention not in ATTENTIONS:
+        raise ValueError(f"attention {attention!r} is a position scheme: set position={attention!r} (and its options "
+                         "in position_options) with a key pattern such as attention='full'")
     return MultiHeadAttention(d_model, n_heads, d_head, max_distance=max_distance, dropout=dropout,
                               attention=attention, position=position, attention_options=options,
                               position_options=position_options)

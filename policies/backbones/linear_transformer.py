@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from policies.backbone import Aux, MemoryBackbone
+from policies.backbone import MemoryBackbone, Sequence
 from policies.backbones.linear_attention import CausalLinearAttention, FeatureMap
 from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL, Gate, GateBias, TransformerXLBlock
 from policies.options import checked
@@ -68,8 +68,10 @@ class LinearTransformer(MemoryBackbone):
         y, carry = self._run(self.embed(x).unsqueeze(1), self._carry(state, valid), no_start)
         return y[:, 0], carry, {}
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+                         ) -> Sequence:
         valid = state["valid"]
         y, carry = self._run(self.embed(x.transpose(0, 1)), self._carry(state, valid),
                              as_bool(episode_starts).transpose(0, 1))
-        return y.transpose(0, 1), {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}, {}
+        after = {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}
+        return Sequence(y.transpose(0, 1), after, {})

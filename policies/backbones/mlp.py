@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from policies.backbone import Aux, MemoryBackbone
+from policies.backbone import MemoryBackbone, Sequence
 from policies.options import checked
 from policies.rules import Count
 from policies.window import State, as_bool, window_before
@@ -44,7 +44,8 @@ class FrameStack(MemoryBackbone):
     def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
         return self.net(self._features(x, state["memory"], valid)), x, {}
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+                         ) -> Sequence:
         T = x.shape[0]
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         records = x.transpose(0, 1)  # [B, T, D]
@@ -52,7 +53,7 @@ class FrameStack(MemoryBackbone):
         windows, valid = window_before(state["memory"], state["valid"], records, starts, steps)
         valid_now = valid[:, :T] & ~starts.unsqueeze(-1)  # apply each step's own episode start
         y = self.net(self._features(records, windows[:, :T], valid_now))
-        return y.transpose(0, 1), {"memory": windows[:, T], "valid": valid[:, T]}, {}
+        return Sequence(y.transpose(0, 1), {"memory": windows[:, T], "valid": valid[:, T]}, {})
 
 
 class MLPMemoryless(FrameStack):

@@ -7,7 +7,7 @@ from typing import Annotated
 import torch
 from torch import Tensor, nn
 
-from policies.backbone import Aux, MemoryBackbone
+from policies.backbone import MemoryBackbone, Sequence
 from policies.options import checked
 from policies.rules import Count, OneOf
 from policies.window import State, as_bool
@@ -48,7 +48,8 @@ class RecurrentMemory(MemoryBackbone):
         y, carry = self._run(x.unsqueeze(0), self._carry(state["memory"], valid))
         return y[0], carry.permute(2, 0, 1, 3), {}  # record: [B, n_carry, n_layers, H]
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+                         ) -> Sequence:
         starts = as_bool(episode_starts)
         T = x.shape[0]
         bounds = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), T]
@@ -60,4 +61,4 @@ class RecurrentMemory(MemoryBackbone):
             y, carry = self._run(x[begin:end], carry)
             outputs.append(y)
         record = carry.detach().permute(2, 0, 1, 3).unsqueeze(1)  # the carry after the last step
-        return torch.cat(outputs), {"memory": record, "valid": valid.new_ones(valid.shape)}, {}
+        return Sequence(torch.cat(outputs), {"memory": record, "valid": valid.new_ones(valid.shape)}, {})

@@ -18,7 +18,7 @@ from abc import abstractmethod
 import torch
 from torch import Tensor
 
-from policies.backbone import Aux, MemoryBackbone
+from policies.backbone import MemoryBackbone, Sequence
 from policies.window import State, as_bool
 
 
@@ -83,7 +83,8 @@ class CarryMemory(MemoryBackbone):
         y, carry = self._run(x.unsqueeze(0), self._carry(state, valid), no_start)
         return y[0], carry, {}
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+                         ) -> Sequence:
         valid = state["valid"]
         y, carry = self._run(x, self._carry(state, valid), as_bool(episode_starts))
-        return y, {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}, {}
+        return Sequence(y, {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}, {})

@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Callable
-from functools import partial
 from typing import Annotated, Any
 
 import torch
@@ -45,22 +44,11 @@ from policies.attention.layer import (
     SharedRecords,
     make_attention,
 )
-from policies.backbone import Aux, MemoryBackbone
+from policies.backbone import Aux, MemoryBackbone, Sequence
 from policies.options import Relation, checked
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
 from policies.rules import Count, CountOrNone, OneOf, OptionalMapping, Range
-from policies.window import (
-    State,
-    advance_window,
-    as_bool,
-    as_windows,
-    attention_mask,
-    episode_clock,
-    reset_window,
-    step_clock,
-    window_before,
-    windows,
-)
+from policies.window import State, as_bool, as_windows, attention_mask, episode_clock, window_before, windows
 
 
 # -- gates ------------------------------------------------------------------------------------------------------
@@ -206,6 +194,11 @@ HEADS_DIVIDE_D_MODEL = Relation(
 """each head is ``d_model / n_heads`` wide unless ``d_head`` sets its width"""
 
 
+def _dropout(p: float) -> nn.Module:
+    """Dropout with probability ``p``; none at all (no op in the step) when ``p`` is 0."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class PositionwiseFeedForward(nn.Module):
     """``f(x) = W_2 ReLU(W_1 x + b_1) + b_2``; its output has no activation of its own.
 
@@ -223,7 +216,7 @@ class PositionwiseFeedForward(nn.Module):
     def __init__(self, d_model: int, d_inner: int, dropout: float = 0.0, chunks: Count = 1) -> None:
         super().__init__()
         self.chunks = chunks
-        self.net = nn.Sequential(nn.Linear(d_model, d_inner), nn.ReLU(), nn.Dropout(dropout),
+        self.net = nn.Sequential(nn.Linear(d_model, d_inner), nn.ReLU(), _dropout(dropout),
                                  nn.Linear(d_inner, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -262,7 +255,7 @@ class TransformerXLBlock(nn.Module):
         self.ff_norm = nn.LayerNorm(d_model)
         self.attn_gate = make_gate(gate, d_model, gate_bias)
         self.ff_gate = make_gate(gate, d_model, gate_bias)
-        self.drop = nn.Dropout(dropout)
+        self.drop = _dropout(dropout)
 
     def memory_kv(self, memory: Tensor) -> KeysValues:
         """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
@@ -282,9 +275,9 @@ class TransformerXLBlock(nn.Module):
         arguments; returns the block's output and what the attention returns beside its own (the
         keys and values of ``[memory; segment]``, or the carry after the segment)."""
         if self.identity_map:
-            y, carried = self.attention_branch(h, *context)
-            stream = self.attn_gate(h, y)
-            out = self.ff_gate(stream, self.feedforward_branch(stream))
+            y, carried = self.attn(self.attn_norm(h), *context)
+            stream = self.attn_gate(h, self.drop(y).relu())
+            out = self.ff_gate(stream, self.drop(self.ff(self.ff_norm(stream))).relu())
         else:
             y, carried = self.attn(h, *context)
             stream = self.attn_norm(self.attn_gate(h, self.drop(y)))
@@ -293,63 +286,21 @@ class TransformerXLBlock(nn.Module):
 
 
 # -- the window transformer -------------------------------------------------------------------------------------
-class StepCache:
-    """The parameter fingerprint of ``modules`` and the position terms computed under it.
-
-    :meth:`stamp` changes whenever one of the modules' parameters or buffers is updated in place (optimizer steps,
-    ``load_state_dict``) or moved (``.to``). Covering whole modules means a new attention cannot forget to declare
-    what its caches depend on. Call :meth:`forget` when the module's tensors are replaced (``_apply``,
-    ``load_state_dict(assign=True)``): the tensors are walked once and then only read.
-    """
-
-    def __init__(self, modules: Callable[[], list[nn.Module]]) -> None:
-        self.modules = modules
-        self.tensors: list[Tensor] | None = None
-        self.terms: tuple[int, list[Tensor | None]] | None = None
-
-    def forget(self) -> None:
-        """Walk the modules' tensors again at the next :meth:`stamp`."""
-        self.tensors = None
-
-    def stamp(self) -> int:
-        """A fingerprint of every parameter and buffer of the modules (their storage and version counters)."""
-        if self.tensors is None:
-            self.tensors = [t for module in self.modules() for t in (*module.parameters(), *module.buffers())]
-        return hash(tuple((t.data_ptr(), t._version) for t in self.tensors)) & (2**62 - 1)
-
-    def position_terms(self, stamp: int, compute: Callable[[], list[Tensor | None]]) -> list[Tensor | None]:
-        """The position terms for steps. Without gradient (rollouts, ``predict``) they are cached and recomputed
-        only when ``stamp`` changes, as ordinary tensors even under ``torch.inference_mode``, so a later step with
-        gradient may read them; with gradient they are computed afresh, so it reaches the position parameters."""
-        if torch.is_grad_enabled():
-            return compute()
-        if self.terms is None or self.terms[0] != stamp:
-            with torch.inference_mode(False), torch.no_grad():
-                self.terms = (stamp, compute())
-        return self.terms[1]
+def _invalidate_after_load(module: WindowTransformer, keys: Any) -> None:
+    module.invalidate_caches()
 
 
 class WindowTransformer(MemoryBackbone):
     """Base of the Transformer memories: input projection, memory, masks and caches. A subclass defines the depth
     computation (:meth:`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
-    the block that reads each memory slot (:attr:`memory_blocks`); the rest is here, one named piece per job:
+    the block that reads each memory slot (:attr:`memory_blocks`).
 
-    - :meth:`_inputs`: the first depth's input, ``E x`` plus an encoding of episode time when asked for;
-    - :meth:`_mask`: the episode window's mask narrowed to the attention's pattern in episode time (the episode
-      clock itself is :func:`policies.window.episode_clock` for a segment, :func:`policies.window.step_clock`
-      for a step);
-    - :meth:`step`: a rollout step through the key/value caches of the state (:class:`StepCache` fingerprints the
-      parameters they were computed with and caches the position terms);
-    - :meth:`forward_outputs` and :meth:`forward_sequence`: a training segment (:meth:`_segment`), from windows
-      or from shared records.
-
-    The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each
-    of the last ``M`` steps) and ``valid`` ``[B, M]``; ``step`` adds ``cache_keys_<n>`` and
-    ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth ``n``, computed once from ``memory`` and
-    then rolled with it, plus ``cache_stamp`` ``[B]``, a fingerprint of the parameters the
-    caches were computed with; any update of those parameters invalidates them. With
-    ``episode_time`` or an attention laid out in episode time (``fixed``), the state also holds
-    ``clock`` ``[B]`` (:func:`policies.window.episode_clock`).
+    The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each of the last ``M``
+    steps), ``valid`` ``[B, M]`` and, with an episode clock, ``clock`` ``[B]``. :meth:`step` adds
+    ``cache_keys_<n>`` and ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth, rolled with the window, and
+    ``cache_generation`` ``[B]``, the :attr:`generation` of the parameters they were computed with. The learner
+    calls :meth:`invalidate_caches` after each optimiser step (loading a state dict does too), which drops the
+    position terms computed once per rollout and makes every state's caches stale.
     """
 
     @checked(HEADS_DIVIDE_D_MODEL)
@@ -367,7 +318,15 @@ class WindowTransformer(MemoryBackbone):
         self.max_episode_time = max_episode_time
         self.time_encoding = (None if episode_time == "none"
                               else ABSOLUTE_ENCODINGS[episode_time](d_model, max_episode_time))
-        self.step_cache = StepCache(self._distinct_blocks)
+        self.generation = 0
+        self._terms: list[Tensor | None] | None = None
+        self._terms_like: tuple[torch.device, torch.dtype] | None = None
+        self.register_load_state_dict_post_hook(_invalidate_after_load)
+
+    def invalidate_caches(self) -> None:
+        """Forget what was computed from the parameters: the position terms and every state's key/value caches."""
+        self.generation += 1
+        self._terms = None
 
     @property
     def keeps_clock(self) -> bool:
@@ -392,7 +351,9 @@ class WindowTransformer(MemoryBackbone):
             raise ValueError("this backbone encodes episode time (episode_time), but the state has no 'clock'; "
                              "build states with initial_state")
         times = clock.clamp(max=self.max_episode_time - 1)
-        return h + self.time_encoding(times.flatten()).view(*times.shape, -1).to(h.dtype)
+        encoded = (self.time_encoding(times) if times.dim() == 1  # a step's [B]; a segment's [B, T]
+                   else self.time_encoding(times.flatten()).view(*times.shape, -1))
+        return h + (encoded if encoded.dtype == h.dtype else encoded.to(h.dtype))
 
     depth_loss_coefs: dict[str, float] = {}
     """default coefficients of the losses the depth computation reports (ACT's ponder cost)"""
@@ -423,22 +384,24 @@ class WindowTransformer(MemoryBackbone):
         ``[B, T]``.
         """
 
-    # -- positions -------------------------------------------------------------------------
     def _position_terms(self) -> list[Tensor | None]:
-        """The position terms of every depth's attention (computed once per distinct block)."""
-        by_block: dict[int, Tensor | None] = {}
-        for block in self.memory_blocks:
-            if id(block) not in by_block:
-                by_block[id(block)] = block.attn.position_terms()
-        return [by_block[id(block)] for block in self.memory_blocks]
-
-    def _apply(self, fn: Any, recurse: bool = True) -> WindowTransformer:
-        self.step_cache.forget()  # .to, .double, ... replace the tensors
-        return super()._apply(fn, recurse)
-
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        self.step_cache.forget()  # load_state_dict(assign=True) replaces parameters
-        super()._load_from_state_dict(*args, **kwargs)
+        """The position terms of every depth's attention, computed once per distinct block. Without gradient
+        (rollouts, ``predict``) they are kept until :meth:`invalidate_caches`, as ordinary tensors even under
+        ``torch.inference_mode``, so a later pass with gradient may read them; with gradient they are computed
+        afresh, so the gradient reaches the position parameters."""
+        like = self.embed.weight
+        if self._terms_like != (like.device, like.dtype):  # moved or cast (.to): every cache is stale
+            self.invalidate_caches()
+            self._terms_like = (like.device, like.dtype)
+        grad = torch.is_grad_enabled()
+        if self._terms is not None and not grad:
+            return self._terms
+        with torch.inference_mode(False), torch.set_grad_enabled(grad):
+            by_block = {id(block): block.attn.position_terms() for block in self._distinct_blocks()}
+            terms = [by_block[id(block)] for block in self.memory_blocks]
+        if not grad:
+            self._terms = terms
+        return terms
 
     # -- the two execution paths -----------------------------------------------------------
     shares_records = True
@@ -446,24 +409,13 @@ class WindowTransformer(MemoryBackbone):
     record is then normalised and projected once (:meth:`_shared_memory_kv`) rather than once per window"""
 
     def segment_state(self, state: State) -> State:
-        """A stored state as :meth:`forward_outputs` takes it: shared records stay shared (:attr:`shares_records`)."""
+        """A stored state as :meth:`forward_sequence` takes it: shared records stay shared (:attr:`shares_records`)."""
         return state if self.shares_records else as_windows(state)
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, State, Aux]:
-        y, _, state_after, aux = self.forward_with_depths(x, state, episode_starts)
-        return y, state_after, aux
-
-    def forward_outputs(self, x: Tensor, state: State, episode_starts: Tensor) -> tuple[Tensor, Aux]:
-        y, _, aux = self._segment(x, state, episode_starts)
-        return y, aux
-
-    def forward_with_depths(self, x: Tensor, state: State, episode_starts: Tensor
-                            ) -> tuple[Tensor, Tensor, State, Aux]:
-        """:meth:`forward_sequence` plus the input of every depth ``[T, B, n_depth, D]`` (with gradient):
-        depth ``n + 1``'s input is depth ``n``'s output, which the language model's intermediate-layer
-        losses read (Al-Rfou et al. 2019)."""
+    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+                         ) -> Sequence:
         y, records, aux = self._segment(x, state, episode_starts)
-        return y, records, self._state_after(records, state, episode_starts), aux
+        return Sequence(y, self._state_after(records, state, episode_starts) if final_state else None, aux)
 
     def _segment(self, x: Tensor, state: State, episode_starts: Tensor,
                  depth: Callable[..., tuple[Tensor, Tensor, list[KeysValues], Aux]] | None = None
@@ -474,7 +426,8 @@ class WindowTransformer(MemoryBackbone):
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
         clock = episode_clock(state["clock"], starts) if "clock" in state else None  # [B, T]
-        mask = self._mask(state["valid"], starts, clock)  # [B, T, M + T]
+        mask = self.memory_blocks[0].attn.episode_mask(attention_mask(state["valid"], starts, self.memory_length),
+                                                      clock)  # [B, T, M + T], or per head [B, H, T, M + T]
         y, records, _, aux = (depth or self._depth)(self._inputs(x.transpose(0, 1), clock), memory_kv, mask,
                                                      self._position_terms())
         aux = {name: value.transpose(0, 1) for name, value in aux.items()}  # [T, B] like the output
@@ -509,46 +462,40 @@ class WindowTransformer(MemoryBackbone):
                 for keys, values in projected]
 
     def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
-        """One rollout step ``x`` ``[B, D_in]``, in the contract's three moves (:meth:`MemoryBackbone.step`): the
-        windows of envs whose episode starts are reset, the step attends to its window through the state's
-        key/value caches (:meth:`_caches`), and its record (the input of every depth) is pushed. The caches of the
-        next step are this step's keys and values of ``[memory; step]`` without the oldest slot."""
-        valid = reset_window(state["valid"], as_bool(episode_start))  # [B, M]
-        stamp = self.step_cache.stamp()
-        memory_kv = self._caches(state, stamp)  # per depth [B, H, M, d_head] twice
-        clock = step_clock(state["clock"], valid) if "clock" in state else None  # [B]
-        mask = self._mask(valid, valid.new_zeros(valid.shape[0], 1), None if clock is None else clock.view(-1, 1))
-        y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask,  # [B, 1, ...]
-                                               self.step_cache.position_terms(stamp, self._position_terms))
-        after = {**advance_window(state["memory"], valid, records[:, 0]),
-                 "cache_stamp": valid.new_full((valid.shape[0],), stamp, dtype=torch.long)}
+        """One rollout step ``x`` ``[B, D_in]``: the windows of envs whose episode starts are reset, the step
+        attends to its window through the state's key/value caches (rebuilt from ``memory`` when missing or
+        stale), and its record (the input of every depth) is pushed."""
+        starts = episode_start if episode_start.dtype == torch.bool else episode_start != 0
+        B, M = state["valid"].shape
+        terms = self._position_terms()
+        valid = state["valid"] & ~starts.view(B, 1)  # [B, M]: the window, reset at episode starts
+        keys = torch.cat([valid, valid.new_ones(B, 1)], dim=1)  # [B, M + 1]: the keys the step sees
+        clock = state.get("clock")
+        if clock is not None:  # 0 at an episode's first step (its window is empty)
+            clock = torch.where(valid.any(dim=1), clock, 0)
+        generation = state.get("cache_generation")
+        if generation is not None and bool((generation == self.generation).all()):
+            memory_kv = [(state[f"cache_keys_{n}"], state[f"cache_values_{n}"]) for n in range(self.record_shape[0])]
+        else:
+            with torch.no_grad():
+                memory_kv = self._memory_kv(state["memory"])  # per depth [B, H, M, d_head] twice
+        mask = keys.view(B, 1, 1, M + 1)  # [B, 1, T = 1, K]
+        attn = self.memory_blocks[0].attn
+        if attn.pattern.uses_episode_time:
+            mask = attn.episode_mask(keys.view(B, 1, M + 1), None if clock is None else clock.view(B, 1))
+        y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask, terms)
+        memory = state["memory"]
+        records = records if records.dtype == memory.dtype else records.to(memory.dtype)  # [B, 1, n_depth, D]
+        after = {"memory": torch.cat([memory[:, 1:], records], dim=1), "valid": keys[:, 1:],
+                 "cache_generation": keys.new_full((B,), self.generation, dtype=torch.long)}
         if clock is not None:
             after["clock"] = clock + 1
-        for n, (keys, values) in enumerate(window_kv):  # [B, H, M+1, d]: drop the oldest slot
-            after[f"cache_keys_{n}"], after[f"cache_values_{n}"] = keys[:, :, 1:], values[:, :, 1:]
+        for n, (k, v) in enumerate(window_kv):  # [B, H, M + 1, d]: drop the oldest slot
+            after[f"cache_keys_{n}"], after[f"cache_values_{n}"] = k[:, :, 1:], v[:, :, 1:]
         return y[:, 0], after
-
-    def _mask(self, valid: Tensor, starts: Tensor, clock: Tensor | None) -> Tensor:
-        """Which keys of ``[memory; segment]`` each query of a segment sees: the episode window
-        (:func:`policies.window.attention_mask`, from the memory's ``valid`` ``[B, M]`` and the segment's episode
-        ``starts`` ``[B, T]``), narrowed to the attention's pattern in episode time (at times ``clock`` ``[B, T]``;
-        every depth uses the backbone's one attention scheme). ``[B, T, M + T]``, or ``[B, H, T, M + T]`` per head."""
-        return self.memory_blocks[0].attn.episode_mask(attention_mask(valid, starts, self.memory_length), clock)
-
-    def _caches(self, state: State, stamp: int) -> list[KeysValues]:
-        """The state's key/value caches per depth, rebuilt from ``memory`` when missing or stale."""
-        cached = state.get("cache_stamp")
-        if cached is not None and bool((cached == stamp).all()):
-            return [(state[f"cache_keys_{n}"], state[f"cache_values_{n}"]) for n in range(self.record_shape[0])]
-        with torch.no_grad():
-            return self._memory_kv(state["memory"])
 
 
 # -- the stack --------------------------------------------------------------------------------------------------
-ExitRule = Callable[[int, Tensor], Tensor]
-"""``(n, h) → [B, T]`` bool: which positions stop after layer ``n``, given its output ``h`` ``[B, T, D]``"""
-
-
 class TransformerXL(WindowTransformer):
     """GTrXL by default: a stack of ``n_layers`` Transformer-XL blocks over an episode memory of
     ``memory_length`` steps; other ``layout`` and ``gate`` values give TrXL and TrXL-I.
@@ -592,34 +539,11 @@ class TransformerXL(WindowTransformer):
     def memory_blocks(self) -> list[TransformerXLBlock]:
         return list(self.layers)
 
-    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor, position_terms: list[Tensor | None],
-               exit_rule: ExitRule | None = None) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
-        records, window_kv, aux = [], [], {}
-        if exit_rule is not None:
-            exited = torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
-            aux["exit_depth"] = torch.full(h.shape[:2], len(self.layers), device=h.device)
-        for n, (layer, kv, terms) in enumerate(zip(self.layers, memory_kv, position_terms, strict=True)):
+    def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor, position_terms: list[Tensor | None]
+               ) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
+        records, window_kv = [], []
+        for layer, kv, terms in zip(self.layers, memory_kv, position_terms, strict=True):
             records.append(h)
-            out, layer_kv = layer(h, kv, mask, terms)
+            h, layer_kv = layer(h, kv, mask, terms)
             window_kv.append(layer_kv)
-            if exit_rule is None:
-                h = out
-                continue
-            h = torch.where(exited.unsqueeze(-1), h, out)  # an exited position's state is copied upwards
-            if n + 1 < len(self.layers):
-                leaving = ~exited & exit_rule(n, h)
-                aux["exit_depth"] = torch.where(leaving, n + 1, aux["exit_depth"])
-                exited = exited | leaving
-        return h, torch.stack(records, dim=2), window_kv, aux
-
-    def forward_with_exits(self, x: Tensor, state: State, episode_starts: Tensor,
-                           exit_rule: ExitRule) -> tuple[Tensor, State, Aux]:
-        """Depth-adaptive computation (Elbayad et al. 2020, "Depth-Adaptive Transformer", Sec. 2–3): after
-        layer ``n`` (all but the last), the positions where ``exit_rule(n, h)`` ``[B, T]`` holds for its
-        output ``h`` ``[B, T, D]`` stop. Their state is copied to every later layer, as the paper's copied
-        states: the layers above read it as that position's input, so later positions attend to it and the
-        window keeps it. Otherwise as :meth:`forward_sequence`; ``aux["exit_depth"]`` ``[T, B]`` gives the
-        layers each position ran (a position exits on its own state and on earlier positions' states only,
-        so a segment at once equals one position at a time)."""
-        y, records, aux = self._segment(x, state, episode_starts, partial(self._depth, exit_rule=exit_rule))
-        return y, self._state_after(records, state, episode_starts), aux
+        return h, torch.stack(records, dim=2), window_kv, {}

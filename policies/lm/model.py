@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from policies.backbone import Aux
+from policies.backbones.transformer_xl import TransformerXL, WindowTransformer
+from policies.lm.depths import forward_with_depths, forward_with_exits
 from policies.registry import BACKBONES, make_backbone
 from policies.window import State, strip_cache
 
@@ -91,9 +93,9 @@ class MemoryLanguageModel(nn.Module):
           of the next depth, through the shared head), averaged over layers (windowed Transformers).
         """
         inputs, input_starts = tokens[:-1], None if starts is None else starts[:-1]
-        if intermediate_weight > 0 and hasattr(self.backbone, "forward_with_depths"):
-            hidden, depths, state, aux = self.backbone.forward_with_depths(
-                *self._backbone_inputs(inputs, state, input_starts))
+        if intermediate_weight > 0 and isinstance(self.backbone, WindowTransformer):
+            hidden, depths, state, aux = forward_with_depths(self.backbone,
+                                                             *self._backbone_inputs(inputs, state, input_starts))
         else:
             hidden, state, aux = self.hidden_states(inputs, state, input_starts)
             depths = None
@@ -115,14 +117,14 @@ class MemoryLanguageModel(nn.Module):
         """:meth:`loss` with depth-adaptive exits (Elbayad et al. 2020, confidence thresholding): a position
         stops after the first layer whose prediction through the shared head gives its most probable token
         at least ``threshold``, and the top layer answers the rest
-        (:meth:`policies.backbones.transformer_xl.TransformerXL.forward_with_exits`; train the exits with
+        (:func:`policies.lm.depths.forward_with_exits`; train the exits with
         ``intermediate_weight``). Returns the mean next-token loss and the mean number of layers run, both
         over the ``scored`` targets, and the state after the segment.
 
         Raises:
             ValueError: a backbone without a stack of distinct layers (only ``trxl``, ``trxl-i`` and ``gtrxl`` exit).
         """
-        if not hasattr(self.backbone, "forward_with_exits"):
+        if not isinstance(self.backbone, TransformerXL):
             raise ValueError(f"early exits need a stack of distinct Transformer layers (trxl, trxl-i, gtrxl); "
                              f"the backbone is {type(self.backbone).__name__}")
 
@@ -130,8 +132,8 @@ class MemoryLanguageModel(nn.Module):
             return self.head(h).softmax(dim=-1).amax(dim=-1) >= threshold
 
         inputs, input_starts = tokens[:-1], None if starts is None else starts[:-1]
-        hidden, state, aux = self.backbone.forward_with_exits(*self._backbone_inputs(inputs, state, input_starts),
-                                                              confident)
+        hidden, state, aux = forward_with_exits(self.backbone, *self._backbone_inputs(inputs, state, input_starts),
+                                                confident)
         nats = F.cross_entropy(self.head(hidden).flatten(0, 1), tokens[1:].flatten(), reduction="none")
         layers = aux["exit_depth"].flatten().to(nats.dtype)
         return scored_mean(nats, scored), scored_mean(layers, scored), state

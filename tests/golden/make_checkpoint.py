@@ -19,8 +19,8 @@ from agents import MemoryPPO  # noqa: E402
 from envs import make_vec_env  # noqa: E402
 
 DATA = REPO / "tests" / "data"
-CHECKPOINT = DATA / "gtrxl_ppo_265c8b3.zip"
-EXPECTED = DATA / "gtrxl_ppo_265c8b3_outputs.pt"
+CHECKPOINT = DATA / "gtrxl_ppo_saved.zip"
+EXPECTED = DATA / "gtrxl_ppo_saved_outputs.pt"
 
 
 def main() -> None:

@@ -21,8 +21,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from policies import ATTENTIONS, BACKBONES, make_backbone  # noqa: E402
-from policies.registry import EARLIER_DEFAULTS  # noqa: E402
+from policies import ATTENTIONS, BACKBONES, POSITIONS, make_backbone  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden.pt")
 INPUT_DIM, N_ENVS, WARMUP, STEPS = 3, 2, 4, 10
@@ -32,24 +31,30 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gtrxl/episode_time=sinusoidal": ("gtrxl", {"episode_time": "sinusoidal"}),
     "gtrxl/episode_time=learned": ("gtrxl", {"episode_time": "learned"}),
     "gtrxl/episode_time=axial": ("gtrxl", {"episode_time": "axial"}),
-    "gtrxl/absolute:learned": ("gtrxl", {"attention": "absolute", "attention_options": {"encoding": "learned"}}),
-    "gtrxl/absolute:axial": ("gtrxl", {"attention": "absolute", "attention_options": {"encoding": "axial"}}),
+    "gtrxl/absolute:learned": ("gtrxl", {"attention": "full", "position": "absolute",
+                                         "position_options": {"encoding": "learned"}}),
+    "gtrxl/absolute:axial": ("gtrxl", {"attention": "full", "position": "absolute",
+                                       "position_options": {"encoding": "axial"}}),
     "gtrxl/compressive:conv": ("gtrxl", {"attention": "compressive",
                                          "attention_options": {"compression": "conv", "compression_rate": 2}}),
     "gtrxl/knn:top_k=2": ("gtrxl", {"attention": "knn", "attention_options": {"top_k": 2, "local_window": 2}}),
     "gtrxl/image-local:2d": ("gtrxl", {"attention": "image-local", "attention_options": {"width": 2}}),
     "ut-act/local": ("ut-act", {"attention": "local"}),
-    "trxl-rev/alibi": ("trxl-rev", {"attention": "alibi"}),
+    "trxl-rev/alibi": ("trxl-rev", {"attention": "full", "position": "alibi"}),
     "linear/favor": ("linear", {"feature_map": "favor"}),
 }
 
 
 def cases() -> dict[str, tuple[str, dict[str, Any]]]:
-    """Every case: name → (backbone, options beyond the tiny sizes)."""
+    """Every case: name → (backbone, options beyond the tiny sizes; the Transformer-XL family without an episode
+    clock unless a case names one)."""
     found = {name: (name, {}) for name in BACKBONES}
     found.update({f"gtrxl/{attention}": ("gtrxl", {"attention": attention}) for attention in ATTENTIONS})
+    found.update({f"gtrxl/{position}": ("gtrxl", {"attention": "full", "position": position})
+                  for position in POSITIONS if position not in ATTENTIONS})
     found.update(VARIANTS)
-    return found
+    return {name: (backbone, {"episode_time": "none", **options} if backbone in ("trxl", "trxl-i", "gtrxl")
+                   else options) for name, (backbone, options) in found.items()}
 
 
 def build(backbone: str, options: dict[str, Any]) -> torch.nn.Module:
@@ -57,8 +62,7 @@ def build(backbone: str, options: dict[str, Any]) -> torch.nn.Module:
     valid = BACKBONES[backbone].options()
     torch.manual_seed(0)
     sizes = {k: v for k, v in SIZES.items() if k in valid}
-    # recorded at 265c8b3, so with the defaults of then where they have changed since (no episode clock)
-    return make_backbone(backbone, INPUT_DIM, **{**sizes, **EARLIER_DEFAULTS.get(backbone, {}), **options})
+    return make_backbone(backbone, INPUT_DIM, **{**sizes, **options})
 
 
 def inputs() -> dict[str, torch.Tensor]:

@@ -1,0 +1,73 @@
+"""Learning-curve figures, shared by the study report (:mod:`experiments.studies.report`) and ``train_rl.py plot``.
+
+A figure shows groups of runs (by backbone, env, ...): each run's evaluation curve as a thin line
+(dashed and ending in a cross for a run that diverged or failed), and per group the mean over its
+finished runs with a pointwise 95 % bootstrap band (:func:`experiments.studies.stats.curve_band`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from experiments.atomic import save_figure
+from experiments.studies import stats
+from experiments.studies.runs import FINISHED, UNSUCCESSFUL, Run
+
+
+def group_colors(names: Sequence[str]) -> dict[str, Any]:
+    """One tab10 colour per name, in order."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10"]
+    return {name: palette(i % 10) for i, name in enumerate(names)}
+
+
+def score_name(success: bool, stochastic: bool = False) -> str:
+    """The y-axis label: success rate or mean return, of the stochastic policy where asked."""
+    return ("success rate" if success else "mean return") + (" (stochastic policy)" if stochastic else "")
+
+
+def plot_curves(groups: Mapping[str, Sequence[Run]], success: bool, title: str, path: Path, reps: int, seed: int,
+                stochastic: bool = False) -> None:
+    """Each group's mean learning curve over its finished runs with a bootstrap band; every run as a thin line.
+
+    ``success``: plot success rates (else mean returns); ``stochastic``: the sampling policy's evaluations.
+    The mean is taken at the evaluation steps that all finished runs of a group share.
+    """
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = figure.subplots()
+    colors = group_colors(list(groups))
+    for name, runs in groups.items():
+        color = colors[name]
+        finished = []
+        for run in runs:
+            steps, values = run.curve(success, stochastic)
+            if not steps.size:
+                continue
+            failed = run.state() in UNSUCCESSFUL
+            ax.plot(steps, values, color=color, lw=0.8, alpha=0.35, ls="--" if failed else "-")
+            if failed:
+                ax.plot(steps[-1:], values[-1:], "x", color=color, ms=6)
+            elif run.state() == FINISHED:
+                finished.append((steps, values))
+        if not finished:
+            continue
+        common = finished[0][0]
+        for steps, _ in finished[1:]:
+            common = np.intersect1d(common, steps)
+        if not common.size:
+            continue
+        curves = np.stack([values[np.isin(steps, common)] for steps, values in finished])
+        mean, low, high = stats.curve_band(curves, reps, seed)
+        ax.plot(common, mean, color=color, lw=2, label=f"{name} ({len(finished)} runs)")
+        ax.fill_between(common, low, high, color=color, alpha=0.2, lw=0)
+    ax.set(xlabel="environment steps", ylabel=score_name(success, stochastic), title=title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+    save_figure(figure, path)

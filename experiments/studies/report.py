@@ -1,0 +1,588 @@
+"""The report of a seed study, from the run directories on disk alone (any launcher, any moment).
+
+``build_report(study_dir)`` writes ``report.md`` and PNG figures next to it:
+
+- per task, learning curves per backbone (mean over finished runs with a 95 % bootstrap band,
+  each seed as a thin line, runs that diverged or failed dashed) — ``curves_<task>.png``;
+- per task (and over all tasks when they share a [0, 1] success score), final scores: mean, std,
+  median and IQM with 95 % stratified bootstrap CIs, every run's score, and the probability of
+  improvement between each pair of backbones — ``scores_<task>.png``, ``improvement_<task>.png``;
+- per task, reliability: share of runs that solve the task, runs that solved it and then lost it (an evaluation
+  at or above the threshold, the final one below), runs that diverged or failed, and the dispersion (IQR) and risk
+  (CVaR of the worst 25 %) of the final scores (Chan et al. 2020);
+- per task, the final and best (POPGym's MMER) deterministic evaluations of every finished run, with the
+  normalised score (:mod:`experiments.studies.suite_scores`: ``0.5·R + 0.5`` for POPGym, the success rate where a task
+  reports one);
+- over the suite of tasks that have a normalised score (of a partial study, those every compared backbone has
+  finished a run on): the normalised MMER per task and backbone, its IQM, mean and median per backbone with
+  95 % stratified bootstrap CIs, and P(X > Y), GTrXL against each other backbone first —
+  ``scores_suite.png``, ``improvement_suite.png``.
+
+The score of a run is its final evaluation's success rate where the task reports success, else
+its final mean return (the final model's, ``model.zip``; never ``best_model.zip``'s); a run that diverged or
+failed is scored by its last evaluation before it stopped (left out of the scores when it has none) and never
+counts as solved. Each run's outcome (:func:`outcome`) and best evaluation are listed beside its final score. See
+:mod:`experiments.studies.stats` for the definitions.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from experiments.atomic import save_figure, write_atomic
+from experiments.config import DEFAULT_REPS
+from experiments.studies import stats
+from experiments.studies.plotting import group_colors, plot_curves
+from experiments.studies.runs import (
+    DIVERGED,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    NEW,
+    UNSUCCESSFUL,
+    Run,
+    find_runs,
+    read_study_record,
+    slug,
+    task_label,
+)
+from experiments.studies.suite_scores import (
+    RunScores,
+    Suite,
+    normalisation_name,
+    normalised_score,
+    run_scores,
+    suite_matrices,
+)
+
+STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
+SOLVED, SOLVED_THEN_LOST, NOT_SOLVED = "solved", "solved, then lost", "not solved"
+"""the outcomes of a finished run (:func:`outcome`); a run that is not finished has its state's name"""
+REFERENCE_BACKBONE = "gtrxl"
+"""the backbone whose P(X > Y) against each other one the suite section states first"""
+
+
+@dataclass
+class ScoreStats:
+    """Final-score statistics of one task, or of all tasks together."""
+
+    scores: dict[str, np.ndarray]
+    """backbone → ``(runs × tasks)`` final scores"""
+    estimates: dict[str, dict[str, stats.Estimate]]
+    improvement: dict[tuple[str, str], stats.Estimate]
+
+    @classmethod
+    def compute(cls, scores: dict[str, np.ndarray], reps: int, seed: int) -> ScoreStats:
+        scores = {k: v for k, v in scores.items() if v.size}
+        return cls(scores, stats.aggregate_estimates(scores, reps, seed) if scores else {},
+                   stats.improvement_probabilities(scores, reps, seed))
+
+
+@dataclass
+class Reliability:
+    """Reliability of one backbone on one task (Chan et al. 2020)."""
+
+    runs: int
+    finished: int
+    diverged: int
+    failed: int
+    solved: int
+    solved_then_lost: int
+    """finished runs that reached the threshold at an evaluation and ended below it (:func:`outcome`)"""
+    iqr: float
+    cvar: float
+    worst: float
+    lowest_after_solving: float | None
+    """the lowest evaluation of any run after its first one at ≥ the threshold (collapse after solving)"""
+    lowest_after_solving_stochastic: float | None
+    """the same for the stochastic policy's evaluations (``None`` too where runs predate them)"""
+
+    @property
+    def with_result(self) -> int:
+        return self.finished + self.diverged + self.failed
+
+
+@dataclass
+class Task:
+    """Everything the report says about one task (an environment with its keyword arguments)."""
+
+    label: str
+    env: str
+    success: bool
+    """scored by success rate (else by mean return)"""
+    threshold: float
+    runs: dict[str, list[Run]]
+    """backbone → its runs"""
+    stats: ScoreStats
+    reliability: dict[str, Reliability]
+    finished: dict[str, list[RunScores]]
+    """backbone → the final and best evaluations of its finished runs, by seed"""
+
+    @property
+    def slug(self) -> str:
+        return slug(self.label)
+
+    @property
+    def score_name(self) -> str:
+        return "success rate" if self.success else "mean return"
+
+
+def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
+    values = [s for s in (run.score(success) for run in runs) if s is not None]
+    return np.asarray(values, dtype=np.float64).reshape(-1, 1)
+
+
+def outcome(run: Run, success: bool, threshold: float) -> str:
+    """What became of a run: :data:`SOLVED` (finished, its final score ≥ ``threshold``), :data:`SOLVED_THEN_LOST`
+    (finished below it after an evaluation of ``evaluations.csv`` at or above it), :data:`NOT_SOLVED`, or, for a run
+    that is not finished, its state (``diverged``, ``failed``, ``unfinished``, ``pending``)."""
+    state = run.state()
+    if state != FINISHED:
+        return STATE_NAMES.get(state, state)
+    score = run.score(success)
+    if score is not None and score >= threshold:
+        return SOLVED
+    _, values = run.curve(success)
+    return SOLVED_THEN_LOST if bool(np.any(values >= threshold)) else NOT_SOLVED
+
+
+def best_score(run: Run, success: bool) -> float | None:
+    """The run's best deterministic evaluation (success rate or mean return), its final one included; ``None``
+    when it has none."""
+    _, values = run.curve(success)
+    final = run.score(success) if run.state() == FINISHED else None
+    finite = [float(v) for v in values if np.isfinite(v)] + ([final] if final is not None else [])
+    return max(finite, default=None)
+
+
+def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
+    """Outcomes (:func:`outcome`), runs solved (finished runs scoring ≥ ``threshold``) and dispersion of one group
+    of runs."""
+    states = [run.state() for run in runs]
+    scores = _score_matrix(runs, success).ravel()
+    outcomes = [outcome(run, success, threshold) for run in runs]
+    has_scores = scores.size > 0
+    return Reliability(
+        runs=len(runs), finished=states.count(FINISHED), diverged=states.count(DIVERGED), failed=states.count(FAILED),
+        solved=outcomes.count(SOLVED), solved_then_lost=outcomes.count(SOLVED_THEN_LOST),
+        iqr=stats.iqr(scores) if has_scores else float("nan"),
+        cvar=stats.cvar(scores) if has_scores else float("nan"),
+        worst=float(scores.min()) if has_scores else float("nan"),
+        lowest_after_solving=_lowest_after_solving(runs, success, threshold, stochastic=False),
+        lowest_after_solving_stochastic=_lowest_after_solving(runs, success, threshold, stochastic=True))
+
+
+def _lowest_after_solving(runs: list[Run], success: bool, threshold: float, stochastic: bool) -> float | None:
+    lows = (run.lowest_after_solving(success, threshold, stochastic) for run in runs)
+    return min((low for low in lows if low is not None), default=None)
+
+
+@dataclass
+class Study:
+    """A study directory's runs, grouped by task and backbone, with its statistics."""
+
+    directory: Path
+    record: dict[str, Any]
+    """``study.yaml`` (empty for a plain directory of runs)"""
+    runs: list[Run]
+    tasks: list[Task]
+    overall: ScoreStats | None
+    suite: Suite | None
+    """the tasks with a normalised score (``None`` unless there are several tasks and one has it)"""
+    suite_stats: ScoreStats | None
+    """the suite's normalised MMER statistics (``None`` while no task can be compared)"""
+    reps: int
+
+    @classmethod
+    def analyse(cls, directory: Path, reps: int = DEFAULT_REPS, threshold: float | None = None,
+                seed: int = 0, envs: list[str] | None = None) -> Study:
+        """Read every run below ``directory`` and compute the statistics. ``threshold`` (the score
+        that counts as solving a task) defaults to the runs' ``success_threshold``; ``envs``, shell
+        patterns of env ids (``popgym-*``), keeps the runs of the envs that match one."""
+        directory = Path(directory)
+        record = read_study_record(directory)
+        runs = _readable(_ordered_runs(directory, record.get("runs", [])))
+        if envs:
+            runs = [run for run in runs if any(fnmatch.fnmatchcase(str(run.config.get("env")), p) for p in envs)]
+        label = _backbone_labeller(runs)
+        grouped: dict[str, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+        for run in runs:
+            grouped[task_label(run.config)][label(run)].append(run)
+        tasks = []
+        for name, by_backbone in grouped.items():
+            members = [run for group in by_backbone.values() for run in group]
+            with_data = [run for run in members if run.summary is not None or run.evaluations]
+            success = bool(with_data) and all(run.has_success() for run in with_data)
+            task_threshold = threshold if threshold is not None else float(members[0].config.get(
+                "success_threshold", 0.9))
+            scores = {backbone: _score_matrix(group, success) for backbone, group in by_backbone.items()}
+            finished = {b: sorted((s for s in map(run_scores, g) if s is not None), key=lambda s: s.seed)
+                        for b, g in by_backbone.items()}
+            tasks.append(Task(name, str(members[0].config.get("env", "?")), success, task_threshold,
+                              dict(by_backbone), ScoreStats.compute(scores, reps, seed),
+                              {b: reliability(g, success, task_threshold) for b, g in by_backbone.items()}, finished))
+        suite = _suite(tasks)
+        suite_stats = ScoreStats.compute(suite.scores, reps, seed) if suite is not None and suite.tasks else None
+        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, reps)
+
+
+def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
+    """The runs in ``study.yaml``'s order (the grid's), then any other run directory found."""
+    found = {run.directory.relative_to(directory).as_posix(): run for run in find_runs(directory)}
+    order = [name for name in listed if name in found] + [name for name in found if name not in listed]
+    return [found[name] for name in order]
+
+
+def _readable(runs: list[Run]) -> list[Run]:
+    """The runs a report can read; every other one is named on stderr and skipped."""
+    problems = {run.directory: run.problem() for run in runs}
+    for directory, problem in problems.items():
+        if problem is not None:
+            print(f"report: skipping run {str(directory)!r}: {problem}", file=sys.stderr)
+    return [run for run in runs if problems[run.directory] is None]
+
+
+def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
+    """Label runs by backbone, or by algorithm and backbone when the study has several algorithms."""
+    several_algos = len({run.config.get("algo") for run in runs}) > 1
+    return lambda run: (f"{run.config.get('algo')}-{run.config.get('backbone')}" if several_algos
+                        else str(run.config.get("backbone")))
+
+
+def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
+    """All tasks together: only when there are several, every one scored by success rate (on the
+    same [0, 1] scale) and every backbone has as many scored runs on each (rliable's matrices)."""
+    if len(tasks) < 2 or not all(task.success for task in tasks):
+        return None
+    backbones = [b for b in tasks[0].stats.scores if all(b in t.stats.scores for t in tasks)]
+    matrices = {}
+    for backbone in backbones:
+        columns = [task.stats.scores[backbone][:, 0] for task in tasks]
+        if len({c.size for c in columns}) != 1:
+            return None
+        matrices[backbone] = np.stack(columns, axis=1)
+    return ScoreStats.compute(matrices, reps, seed) if matrices else None
+
+
+def _suite(tasks: list[Task]) -> Suite | None:
+    """The suite of the tasks with a normalised score, when there are several tasks and one has it."""
+    if len(tasks) < 2 or not any(normalisation_name(task.env, task.success) for task in tasks):
+        return None
+    return suite_matrices({
+        task.label: {b: [(s.seed, s.normalised(task.env)) for s in runs] for b, runs in task.finished.items()}
+        if normalisation_name(task.env, task.success) else None for task in tasks})
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+
+
+def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path) -> None:
+    """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run;
+    ``score_name`` says which score (``final success rate``)."""
+    names = list(score_stats.scores)
+    colors = group_colors(names)
+    figure = Figure(figsize=(12, 0.5 * len(names) + 1.8), layout="constrained")
+    axes = figure.subplots(1, 4, sharey=True)
+    rows = np.arange(len(names))
+    for ax, aggregate in zip(axes, stats.AGGREGATES, strict=False):
+        for row, name in zip(rows, names, strict=True):
+            estimate = score_stats.estimates[name][aggregate]
+            ax.barh(row, estimate.high - estimate.low, left=estimate.low, height=0.6, color=colors[name], alpha=0.6)
+            ax.vlines(estimate.value, row - 0.3, row + 0.3, color="k", lw=1.5)
+        ax.set_title(aggregate.upper() if aggregate == "iqm" else aggregate.capitalize())
+    rng = np.random.default_rng(0)
+    for row, name in zip(rows, names, strict=True):
+        values = score_stats.scores[name].ravel()
+        axes[3].scatter(values, row + rng.uniform(-0.2, 0.2, values.size), s=14, color=colors[name])
+    axes[3].set_title("every run")
+    axes[0].set_yticks(rows, names)
+    axes[0].invert_yaxis()
+    everything = np.concatenate([*(m.ravel() for m in score_stats.scores.values()),
+                                 *([e.low, e.high] for b in score_stats.estimates.values() for e in b.values())])
+    low, high = everything.min(), everything.max()
+    margin = 0.05 * (high - low) or 0.05
+    for ax in axes:
+        ax.set_xlim(low - margin, high + margin)
+        ax.set_xlabel(score_name)
+        ax.grid(axis="x", alpha=0.3)
+    figure.suptitle(f"{title}: {score_name}, 95 % stratified bootstrap CIs")
+    save_figure(figure, path)
+
+
+def plot_improvement(title: str, score_stats: ScoreStats, path: Path) -> None:
+    """P(row > column) for every pair of backbones."""
+    names = list(score_stats.scores)
+    matrix = np.full((len(names), len(names)), np.nan)
+    for (x, y), estimate in score_stats.improvement.items():
+        matrix[names.index(x), names.index(y)] = estimate.value
+    figure = Figure(figsize=(1.1 * len(names) + 2.5, 0.9 * len(names) + 1.5), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(matrix, cmap="RdBu", vmin=0, vmax=1)
+    for (i, j), value in np.ndenumerate(matrix):
+        if np.isfinite(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9,
+                    color="white" if abs(value - 0.5) > 0.3 else "black")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set(xlabel="Y", ylabel="X", title=f"{title}: P(X > Y)")
+    figure.colorbar(image, ax=ax, fraction=0.046)
+    save_figure(figure, path)
+
+
+# --------------------------------------------------------------------------------------------
+# markdown
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _format_number(value: float) -> str:
+    return "–" if not np.isfinite(value) else f"{value:.3f}"
+
+
+def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: str, directory: Path) -> list[str]:
+    """Score table, P(improvement) table and their figures; ``score_name`` says which score (``final success
+    rate``)."""
+    if not score_stats.scores:
+        return ["No run has a score yet.", ""]
+    plot_scores(title, score_stats, score_name, directory / f"scores_{key}.png")
+    rows = []
+    for name, matrix in score_stats.scores.items():
+        estimate = score_stats.estimates[name]
+        runs = matrix.shape[0] if matrix.shape[1] == 1 else f"{matrix.shape[0]} × {matrix.shape[1]} tasks"
+        rows.append([name, runs, estimate["mean"], _format_number(float(np.std(matrix))), estimate["median"],
+                     estimate["iqm"]])
+    lines = [f"{score_name[0].upper()}{score_name[1:]}: point estimate [95 % CI].", "",
+             *_table(["backbone", "runs", "mean", "std", "median", "IQM"], rows), "",
+             f"![{score_name}](scores_{key}.png)", ""]
+    if score_stats.improvement:
+        plot_improvement(title, score_stats, directory / f"improvement_{key}.png")
+        names = list(score_stats.scores)
+        matrix = [[x, *("–" if x == y else score_stats.improvement[x, y] for y in names)] for x in names]
+        lines += ["Probability of improvement P(row > column) [95 % CI]:", "",
+                  *_table(["X \\ Y", *names], matrix), "", f"![probability of improvement](improvement_{key}.png)", ""]
+    return lines
+
+
+def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str]:
+    plot_curves(task.runs, task.success, task.label, directory / f"curves_{task.slug}.png", reps, seed)
+    lines = [f"## {task.label}", "", f"Score: final **{task.score_name}**.", "",
+             f"![learning curves](curves_{task.slug}.png)", "", "### Final scores", "",
+             *_score_section(task.label, task.slug, task.stats, f"final {task.score_name}", directory),
+             *_evaluations_section(task), "### Reliability", ""]
+    rows = []
+    for backbone, rel in task.reliability.items():
+        share = f"{rel.solved}/{rel.with_result}"
+        if rel.with_result:
+            share += f" ({rel.solved / rel.with_result:.0%})"
+        rows.append([backbone, rel.runs, rel.finished, share, rel.solved_then_lost, rel.diverged, rel.failed,
+                     rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst)),
+                     *("–" if low is None else _format_number(low)
+                       for low in (rel.lowest_after_solving, rel.lowest_after_solving_stochastic))])
+    lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "solved, then lost",
+                     "diverged", "failed", "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
+                     "lowest after solving, stochastic policy"], rows)
+    return [*lines, ""]
+
+
+def _mean_std(values: list[float]) -> str:
+    """``mean ± std`` (the standard deviation over seeds, ``ddof=0`` as everywhere in the report)."""
+    return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
+
+
+def _seed_values(scores: list[RunScores], value: Callable[[RunScores], float | None]) -> str:
+    """``mean ± std (seed: value, ...)`` over the finished runs; – when none has a value."""
+    values = {s.seed: v for s in scores if (v := value(s)) is not None}
+    if not values:
+        return "–"
+    seeds = ", ".join(f"{seed}: {_format_number(v)}" for seed, v in values.items())
+    return f"{_mean_std(list(values.values()))} ({seeds})"
+
+
+def _runs_in(task: Task, backbone: str) -> str:
+    """``finished/runs`` of one backbone on one task."""
+    return f"{len(task.finished.get(backbone, []))}/{len(task.runs.get(backbone, []))}"
+
+
+def _evaluations_section(task: Task) -> list[str]:
+    """Final and best (MMER) deterministic evaluations of the finished runs, normalised where the task has it."""
+    normalisation = normalisation_name(task.env, task.success)
+    columns: dict[str, Callable[[RunScores], float | None]] = {"final return": lambda s: s.final_return}
+    if normalisation is not None and not task.success:  # POPGym: each return with its normalised score beside it
+        columns["final, normalised"] = lambda s: normalised_score(task.env, s.final_return, s.final_success)
+    columns["best return (MMER)"] = lambda s: s.best_return
+    if task.success:
+        columns |= {"final success rate": lambda s: s.final_success, "best success rate": lambda s: s.best_success}
+    elif normalisation is not None:
+        columns[f"normalised MMER ({normalisation})"] = lambda s: s.normalised(task.env)
+    rows = [[backbone, _runs_in(task, backbone), *(_seed_values(task.finished[backbone], column)
+                                                   for column in columns.values())] for backbone in task.runs]
+    note = "" if normalisation is None else f" The suite aggregates the task's normalised score: {normalisation}."
+    return ["### Final and best evaluations", "",
+            "Finished runs only: mean ± std over seeds (each seed's value in brackets); best is the highest of the "
+            "run's deterministic evaluations, the final one included (POPGym's MMER)." + note, "",
+            *_table(["backbone", "finished", *columns], rows), ""]
+
+
+def _suite_section(study: Study, directory: Path) -> list[str]:
+    """The normalised MMER of every task and backbone, the tasks left out, and the suite's aggregates."""
+    suite = study.suite
+    assert suite is not None
+    backbones = list(dict.fromkeys(b for task in study.tasks for b in task.runs))
+    rows = []
+    for task in study.tasks:
+        cells = [_mean_std_cell(task, b) if b in task.runs else "–" for b in backbones]
+        rows.append([task.label, *cells, "yes" if task.label in suite.tasks else f"no: {suite.left_out[task.label]}"])
+    lines = ["## Suite: normalised MMER", "",
+             "Each finished run's best deterministic evaluation (MMER), normalised to [0, 1]: 0.5·R + 0.5 for a "
+             "POPGym task (returns in [-1, 1]), as in the POPGym paper (Morad et al. 2023); the best success rate "
+             "for a task that reports one (MiniGrid Memory, T-Maze): its return, though in [0, 1], stays below 1 for "
+             "a perfect agent by a step penalty that depends on the maze, while the success rate is the share of "
+             "episodes solved. Tasks with neither are left out. The MMER, a maximum over noisy evaluations, is biased "
+             "upwards (as POPGym's is): each task's table gives the final evaluation beside it. Per task: mean ± std "
+             "over finished seeds (finished/runs).", "",
+             *_table(["task", *backbones, "in the aggregate"], rows), ""]
+    if suite.not_compared:
+        lines += [f"Not compared (no finished run yet on a task with a normalised score): "
+                  f"{', '.join(suite.not_compared)}.", ""]
+    lines += _unscored_lines(study)
+    if study.suite_stats is None:
+        return [*lines, "No task has a finished run of every compared backbone yet: no aggregate.", ""]
+    lines += [f"Aggregates over {len(suite.tasks)} of {len(study.tasks)} tasks, every (task, seed) score of a "
+              "backbone pooled; the bootstrap resamples seeds within each task. A backbone's matrix holds the same "
+              "number of runs on every task (its lowest seeds), as rliable's stratified bootstrap needs."
+              + "".join(f" {b}: {n} finished {'run' if n == 1 else 'runs'} left out to balance."
+                        for b, n in suite.unbalanced.items()), "",
+              *_score_section("suite", "suite", study.suite_stats, "normalised MMER", directory)]
+    reference = [(y, estimate) for (x, y), estimate in study.suite_stats.improvement.items()
+                 if x == REFERENCE_BACKBONE]
+    if reference:
+        lines += [*(f"- P({REFERENCE_BACKBONE} > {y}) = {estimate}" for y, estimate in reference), ""]
+    return lines
+
+
+def _mean_std_cell(task: Task, backbone: str) -> str:
+    """``mean ± std (finished/runs)`` of the normalised MMER of one backbone's finished runs on one task."""
+    values = [v for s in task.finished[backbone] if (v := s.normalised(task.env)) is not None]
+    return (f"{_mean_std(values)} " if values else "") + f"({_runs_in(task, backbone)})"
+
+
+def _unscored_lines(study: Study) -> list[str]:
+    """The runs that are not finished, by state (listed, never scored)."""
+    by_state: dict[str, list[str]] = {state: [] for state in (*UNSUCCESSFUL, INTERRUPTED, NEW)}
+    for run in study.runs:
+        state = run.state()
+        if state != FINISHED:
+            by_state[state].append(run.directory.relative_to(study.directory).as_posix())
+    listed = [f"{STATE_NAMES.get(state, state)} ({len(names)}): {', '.join(names)}"
+              for state, names in by_state.items() if names]
+    return ["Not scored (not finished): " + "; ".join(listed) + ".", ""] if listed else []
+
+
+def retries(run: Run) -> int:
+    """Times the run was retried after its worker or node was lost (``status.json``, written by a study)."""
+    return int((run.status or {}).get("retries", 0))
+
+
+def _runs_section(study: Study) -> list[str]:
+    rows = []
+    for run in study.runs:
+        summary = run.summary or {}
+        task = next(task for task in study.tasks if task.label == task_label(run.config))
+        score, best = run.score(task.success), best_score(run, task.success)
+        state = run.state()
+        rows.append([run.directory.relative_to(study.directory).as_posix(), STATE_NAMES.get(state, state),
+                     run.timesteps(), retries(run), "–" if score is None else f"{score:.3f}",
+                     "–" if best is None else f"{best:.3f}",
+                     outcome(run, task.success, task.threshold) if state == FINISHED else "–",
+                     summary.get("wall_seconds", "–"), summary.get("steps_per_second", "–"),
+                     run.error().splitlines()[0][:100] if run.error() else ""])
+    header = ["run", "state", "steps", "retries", "score", "best", "outcome", "wall s", "steps/s", "message"]
+    legend = ("Score: the final evaluation (of model.zip); best: the highest deterministic evaluation, the final one "
+              "included; outcome of a finished run: solved, solved, then lost, or not solved.")
+    return ["## Runs", "", legend, "", *_table(header, rows), ""]
+
+
+def _retries_sentence(runs: list[Run]) -> str:
+    """`` N retries of M runs after a lost worker or node.`` (empty when none was retried)."""
+    counts = [retries(run) for run in runs if retries(run)]
+    if not counts:
+        return ""
+    return (f" {sum(counts)} {'retry' if sum(counts) == 1 else 'retries'} of {len(counts)} "
+            f"{'run' if len(counts) == 1 else 'runs'} after a lost worker or node (see the Runs table).")
+
+
+def render(study: Study, directory: Path, seed: int = 0) -> str:
+    """The markdown of ``report.md``; writes the figures into ``directory``."""
+    states = [run.state() for run in study.runs]
+    counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
+    name = study.record.get("name", study.directory.name)
+    lines = [f"# Seed study: {name}", "",
+             f"{len(study.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + "."
+             + _retries_sentence(study.runs), ""]
+    commands = study.record.get("commands", [])
+    if commands:
+        lines += ["Produced by:", "", "```",
+                  *dict.fromkeys(entry["command"] for entry in commands), "```", ""]
+    lines += [
+        "Scores are each run's final evaluation (success rate where the task reports success, else mean return), "
+        "the final model's (model.zip), not the best evaluation's (best_model.zip); a run that diverged or failed is "
+        "scored by its last evaluation before it stopped and never counts as solved. A finished run that reached the "
+        "threshold at an evaluation and ended below it is \"solved, then lost\": it counts among the runs not "
+        "solved, and each run's best evaluation is listed beside its final one (Runs). "
+        "Intervals are 95 % percentile CIs of a stratified bootstrap over runs "
+        f"({study.reps} resamples; Agarwal et al. 2021). IQM is the mean of the middle 50 % of scores; "
+        "P(X > Y) the probability that a run of X scores higher than a run of Y (ties count ½). "
+        "IQR and CVaR 25 % (mean of the worst quarter of final scores) measure dispersion and risk "
+        "across runs (Chan et al. 2020). Scores are of the deterministic policy (the most probable action); "
+        "\"lowest after solving\" is the lowest evaluation of any run after its first one at the threshold, and "
+        "its stochastic twin the same for the policy that samples its actions, as in training (– where the runs "
+        "predate that evaluation).", ""]
+    for task in study.tasks:
+        lines += _task_section(task, directory, study.reps, seed)
+    if study.overall is not None:
+        lines += ["## All tasks", "", "Success rates of every task pooled (runs × tasks, stratified by task).", "",
+                  *_score_section("all tasks", "all", study.overall, "final success rate", directory)]
+    if study.suite is not None:
+        lines += _suite_section(study, directory)
+    lines += _runs_section(study)
+    lines += [f"_Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from the run directories by "
+              f"`train_rl.py report`._", ""]
+    return "\n".join(lines)
+
+
+def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps: int = DEFAULT_REPS,
+                 threshold: float | None = None, seed: int = 0, envs: list[str] | None = None) -> Path:
+    """Analyse ``study_dir`` (the runs of ``envs`` only, if given: see :meth:`Study.analyse`) and write
+    ``report.md`` and its figures to ``out_dir`` (default: the study directory; required with ``envs``, so
+    that a report of some tasks never replaces the study's own). Returns the path of ``report.md``."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise FileNotFoundError(f"study directory {str(study_dir)!r} does not exist")
+    if envs and out_dir is None:
+        raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
+    study = Study.analyse(study_dir, reps, threshold, seed, envs)
+    if not study.runs and envs:
+        every = sorted({str(run.config.get("env")) for run in _readable(_ordered_runs(study_dir, []))})
+        raise FileNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
+                                f"its envs: {', '.join(every) or 'none'}")
+    if not study.runs:
+        raise FileNotFoundError(f"no run directory (with a config.yaml) below {str(study_dir)!r}")
+    directory = Path(out_dir) if out_dir is not None else study_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "report.md"
+    write_atomic(path, render(study, directory, seed))
+    return path

@@ -1,0 +1,217 @@
+"""Runs as studies and reports read them: each run's state, score and learning curve, from the files its
+:class:`~experiments.run_dir.RunDirectory` holds and the ``status.json`` a study's worker writes around it.
+
+Any launcher (process pool, Ray, a shell loop) and any moment (a study still running, or killed) gives the same
+answer:
+
+- ``finished``: ``summary.json`` exists (and, when a step target is given, reaches it);
+- ``diverged`` / ``failed``: ``status.json`` says so (a non-finite loss, gradient or parameter, or any other
+  exception, with its message);
+- ``interrupted``: a checkpoint exists but no summary, so the run resumes from it;
+- ``new``: nothing to resume from.
+
+A study puts the runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
+environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.wrappers import parse_env_wrapper
+from experiments.config import RunConfig
+from experiments.run_dir import STATUS_FILE, RunDirectory, read_json
+from experiments.strict_yaml import load as load_yaml_text
+
+STUDY_FILE = "study.yaml"
+FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
+RUNNING = "running"
+"""what a worker writes in ``status.json`` while it trains a run"""
+UNSUCCESSFUL = (DIVERGED, FAILED)
+
+
+def task_label(config: dict[str, Any]) -> str:
+    """The task of a run configuration, as reports name it: ``env (key=value, ...)``, followed by its wrappers
+    (``+ MaskVelocity``, ``+ TimeLimit(max_episode_steps=100)``) where it has some."""
+    kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
+    label = f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
+    for wrapper in parse_env_wrapper(config.get("env_wrapper")):
+        arguments = ", ".join(f"{k}={v}" for k, v in sorted(wrapper.kwargs.items()))
+        label += f" + {wrapper.path.replace(':', '.').rsplit('.', 1)[-1]}" + (f"({arguments})" if arguments else "")
+    return label
+
+
+def slug(text: str) -> str:
+    """``text`` as a file or folder name (letters, digits, dots and underscores)."""
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def task_folder(config: dict[str, Any]) -> str:
+    """The folder of a task's runs inside a study directory."""
+    return slug(task_label(config))
+
+
+def read_study_record(directory: Path) -> dict[str, Any]:
+    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
+    path = Path(directory) / STUDY_FILE
+    return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
+
+
+def write_status(directory: Path, state: str, **fields: Any) -> None:
+    """Record a run's state in its ``status.json`` (atomically) with the writing process and host."""
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {"state": state, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), **fields}
+    RunDirectory(directory).write(STATUS_FILE, json.dumps(record, indent=2))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory as a report reads it (read lazily; build a new one to see newer files)."""
+
+    directory: Path
+
+    @classmethod
+    def of(cls, config: RunConfig) -> Run:
+        """The run ``config`` describes."""
+        return cls(RunDirectory.of(config).path)
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @cached_property
+    def files(self) -> RunDirectory:
+        return RunDirectory(self.directory)
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        return self.files.config() or {}
+
+    @cached_property
+    def summary(self) -> dict[str, Any] | None:
+        return self.files.summary()
+
+    @cached_property
+    def status(self) -> dict[str, Any] | None:
+        return read_json(self.files / STATUS_FILE)
+
+    def state(self, total_timesteps: int | None = None) -> str:
+        """``finished``, ``diverged``, ``failed``, ``interrupted`` or ``new`` (see the module doc).
+
+        A finished run whose summary holds a non-finite score counts as diverged; one that stopped short of
+        ``total_timesteps`` as interrupted, unless it stopped there solved (``stop_when_solved``).
+        """
+        if self.summary is not None:
+            if not all(math.isfinite(self.summary[k]) for k in ("final_mean_return", "final_std_return")):
+                return DIVERGED
+            if (total_timesteps is None or self.summary["env_steps"] >= total_timesteps
+                    or self.summary.get("stopped_solved")):
+                return FINISHED
+        elif self.status is not None and self.status["state"] in UNSUCCESSFUL:
+            return self.status["state"]
+        return INTERRUPTED if self.checkpoint() is not None else NEW
+
+    def checkpoint(self) -> tuple[Path, int] | None:
+        return self.files.latest_checkpoint()
+
+    def timesteps(self) -> int:
+        """Environment steps done so far (from the summary, else the last checkpoint's progress)."""
+        if self.summary is not None:
+            return int(self.summary["env_steps"])
+        progress = self.files.progress()
+        return 0 if progress is None else int(progress["timesteps"])
+
+    @cached_property
+    def evaluations(self) -> list[dict[str, str]]:
+        return self.files.evaluations.rows()
+
+    def has_success(self) -> bool:
+        """Whether the task reports success (the final evaluation, else the logged ones, have a rate)."""
+        if self.summary is not None:
+            return self.summary["final_success_rate"] is not None
+        return bool(self.evaluations) and all(row["success_rate"] != "" for row in self.evaluations)
+
+    def curve(self, success: bool, stochastic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluation timesteps and scores (success rate or mean return) from ``evaluations.csv``, of the
+        deterministic policy or, with ``stochastic``, the sampling one."""
+        column = _score_column(success, stochastic)
+        rows = [r for r in self.evaluations if r.get(column)]
+        steps = np.array([int(float(r["timesteps"])) for r in rows], dtype=np.int64)
+        return steps, np.array([float(r[column]) for r in rows], dtype=np.float64)
+
+    def lowest_after_solving(self, success: bool, threshold: float, stochastic: bool = False) -> float | None:
+        """The lowest evaluation from the first one scoring ≥ ``threshold`` on, the final one included; ``None``
+        for a run that never reached it."""
+        _, values = self.curve(success, stochastic)
+        final = None
+        if self.state() == FINISHED:
+            assert self.summary is not None
+            final = self.summary.get(f"final_{_score_column(success, stochastic)}")
+        if final is not None:
+            values = np.append(values, final)
+        return lowest_after_reaching(values, threshold)
+
+    def score(self, success: bool) -> float | None:
+        """The final score: the summary's final evaluation; for a run that diverged or failed, its last evaluation
+        before it stopped; ``None`` when there is none."""
+        state = self.state()
+        if state == FINISHED:
+            assert self.summary is not None
+            return float(self.summary[f"final_{_score_column(success, stochastic=False)}"])
+        if state in UNSUCCESSFUL:
+            _, values = self.curve(success)
+            finite = values[np.isfinite(values)]
+            return float(finite[-1]) if finite.size else None
+        return None
+
+    def error(self) -> str:
+        """The message of a run that diverged or failed (empty otherwise)."""
+        return "" if self.status is None else str(self.status.get("error", ""))
+
+    def problem(self) -> str | None:
+        """Why a report cannot read this run (a configuration that is not a mapping, evaluation steps that repeat
+        or go back, a summary without its scores), else ``None``."""
+        try:
+            if not isinstance(self.config, dict):
+                return "config.yaml is not a mapping"
+            success = self.has_success()
+            for stochastic in (False, True):
+                steps, _ = self.curve(success, stochastic)
+                back = np.flatnonzero(np.diff(steps) <= 0)
+                if back.size:
+                    return (f"evaluations.csv repeats or rewinds its steps ({steps[back[0]]} then "
+                            f"{steps[back[0] + 1]})")
+            self.score(success)
+            self.timesteps()
+            self.lowest_after_solving(success, 0.0)
+        except Exception as error:  # any file the report cannot read: name it rather than stop the report
+            return f"{type(error).__name__}: {error}"
+        return None
+
+
+def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float) -> float | None:
+    """The lowest of ``values`` from the first one ≥ ``threshold`` on; ``None`` if none reaches it."""
+    values = np.asarray(values, dtype=np.float64)
+    reached = np.flatnonzero(values >= threshold)
+    return float(values[reached[0]:].min()) if reached.size else None
+
+
+def _score_column(success: bool, stochastic: bool) -> str:
+    return ("stochastic_" if stochastic else "") + ("success_rate" if success else "mean_return")
+
+
+def find_runs(directory: Path) -> list[Run]:
+    """Every run directory (one holding ``config.yaml``) at or below ``directory``, sorted."""
+    return [Run(path.parent) for path in sorted(Path(directory).rglob("config.yaml"))]

@@ -1,0 +1,478 @@
+"""Seed studies: every combination of tasks × backbones × seeds as an independent run, in parallel
+(:mod:`experiments.studies.launchers`), resumable, with a report at the end (:mod:`experiments.studies.report`).
+
+A study lives in ``{log_dir}/{name}/``: one run directory per run, in the layout of single runs
+(``{env}__{algo}-{backbone}__{seed}/``; under a per-task folder when two tasks share an
+environment id), ``study.yaml`` (the grid, the runs and every command that ran the study),
+``report.md`` and the figures. Every run trains with one torch thread.
+
+Rerunning a study skips finished runs (and, unless ``retry_failed``, runs that diverged or failed:
+they are results too), resumes interrupted ones from their last checkpoint and starts the others
+afresh. A run that raises does not stop the study: its ``status.json`` records ``diverged`` (a
+non-finite loss, gradient or parameter) or ``failed`` with the message, and the report counts it.
+Killing the study at any moment loses nothing already written (every file is written atomically).
+
+A run whose worker dies under it (a killed process, a lost Ray node) is retried while the other
+runs go on: it resumes from its last checkpoint (or starts afresh if it had none), on any worker
+still alive, up to ``max_retries`` times per study command; ``status.json`` counts its
+``retries`` over its whole life, and the report shows them. A run lost more often is recorded as
+``failed`` (``--retry-failed`` reruns it).
+
+A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is optional::
+
+    name: memory              # the study directory under log_dir (default: the file's name)
+    config: ../base.yaml      # a run configuration file (relative to this file), as --config
+    settings:                 # run-configuration keys for every run, as in a --config file
+      total_timesteps: 200000
+      ppo: {n_steps: 128}
+    gym_packages: [my_envs]   # modules imported before any env is made (ids they register become tasks)
+    tasks:                    # one entry per task: run-configuration keys (default: one task),
+      - {env: TMaze-v0, env_kwargs: {length: 100}}       # and optionally its own config file
+      - {config: ../minigrid_memory_s9.yaml, total_timesteps: 500000}
+      - {env: CartPole-v1, env_wrapper: envs.wrappers.MaskVelocity}
+      - {env: "my_envs:Maze", env_kwargs: {size: 9}}     # an entry point, or an id my_envs registers
+    backbones: [gtrxl, trxl-i, trxl, lstm, mlp]
+    seeds: [0, 1, 2, 3, 4]    # or a count: 5
+
+Precedence, lowest first: defaults, the hyper-parameter entry of each run's env (:mod:`experiments.hyperparams`;
+``hyperparams: none`` in ``settings`` or a task, or ``--hyperparams none``, turns it off), ``config`` (a task's own
+``config`` replaces it; both are relative to the study file), ``settings``, the task's keys, command-line flags,
+``-p`` overrides; ``--backbone`` and ``--seed`` replace the file's lists. Each run's ``config.yaml`` records the
+entry it started from, and a rerun refuses runs made from another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from agents import NonFiniteError
+from experiments.atomic import write_atomic
+from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, env_slug, load_yaml
+from experiments.hyperparams import applied_line
+from experiments.run_dir import RunDirectory
+from experiments.run_identity import config_record
+from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
+from experiments.studies.report import DEFAULT_REPS, build_report
+from experiments.studies.runs import (
+    DIVERGED,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    RUNNING,
+    STUDY_FILE,
+    UNSUCCESSFUL,
+    Run,
+    read_study_record,
+    task_folder,
+    task_label,
+    write_status,
+)
+from experiments.training import train
+from experiments.validation import validate_all
+from policies.registry import BACKBONES
+from policies.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
+
+STUDY_KEYS: dict[str, Rule] = {
+    "name": Text(forbidden="/\\", note="the study directory under log_dir"),
+    "config": Text(note="a run configuration file, relative to the study file"),
+    "settings": Entries(optional=False),
+    "tasks": Items(Entries(optional=False)),
+    "backbones": Items(OneOf(lambda: BACKBONES)),
+    "seeds": AnyOf((Range(1, integer=True, note="a count"), Items(Range(0, SEED_LIMIT, integer=True)))),
+    "gym_packages": Items(Text(), empty_ok=True),
+}
+"""The keys of a study file and their valid values."""
+EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
+LOST_WORKER_WAIT_SECONDS = 60.0
+"""how long a retry waits for the lost worker it replaces to be gone (see :func:`wait_for_lost_worker`)"""
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` over ``base``, merging nested mappings (``env_kwargs``, ``ppo``, ...)."""
+    merged = dict(base)
+    for key, value in update.items():
+        old = merged.get(key)
+        merged[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def _beside(study_file: Path, relative: str) -> str:
+    """A path written in a study file, relative to that file."""
+    return os.path.normpath(study_file.parent / relative)
+
+
+@dataclass
+class Grid:
+    """The runs of a study: tasks × backbones × seeds over one base configuration."""
+
+    config_file: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """run-configuration keys of the study file"""
+    flags: dict[str, Any] = field(default_factory=dict)
+    """command-line flags (already typed), over the tasks' keys"""
+    params: list[str] = field(default_factory=list)
+    """``-p key=value`` overrides, over everything"""
+    tasks: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    backbones: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    name: str | None = None
+    gym_packages: list[str] = field(default_factory=list)
+    """modules imported for every task, before those a task names itself"""
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> Grid:
+        """A grid from a study file (see the module doc); non-empty ``overrides`` replace its fields."""
+        path = Path(path)
+        data = load_yaml(path)
+        unknown = sorted(set(data) - set(STUDY_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown key(s) {', '.join(map(repr, unknown))} in study file {str(path)!r}; "
+                              f"valid keys: {', '.join(STUDY_KEYS)}")
+        for key, value in data.items():
+            try:
+                STUDY_KEYS[key].check(key, value)
+            except ConfigError as error:
+                raise ConfigError(f"study file {str(path)!r}: {error}") from None
+        seeds = data.get("seeds", [])
+        fields = {"settings": data.get("settings", {}), "tasks": data.get("tasks") or [{}],
+                  "gym_packages": data.get("gym_packages", []),
+                  "backbones": data.get("backbones", []),
+                  "seeds": list(range(seeds)) if isinstance(seeds, int) else seeds}
+        fields["tasks"] = [{**task, "config": _beside(path, task["config"])} if "config" in task else task
+                           for task in fields["tasks"]]
+        config = data.get("config")
+        grid = cls(config_file=None if config is None else _beside(path, config),
+                   name=str(data.get("name", path.stem)), **fields)
+        for key, value in overrides.items():
+            if value:
+                setattr(grid, key, value)
+        return grid
+
+    def configs(self) -> list[RunConfig]:
+        """One resolved configuration per run, task by task, backbone by backbone, seed by seed."""
+        configs = []
+        for task in self.tasks:
+            keys = {k: v for k, v in task.items() if k != "config"}
+            file = task.get("config", self.config_file)
+            layer = _merge(_merge(self.settings, keys), self.flags)
+            if self.gym_packages:
+                layer["gym_packages"] = [*self.gym_packages, *layer.get("gym_packages", [])]
+            base = build_config(file, layer, self.params)
+            for backbone in self.backbones or [base.backbone]:
+                for seed in self.seeds or [base.seed]:
+                    configs.append(build_config(file, {**layer, "backbone": backbone, "seed": seed}, self.params))
+        return configs
+
+    def study_configs(self) -> tuple[Path, list[RunConfig]]:
+        """The study directory and the run configurations placed in it: one torch thread each, or the
+        ``threads`` given as a flag (a study's workers share the machine, so a config file's count is not used)."""
+        configs = self.configs()
+        first = configs[0]
+        directory = Path(first.log_dir) / (self.name or f"{env_slug(first.env)}__{first.algo}")
+        shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
+        threads = self.flags.get("threads") or 1
+        for config in configs:
+            config.log_dir = str(directory / task_folder(config.to_dict()) if shared_env else directory)
+            config.threads = threads
+        names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
+        repeated = [name for name, count in names.items() if count > 1]
+        if repeated:
+            raise ConfigError(f"the study lists run {repeated[0]!r} more than once (repeated seeds or tasks?)")
+        validate_all(configs)
+        return directory, configs
+
+    def record(self) -> dict[str, Any]:
+        return {"config": self.config_file, "settings": self.settings, "flags": self.flags, "params": self.params,
+                "tasks": self.tasks, "backbones": self.backbones, "seeds": self.seeds,
+                "gym_packages": self.gym_packages}
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """What a worker needs to train one run of a study."""
+
+    config: RunConfig
+    resume: bool
+    """continue from the run's last checkpoint (else start afresh, clearing what a run killed before
+    its first checkpoint left)"""
+    session: str
+    verbose: int = 0
+    retries: int = 0
+    """times this run was retried after its worker was lost, over its whole life (``status.json``)"""
+
+    def after_loss(self) -> RunTask:
+        """This run retried after its worker was lost: resumed from its last checkpoint if any, one more retry."""
+        return replace(self, resume=Run.of(self.config).checkpoint() is not None, retries=self.retries + 1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` (of this host) exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat")
+        return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except PermissionError:
+        return True
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def wait_for_lost_worker(directory: Path, session: str, timeout: float = LOST_WORKER_WAIT_SECONDS) -> None:
+    """Before a retry trains: when ``status.json`` says another process of this study session,
+    on this host, is training the run (the lost worker: a Ray worker notices its raylet's death
+    only a moment after the node is declared dead), wait up to ``timeout`` seconds for it to be
+    gone, so two processes never write one run directory (and a lock it held is released)."""
+    status = Run(directory).status or {}
+    pid = status.get("pid")
+    if (status.get("state") != RUNNING or status.get("session") != session or pid in (None, os.getpid())
+            or status.get("host") != socket.gethostname()):
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def execute(task: RunTask) -> dict[str, Any]:
+    """Train one run (in a worker) and record its outcome in ``status.json``; never raises for a
+    run that fails, so the study goes on."""
+    directory = RunDirectory.of(task.config).path
+    wait_for_lost_worker(directory, task.session)
+    if not task.resume and directory.exists():
+        shutil.rmtree(directory)
+    write_status(directory, RUNNING, session=task.session, retries=task.retries)
+    outcome: dict[str, Any] = {"run": task.config.run_name(), "state": FINISHED}
+    try:
+        summary = train(task.config, resume=task.resume, verbose=task.verbose)
+    except NonFiniteError as error:
+        outcome.update(state=DIVERGED, error=str(error))
+    except Exception as error:  # any failure of one run is recorded, never fatal to the study
+        outcome.update(state=FAILED, error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+    else:
+        outcome.update(steps_per_second=summary["steps_per_second"], final_mean_return=summary["final_mean_return"],
+                       final_success_rate=summary["final_success_rate"])
+    write_status(directory, outcome["state"], session=task.session, retries=task.retries,
+                 **{k: v for k, v in outcome.items() if k in ("error", "traceback")})
+    return outcome
+
+
+def check_consistency(configs: list[RunConfig]) -> None:
+    """Refuse a study whose existing run directories hold other configurations (in their ``config.yaml`` or
+    recorded in their checkpoints: :meth:`experiments.run_dir.RunDirectory.check_same_run`)."""
+    for config in configs:
+        run = RunDirectory.of(config)
+        directory = run.path
+        if directory.is_dir():
+            try:
+                run.check_same_run(config)
+            except ConfigError as error:
+                changed = str(error).rpartition(" in: ")[2]
+                raise ConfigError(f"{str(directory)!r} already holds a run of another configuration (differs in: "
+                                  f"{changed}); choose another --study name or --log-dir") from error
+
+
+def plan(configs: list[RunConfig], session: str, retry_failed: bool = False,
+         verbose: int = 0) -> tuple[list[RunTask], Counter[str]]:
+    """The runs to launch, and the count of every run by state."""
+    tasks, states = [], Counter()
+    for config in configs:
+        run = Run.of(config)
+        state = run.state(config.total_timesteps)
+        states[state] += 1
+        if state == FINISHED or (state in UNSUCCESSFUL and not retry_failed):
+            continue
+        retries = int((run.status or {}).get("retries", 0))
+        tasks.append(RunTask(config, run.checkpoint() is not None, session, verbose, retries))
+    return tasks, states
+
+
+class Progress:
+    """A compact progress line on ``stream``, from the run directories: runs done / running /
+    failed / queued, environment steps and their rate over this session."""
+
+    def __init__(self, tasks: list[RunTask], stream: TextIO | None = None, every: float = 10.0) -> None:
+        self.tasks, self.stream, self.every = tasks, stream or sys.stderr, every
+        self.directories = [RunDirectory.of(task.config).path for task in tasks]
+        self.target = sum(task.config.total_timesteps for task in tasks)
+        self.started = time.time()
+        self.steps_at_start = self._steps()
+        self.last_counts: tuple[int, ...] = ()
+        self.last_time = 0.0
+
+    def _steps(self) -> int:
+        return sum(Run(directory).timesteps() for directory in self.directories)
+
+    def counts(self, results: dict[int, dict[str, Any]]) -> tuple[int, int, int, int]:
+        """Runs done, running (a worker of this session has started them), failed and queued."""
+        states = Counter(result["state"] for result in results.values())
+        statuses = [Run(directory).status or {} for directory in self.directories]
+        running = sum(1 for i, status in enumerate(statuses) if i not in results
+                      and status.get("session") == self.tasks[i].session and status.get("state") == RUNNING)
+        return (states[FINISHED], running, states[DIVERGED] + states[FAILED],
+                len(self.tasks) - len(results) - running)
+
+    def line(self, counts: tuple[int, int, int, int]) -> str:
+        steps = self._steps()
+        elapsed = time.time() - self.started
+        rate = (steps - self.steps_at_start) / max(elapsed, 1e-9)
+        eta = (self.target - steps) / rate if rate > 0 and steps < self.target else None
+        done, running, failed, queued = counts
+        return (f"[{_duration(elapsed)}] {done}/{len(self.tasks)} done, {running} running, {failed} failed, "
+                f"{queued} queued | {steps:,}/{self.target:,} steps, {rate:,.0f} steps/s"
+                + ("" if eta is None else f", about {_duration(eta)} left"))
+
+    def update(self, results: dict[int, dict[str, Any]]) -> None:
+        """Print the line when the counts changed, or every ``every`` seconds."""
+        counts = self.counts(results)
+        if counts != self.last_counts or time.time() - self.last_time >= self.every:
+            print(self.line(counts), file=self.stream, flush=True)
+            self.last_counts, self.last_time = counts, time.time()
+
+    def finished(self, task: RunTask, result: dict[str, Any]) -> None:
+        """One line per run as it ends."""
+        if result["state"] == FINISHED:
+            rate = result["final_success_rate"]
+            detail = (f"mean return {result['final_mean_return']:.3f}" + ("" if rate is None else
+                      f", success rate {rate:.2f}") + f", {result['steps_per_second']:.0f} steps/s")
+        else:
+            detail = result["error"].splitlines()[0] if result.get("error") else ""
+        print(f"  {result['state']} {task.config.run_name()}: {detail}", file=self.stream, flush=True)
+
+    def lost(self, task: RunTask, lost: Lost, max_retries: int) -> None:
+        """One line when a run's worker is lost: what happened, and where the run goes on from."""
+        if lost.retried:
+            checkpoint = Run.of(task.config).checkpoint()
+            where = f"its checkpoint at {checkpoint[1]:,} steps" if checkpoint else "the start (no checkpoint yet)"
+            then = f"retry {lost.losses} of {max_retries}, from {where}"
+        else:
+            then = f"given up after {max_retries} retries (--max-retries)"
+        print(f"  lost {task.config.run_name()}: {lost.reason}; {then}", file=self.stream, flush=True)
+
+
+def give_up(task: RunTask, lost: Lost) -> dict[str, Any]:
+    """Record a run lost once more than the retries allow as ``failed`` (its checkpoints are kept)."""
+    error = f"its worker was lost {lost.losses} time{'s' if lost.losses > 1 else ''}, last: {lost.reason}"
+    write_status(RunDirectory.of(task.config).path, FAILED, session=task.session,
+                 retries=task.retries + lost.losses - 1,
+                 error=error)
+    return {"run": task.config.run_name(), "state": FAILED, "error": error}
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+@contextlib.contextmanager
+def _study_lock(directory: Path) -> Iterator[None]:
+    """One process per study directory at a time (the lock goes with the process, even killed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            raise ConfigError(f"study {str(directory)!r} is being run by another process") from error
+        yield
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so the workers are stopped as well."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _union(earlier: list[Any], now: list[Any]) -> list[Any]:
+    """``earlier``, then the items of ``now`` it lacks, in order (items may be dicts, so not a set)."""
+    return [*earlier, *(item for item in now if item not in earlier)]
+
+
+def _write_record(directory: Path, name: str, grid: Grid, configs: list[RunConfig], command: str) -> None:
+    """Update ``study.yaml``: the grid (every task, backbone and seed any command ran: a rerun on a subset
+    adds to it), every run (in grid order, earlier ones kept), and the commands, each with its own grid."""
+    record = read_study_record(directory)
+    runs = [RunDirectory.of(c).path.relative_to(directory).as_posix() for c in configs]
+    now, earlier = grid.record(), record.get("grid") or {}
+    merged = {**now, **{key: _union(earlier.get(key, []), now[key]) for key in ("tasks", "backbones", "seeds")}}
+    ran = {"command": command, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": copy.deepcopy(now)}
+    record.update(name=name, grid=merged, runs=_union(record.get("runs", []), runs),
+                  commands=[*record.get("commands", []), ran])
+    write_atomic(directory / STUDY_FILE, yaml.safe_dump(record, sort_keys=False))
+
+
+def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | None = None,
+              address: str | None = None, retry_failed: bool = False, report: bool = True,
+              reps: int = DEFAULT_REPS, verbose: int = 0, stream: TextIO | None = None,
+              max_retries: int = DEFAULT_MAX_RETRIES) -> int:
+    """Run (or resume) the study and write its report; a run whose worker is lost is retried up to
+    ``max_retries`` times. Returns the exit status: 0 when every run finished, 3 when some
+    diverged or failed (or were lost too often), 130 when interrupted (rerun to resume)."""
+    stream = stream or sys.stderr
+    directory, configs = grid.study_configs()
+    line = applied_line([config.hyperparams for config in configs])
+    if line is not None:
+        print(line, file=stream, flush=True)
+    with _study_lock(directory):
+        check_consistency(configs)
+        for config in configs:
+            run = RunDirectory.of(config)
+            if run.config() is None:
+                run.path.mkdir(parents=True, exist_ok=True)
+                run.write_config(config_record(config))
+        _write_record(directory, directory.name, grid, configs, command)
+        session = f"{os.getpid()}-{time.time():.0f}"
+        tasks, states = plan(configs, session, retry_failed, verbose)
+        print(f"study {str(directory)!r}: {len(configs)} runs ("
+              + ", ".join(f"{n} {'unfinished' if s == INTERRUPTED else s}" for s, n in states.items())
+              + f"); launching {len(tasks)} on {launcher}", file=stream, flush=True)
+        results: dict[int, dict[str, Any]] = {}
+        if tasks:
+            progress = Progress(tasks, stream)
+            try:
+                with _terminate_as_interrupt(), contextlib.closing(
+                        launch(execute, tasks, launcher, workers, address, poll=2.0, max_retries=max_retries,
+                               renew=RunTask.after_loss)) as outcomes:
+                    for outcome in outcomes:
+                        if outcome is not None:
+                            index, result = outcome
+                            if isinstance(result, Lost):
+                                progress.lost(tasks[index], result, max_retries)
+                                result = None if result.retried else give_up(tasks[index], result)
+                            if result is not None:
+                                results[index] = result
+                                progress.finished(tasks[index], result)
+                        progress.update(results)
+            except KeyboardInterrupt:
+                print(f"study interrupted; rerun the same command to resume it ({str(directory)!r})",
+                      file=stream, flush=True)
+                return EXIT_INTERRUPTED
+        if report:
+            print(f"report: {build_report(directory, reps=reps)}", file=stream, flush=True)
+        final = Counter(Run.of(c).state(c.total_timesteps) for c in configs)
+        return EXIT_FAILED_RUNS if final[DIVERGED] + final[FAILED] else EXIT_OK

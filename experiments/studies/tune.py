@@ -1,0 +1,500 @@
+"""``train_rl.py tune``: hyper-parameter search with Optuna (Akiba et al. 2019), as rl-zoo3's ``--optimize``.
+
+Every trial trains real engram runs, one per task and seed of ``--tune-seeds`` (one seed proves nothing), with
+the trial's values over the base configuration (defaults < the env's hyper-parameter entry < ``--config`` < flags <
+``-p``; ``--hyperparams none``: no entry). Its objective is the
+mean (or, with ``--aggregate iqm``, the interquartile mean) of the runs' final deterministic evaluation: the
+success rate where the task reports one, else the mean return (``--metric``). Several tasks, from a study file's
+``tasks`` (``--suite``), make the objective a suite score.
+
+- Sampler: TPE (Bergstra et al. 2011), after ``--startup-trials`` random ones.
+- Pruner: the median rule on the evaluation curve: each evaluation of a run is reported at its step (runs of a
+  trial are laid end to end), and a trial whose value falls below the median of earlier trials at the same step
+  stops there (``--pruner none`` keeps every trial).
+- Storage: ``{log_dir}/tune/{name}/study.db`` (SQLite). Rerunning the command resumes the study up to
+  ``--trials`` trials in all (finished or pruned); trials of a process that died are retried. ``--workers N``
+  runs N processes on the same database, each training one trial at a time with ``--threads`` threads.
+- Output, in the same directory: ``trial_<n>/`` (the runs of each trial), ``trials.csv``, ``best.yaml`` (the base
+  configuration with the best values: usable as ``--config``), ``importance.png`` (PED-ANOVA importances,
+  Watanabe et al. 2023, which need no scikit-learn) and ``history.png``.
+
+Example::
+
+    python train_rl.py tune --env MiniGrid-MemoryS11-v0 --backbone gtrxl -n 150000 --tune-seeds 2 --trials 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import fcntl
+import multiprocessing
+import shlex
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import yaml
+from stable_baselines3.common.callbacks import BaseCallback
+
+from agents import NonFiniteError
+from envs.imports import cause
+from envs.registry import VEC_ENVS
+from experiments.atomic import atomic_path, write_atomic
+from experiments.cli.parser import OneLineParser, invocation, program
+from experiments.config import (
+    SEED_LIMIT,
+    ConfigError,
+    RunConfig,
+    apply,
+    build_config,
+    parse_override,
+    parse_value,
+    plain,
+)
+from experiments.config_files import config_path, shipped_dir
+from experiments.hyperparams import applied_line
+from experiments.run_dir import EvalLog, RunDirectory
+from experiments.run_identity import config_record
+from experiments.studies.runs import slug, task_folder, task_label
+from experiments.studies.stats import iqm
+from experiments.studies.study import Grid
+from experiments.studies.tune_space import SearchSpace, default_space_files, load_space
+from experiments.validation import validate_all
+from policies.rules import Range, Rule
+
+SPACE_DIR = shipped_dir() / "tune"
+AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
+METRICS = ("auto", "success", "return")
+PRUNERS = ("median", "none")
+MAX_FAILURES = 3
+TUNE_OPTIONS: dict[str, Rule] = {
+    "trials": Range(1, integer=True), "tune_seeds": Range(1, integer=True), "workers": Range(1, integer=True),
+    "threads": Range(1, integer=True), "startup_trials": Range(0, integer=True),
+    "timeout": Range(0, low_open=True),
+    "seed": Range(0, SEED_LIMIT, integer=True),
+}
+"""the options of ``train_rl.py tune`` that are not settings of the runs, with their rules"""
+DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+@dataclass
+class TuneSettings:
+    """What every worker needs to run trials of one study."""
+
+    name: str
+    directory: Path
+    base: list[RunConfig]
+    """the base configuration of each task of the objective"""
+    space: SearchSpace
+    seeds: list[int]
+    trials: int
+    metric: str = "auto"
+    aggregate: str = "mean"
+    pruner: str = "median"
+    startup_trials: int = 5
+    seed: int = 0
+    timeout: float | None = None
+    command: str = ""
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
+    """trials to run first (sampled values by key), e.g. the defaults or a neighbouring task's tuned values"""
+
+    @property
+    def storage_url(self) -> str:
+        return f"sqlite:///{(self.directory / 'study.db').resolve()}"
+
+
+def score(row: dict[str, Any], metric: str) -> float:
+    """A run's score from an evaluation row or a summary (``success_rate`` / ``mean_return`` or their
+    ``final_`` forms): the success rate (``success``; ``auto`` where the task reports one) or the mean return."""
+    rate = row.get("final_success_rate", row.get("success_rate"))
+    rate = None if rate in (None, "") else float(rate)
+    if metric == "success" and rate is None:
+        raise ConfigError("metric=success: the task reports no success rate; valid metrics: auto, return")
+    if metric != "return" and rate is not None:
+        return rate
+    return float(row.get("final_mean_return", row.get("mean_return")))
+
+
+class ReportEvaluations(BaseCallback):
+    """Report each new evaluation of a run (``evaluations.csv``) to an Optuna trial at ``offset`` + its step, and
+    stop the run once the pruner says so."""
+
+    def __init__(self, trial: optuna.Trial, log: EvalLog, metric: str, offset: int) -> None:
+        super().__init__()
+        self.trial, self.log, self.metric, self.offset = trial, log, metric, offset
+        self.seen, self.size = len(log.rows()), self._size()
+        self.pruned = False
+
+    def _size(self) -> int:
+        return self.log.path.stat().st_size if self.log.path.exists() else 0
+
+    def _on_step(self) -> bool:
+        size = self._size()
+        if size == self.size:
+            return True
+        self.size, rows = size, self.log.rows()
+        for row in rows[self.seen:]:
+            self.trial.report(score(row, self.metric), self.offset + int(float(row["timesteps"])))
+            self.pruned = self.pruned or self.trial.should_prune()
+        self.seen = len(rows)
+        return not self.pruned
+
+
+def with_values(base: RunConfig, values: dict[str, Any]) -> RunConfig:
+    """A copy of ``base`` with the dotted ``values`` applied."""
+    config = copy.deepcopy(base)
+    for key, value in values.items():
+        apply(config, key, value)
+    return config
+
+
+def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Path) -> list[RunConfig]:
+    """The runs of a trial: every task × seed, with ``values`` applied, under ``trial_dir``."""
+    configs = []
+    for base in settings.base:
+        for seed in settings.seeds:
+            config = with_values(base, values)
+            config.seed = seed
+            folder = trial_dir / task_folder(config.to_dict()) if len(settings.base) > 1 else trial_dir
+            config.log_dir = str(folder)
+            configs.append(config)
+    return configs
+
+
+def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
+    """Train the trial's runs one after another; the aggregate of their final scores."""
+    from experiments.training import train
+
+    values = settings.space.suggest(trial)
+    trial_dir = settings.directory / f"trial_{trial.number:04d}"
+    scores, offset = [], 0
+    for config in trial_configs(settings, values, trial_dir):
+        run = RunDirectory.of(config)
+        reporter = ReportEvaluations(trial, run.evaluations, settings.metric, offset)
+        try:
+            summary = train(config, extra_callback=reporter)
+        except Exception as error:  # a failed trial, as a failed run of a study: recorded, and the search goes on
+            reason = error if isinstance(error, ConfigError | NonFiniteError) else cause(error)
+            trial.set_user_attr("error", f"{run.path.name}: {reason}")
+            raise
+        if reporter.pruned:
+            raise optuna.TrialPruned(f"pruned in {run.path.name} at {summary['env_steps']} steps")
+        scores.append(score(summary, settings.metric))
+        trial.set_user_attr("scores", scores)
+        offset += config.total_timesteps
+    return AGGREGATES[settings.aggregate](np.array(scores))
+
+
+def make_pruner(settings: TuneSettings) -> optuna.pruners.BasePruner:
+    if settings.pruner == "none":
+        return optuna.pruners.NopPruner()
+    first = settings.base[0]
+    warmup = max(first.total_timesteps // 3, first.eval_freq)
+    return optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=warmup)
+
+
+def open_study(settings: TuneSettings, sampler_seed: int | None = None) -> optuna.Study:
+    """The study in ``study.db`` (created on first use), sampled by TPE seeded with ``sampler_seed``. Trials whose
+    process stopped beating are failed after two minutes and enqueued again (Optuna's heartbeat)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
+        storage = optuna.storages.RDBStorage(settings.storage_url, engine_kwargs={"connect_args": {"timeout": 60}},
+                                             heartbeat_interval=30, grace_period=120,
+                                             heartbeat_stale_trial_callback=retry)
+    sampler = optuna.samplers.TPESampler(n_startup_trials=settings.startup_trials, seed=sampler_seed)
+    return optuna.create_study(study_name=settings.name, storage=storage, sampler=sampler,
+                               pruner=make_pruner(settings), direction="maximize", load_if_exists=True)
+
+
+def finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=DONE))
+
+
+def claimed(study: optuna.Study) -> int:
+    """Trials finished, pruned or under way (a dead worker's trial, past its heartbeat, is failed first)."""
+    optuna.storages.fail_stale_trials(study)
+    return len(study.get_trials(deepcopy=False, states=(*DONE, optuna.trial.TrialState.RUNNING)))
+
+
+def one_ask_at_a_time(study: optuna.Study, lock: Path) -> None:
+    """Make ``study.ask`` (how ``optimize`` takes each trial) hold an exclusive lock on the file ``lock``. Optuna's
+    storage takes a waiting (``--enqueue``) trial by reading its state, then writing it; SQLite does not lock the
+    row in between, so two workers on a busy machine could both take the same trial and run it twice."""
+    ask = study.ask
+
+    def ask_alone(*args: Any, **kwargs: Any) -> optuna.Trial:
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+            return ask(*args, **kwargs)
+
+    study.ask = ask_alone  # type: ignore[method-assign]
+
+
+def work(settings: TuneSettings, worker: int) -> None:
+    """One worker: trials until the study holds ``settings.trials`` finished or pruned ones (or the timeout).
+
+    The sampler's seed moves with the trials already in the study and the worker, so a resumed or parallel
+    worker does not draw the same random start-up trials again."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = open_study(settings)
+    study = open_study(settings, settings.seed + 1000 * worker + len(study.trials))
+    if finished(study) >= settings.trials:
+        return
+    one_ask_at_a_time(study, settings.directory / "ask.lock")
+
+    def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        # trials under way count: with finished ones alone, each worker that finishes while others still run
+        # would start one more, up to workers - 1 beyond --trials
+        if claimed(study) >= settings.trials:
+            study.stop()
+
+    study.optimize(lambda trial: objective(trial, settings), callbacks=[enough, announce, stop_on_failures],
+                   timeout=settings.timeout, catch=(Exception,))
+
+
+def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Stop the study once :data:`MAX_FAILURES` trials in a row have failed (a setting that no sampled value
+    can fix, rather than one bad draw)."""
+    last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
+    if len(last) == MAX_FAILURES and all(t.state == optuna.trial.TrialState.FAIL for t in last):
+        study.stop()
+
+
+def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """One line per finished trial."""
+    value = "" if trial.value is None else f" value {trial.value:.3f}"
+    scores = trial.user_attrs.get("scores")
+    print(f"trial {trial.number}: {trial.state.name.lower()}{value}" + (f" (runs {scores})" if scores else "")
+          + f" {trial.params}", flush=True)
+
+
+def run_workers(settings: TuneSettings, workers: int) -> int:
+    """``workers`` processes on the same storage (one in this process when 1); the number that failed.
+
+    The study (and its tables) is created and the ``--enqueue`` trials queued here, once, before any worker
+    starts: workers that each queued them raced past ``skip_if_exists`` and ran the same trial twice."""
+    study = open_study(settings)
+    for values in settings.enqueue:
+        study.enqueue_trial(values, skip_if_exists=True)
+    workers = max(1, min(workers, settings.trials - finished(study)))  # no more workers than trials left
+    if workers == 1:
+        work(settings, 0)
+        return 0
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=work, args=(settings, i)) for i in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    return sum(process.exitcode != 0 for process in processes)
+
+
+def write_outputs(settings: TuneSettings) -> dict[str, Path]:
+    """``trials.csv``, ``best.yaml``, ``importance.png`` and ``history.png`` of the study (those it can make), each
+    written whole (:mod:`experiments.atomic`)."""
+    study = open_study(settings)
+    paths = {"trials": settings.directory / "trials.csv"}
+    write_atomic(paths["trials"], study.trials_dataframe().to_csv(index=False))
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not complete:
+        return paths
+    best = study.best_trial
+    paths["best"] = settings.directory / "best.yaml"
+    write_best(settings, best, paths["best"])
+    paths.update(write_plots(study, settings.directory, len(complete)))
+    return paths
+
+
+def write_best(settings: TuneSettings, best: optuna.trial.FrozenTrial, path: Path) -> None:
+    """The first task's base configuration with the best trial's values, headed by where they came from."""
+    values = settings.space.configured(best.params)
+    config = with_values(settings.base[0], values)
+    header = [f"# best trial of `train_rl.py tune` study {settings.name!r}: trial {best.number}, objective "
+              f"{best.value:.4f} ({settings.aggregate} {settings.metric} over seeds {settings.seeds}"
+              f" and {len(settings.base)} task(s)), runs {best.user_attrs.get('scores')}",
+              f"# command: {settings.command}",
+              f"# values: {yaml.safe_dump(plain(values), default_flow_style=True, width=1000).strip()}"]
+    body = yaml.safe_dump(config_record(config), sort_keys=False)  # as a run's config.yaml holds it
+    write_atomic(path, "\n".join(header) + "\n" + body)
+
+
+def write_plots(study: optuna.Study, directory: Path, complete: int) -> dict[str, Path]:
+    """Optuna's optimisation history and (from two finished trials on) parameter importances, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    paths = {}
+    makers = {"history": plots.plot_optimization_history}
+    if complete >= 2:
+        makers["importance"] = plots.plot_param_importances
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Target and region quantiles")  # PED-ANOVA on equal objectives
+        for name, make in makers.items():
+            axes = make(study)
+            figure = axes.figure
+            figure.set_size_inches(7, 4)
+            figure.tight_layout()
+            paths[name] = directory / f"{name}.png"
+            with atomic_path(paths[name]) as tmp:
+                figure.savefig(tmp, dpi=80, bbox_inches="tight")
+            plt.close(figure)
+    return paths
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=f"{program()} tune", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    base = parser.add_argument_group("base configuration (as for training)")
+    base.add_argument("--config", "-c", help="YAML file, or the name of a shipped one (demo, configs/demo.yaml)")
+    base.add_argument("--algo", help="learner (default: the config's, else ppo)")
+    base.add_argument("--backbone", help="memory backbone (default: the config's, else gtrxl)")
+    base.add_argument("--env", help="environment: an id or module.path:EnvClass, as for training")
+    base.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    base.add_argument("--env-wrapper", nargs="+", type=parse_value, metavar="WRAPPER",
+                      help="wrappers of each environment copy, as for training")
+    base.add_argument("--gym-packages", nargs="+", metavar="MODULE", help="modules to import first, as for training")
+    base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy or subproc, as for training")
+    base.add_argument("--total-timesteps", "-n", type=float, help="env steps per run of a trial")
+    base.add_argument("--eval-freq", type=int, help="evaluate (and report to the pruner) every this many steps")
+    base.add_argument("--n-eval-episodes", type=int, help="episodes per evaluation")
+    base.add_argument("--threads", type=int, default=1, help="torch threads per worker (default: %(default)s)")
+    base.add_argument("--log-dir", help="the study goes to {log_dir}/tune/{name}/ (default: the config's, runs)")
+    base.add_argument("--hyperparams", metavar="FILE|none",
+                      help="the hyper-parameter entry the base configuration starts from, as for training (default: "
+                           "auto, the entry of configs/hyperparams/<algo>.yml that matches the env)")
+    base.add_argument("-p", "--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                      help="dotted overrides of the base configuration")
+    tune = parser.add_argument_group("search")
+    tune.add_argument("--name", help="study name (default: {env}__{algo}-{backbone}); the same name resumes")
+    tune.add_argument("--space", nargs="+", help="search-space YAML file(s), or names of shipped ones (ppo, "
+                                                 "configs/tune/ppo.yaml; default: tune/{algo} and tune/{backbone})")
+    tune.add_argument("--enqueue", nargs="+", action="append", default=[], metavar="KEY=VALUE",
+                      help="a trial to run first, with these values (as sampled: ppo.learning_rate=1e-3, not "
+                           "lin_1e-3); repeat the flag for several")
+    tune.add_argument("--suite", help="a study file, or the name of a shipped one, whose tasks all enter the "
+                                      "objective (its seeds are not used)")
+    tune.add_argument("--trials", type=int, default=20, help="trials in the study, finished or pruned (default: "
+                                                             "%(default)s); rerun with more to extend it")
+    tune.add_argument("--tune-seeds", type=int, default=2, help="seeds per task in each trial (default: %(default)s)")
+    tune.add_argument("--workers", type=int, default=1, help="processes sharing the study (default: %(default)s)")
+    tune.add_argument("--metric", choices=METRICS, default="auto",
+                      help="run score: auto (success rate where reported, else mean return), success or return")
+    tune.add_argument("--aggregate", choices=list(AGGREGATES), default="mean", help="over runs (default: mean)")
+    tune.add_argument("--pruner", choices=PRUNERS, default="median")
+    tune.add_argument("--startup-trials", type=int, default=5, help="random trials before TPE, and before pruning")
+    tune.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    tune.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: %(default)s)")
+    return parser
+
+
+def base_configs(args: argparse.Namespace) -> list[RunConfig]:
+    """The base configuration of each task: the suite's tasks (or the single one) over flags and ``-p``."""
+    flags: dict[str, Any] = {key: value for key, value in (
+        ("algo", args.algo), ("backbone", args.backbone), ("env", args.env), ("total_timesteps", args.total_timesteps),
+        ("env_wrapper", args.env_wrapper), ("gym_packages", args.gym_packages), ("vec_env", args.vec_env),
+        ("eval_freq", args.eval_freq), ("n_eval_episodes", args.n_eval_episodes), ("threads", args.threads),
+        ("log_dir", args.log_dir), ("hyperparams", args.hyperparams)) if value is not None}
+    flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
+    if args.suite:
+        grid = Grid.from_file(config_path(args.suite, "studies"), config_file=config_path(args.config), flags=flags,
+                              params=args.param)
+        grid.seeds, grid.backbones = [0], [args.backbone] if args.backbone else []
+        return grid.configs()
+    return [build_config(config_path(args.config), flags, args.param)]
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Each option of :data:`TUNE_OPTIONS` given against its rule (:class:`ConfigError` naming the flag)."""
+    for name, rule in TUNE_OPTIONS.items():
+        if getattr(args, name) is not None:  # None: not given (no --timeout)
+            rule.check(f"--{name.replace('_', '-')}", getattr(args, name))
+
+
+def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
+    check_args(args)
+    base = base_configs(args)
+    labels = [task_label(config.to_dict()) for config in base]
+    repeated = [label for label in labels if labels.count(label) > 1]
+    if repeated:
+        raise ConfigError(f"the suite lists task {repeated[0]!r} twice")
+    validate_all(base)
+    first = base[0]
+    space = load_space([config_path(name, "tune") for name in args.space] if args.space
+                       else default_space_files(first.algo, first.backbone, SPACE_DIR))
+    for config in base:
+        space.check(config)
+    name = args.name or slug(f"{first.env}__{first.algo}-{first.backbone}")
+    directory = Path(first.log_dir) / "tune" / name
+    return TuneSettings(name=name, directory=directory, base=base, space=space, seeds=list(range(args.tune_seeds)),
+                        trials=args.trials, metric=args.metric, aggregate=args.aggregate, pruner=args.pruner,
+                        startup_trials=args.startup_trials, seed=args.seed, timeout=args.timeout, command=command,
+                        enqueue=[enqueued(space, values) for values in args.enqueue])
+
+
+def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
+    """The values of an ``--enqueue`` trial; keys outside the space raise :class:`ConfigError`."""
+    values = dict(map(parse_override, texts))
+    keys = [param.key for param in space.params]
+    unknown = sorted(set(values) - set(keys))
+    if unknown:
+        raise ConfigError(f"--enqueue {unknown[0]}: not a key of the search space; valid keys: {', '.join(keys)}")
+    for param in space.params:
+        if param.type == "categorical" and param.key in values and values[param.key] not in param.choices:
+            raise ConfigError(f"--enqueue {param.key}={values[param.key]!r}: valid choices: "
+                              f"{', '.join(map(str, param.choices))}")
+    return values
+
+
+def summary_lines(settings: TuneSettings, paths: dict[str, Path]) -> list[str]:
+    study = open_study(settings)
+    states = [t.state.name.lower() for t in study.trials]
+    counts = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states)))
+    lines = [f"study {settings.name!r}: {len(states)} trials ({counts}) in {settings.directory / 'study.db'}"]
+    if "best" in paths:
+        best = study.best_trial
+        lines.append(f"best: trial {best.number}, value {best.value:.3f}, runs {best.user_attrs.get('scores')}")
+        lines += [f"  {key}: {value}" for key, value in settings.space.configured(best.params).items()]
+    lines += [f"{name}: {path}" for name, path in paths.items()]
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``train_rl.py tune ...``; exit status 0 done, 2 bad input."""
+    args = make_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args, shlex.join([*invocation(), "tune", *argv]))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    line = applied_line([config.hyperparams for config in settings.base], "tasks")
+    if line is not None:
+        print(line, file=sys.stderr)
+    settings.directory.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    failed_workers = run_workers(settings, args.workers)
+    paths = write_outputs(settings)
+    print("\n".join(summary_lines(settings, paths)))
+    if failed_workers:
+        print(f"error: {failed_workers} of {args.workers} workers failed (their errors are above)", file=sys.stderr)
+    return 1 if failing(settings) or failed_workers else 0
+
+
+def failing(settings: TuneSettings) -> bool:
+    """Whether the study stopped on failures (then the last error is printed)."""
+    study = open_study(settings)
+    last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
+    if len(last) < MAX_FAILURES or any(t.state != optuna.trial.TrialState.FAIL for t in last):
+        return False
+    reason = last[-1].user_attrs.get("error", "see the log above")
+    print(f"error: {MAX_FAILURES} trials in a row failed; the last: {reason}", file=sys.stderr)
+    return True

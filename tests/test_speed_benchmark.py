@@ -1,0 +1,42 @@
+"""The counting parts of ``benchmarks/speed.py`` (nothing trained): dispatched ops, the products it times for the
+bound with their FLOPs, and the CPU attention kernel's FLOPs that ``FlopCounterMode`` misses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture
+def speed(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the script imports its sibling ``common``
+    sys.modules.pop("speed", None)
+    import speed
+
+    return speed
+
+
+def test_ops_and_products_are_counted_with_their_shapes(speed):
+    a, b = torch.randn(8, 5), torch.randn(5, 3)
+    with speed.OpCounter() as ops:
+        (a @ b).relu().sum()
+    assert ops.count == 3 and sum(ops.products.values()) == 1
+    seconds, flops = speed._product_seconds(ops.products, 1e-4)
+    assert flops == 2 * 8 * 5 * 3 and seconds > 0
+
+
+def test_cpu_attention_flops_are_added(speed):
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    counter = speed.flop_counter()
+    with counter:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert counter.get_total_flops() == 4 * 2 * 4 * 6 * 6 * 8
+    counter = speed.flop_counter()
+    with counter, torch.inference_mode():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert counter.get_total_flops() == 4 * 2 * 4 * 6 * 6 * 8
