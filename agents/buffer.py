@@ -1,14 +1,14 @@
 """Rollout buffer for memory backbones: each step's record stored once, windows rebuilt by index.
 
-A Transformer-XL memory of ``M`` steps seen from every step of a rollout would cost
-``n_steps · n_envs · layers · M · d`` floats if stored per step (as sb3-contrib stores LSTM
+A Transformer-XL memory of `M` steps seen from every step of a rollout would cost
+`n_steps · n_envs · layers · M · d` floats if stored per step (as sb3-contrib stores LSTM
 states). Here the buffer keeps, per backbone, the window carried into the rollout and the
-record each step pushed — ``(M + n_steps) · n_envs · layers · d`` floats — in one history
+record each step pushed — `(M + n_steps) · n_envs · layers · d` floats — in one history
 tensor, and gathers the window entering any step when a minibatch asks for it
-(:func:`policies.window.shared_windows`: each distinct record once, with the slots that point at it).
+(`policies.window.shared_windows`: each distinct record once, with the slots that point at it).
 
-Minibatches are segments of ``segment_length`` consecutive steps of one env, time-major:
-``T = 1`` gives every step its own sample with its stored window; ``T > 1`` lets the learner
+Minibatches are segments of `segment_length` consecutive steps of one env, time-major:
+`T = 1` gives every step its own sample with its stored window; `T > 1` lets the learner
 recompute the segment with gradients inside it (Transformer-XL training), starting from the
 stored window before the segment. Episode starts inside a segment are handled by the
 backbone's masks, so segments are never cut or padded.
@@ -32,8 +32,8 @@ MINIBATCH_ORDERS = ("shuffled", "by-env")
 
 
 class MemoryBatch(NamedTuple):
-    """A minibatch of ``N`` segments of ``T`` steps; per-step fields are flattened time-major
-    (row ``t · N + n`` is step ``t`` of segment ``n``)."""
+    """A minibatch of `N` segments of `T` steps; per-step fields are flattened time-major
+    (row `t · N + n` is step `t` of segment `n`)."""
 
     observations: PyTorchObs
     actions: Tensor
@@ -48,8 +48,8 @@ class MemoryBatch(NamedTuple):
 
 class _MemoryStorage:
     """What a memory buffer adds to SB3's rollout buffers: per-backbone window histories and
-    segment sampling. Mixed into :class:`RolloutBuffer` and :class:`DictRolloutBuffer`, whose
-    storage, ``add`` and GAE (``compute_returns_and_advantage``) are reused unchanged."""
+    segment sampling. Mixed into `RolloutBuffer` and `DictRolloutBuffer`, whose
+    storage, `add` and GAE (`compute_returns_and_advantage`) are reused unchanged."""
 
     buffer_size: int
     n_envs: int
@@ -85,12 +85,12 @@ class _MemoryStorage:
         self._tensors: tuple[PyTorchObs, Tensor] | None = None
 
     def add_records(self, records: dict[str, Tensor]) -> None:
-        """Store the record each backbone pushed at the current step (call before ``add``)."""
+        """Store the record each backbone pushed at the current step (call before `add`)."""
         for name, record in records.items():
             self.histories[name].memory[:, self.memory_lengths[name] + self.pos] = record
 
     def add_extras(self, extras: dict[str, Tensor]) -> None:
-        """Store learner-specific per-step tensors ``[n_envs, ...]`` (e.g. V-MPO's old distribution)."""
+        """Store learner-specific per-step tensors `[n_envs, ...]` (e.g. V-MPO's old distribution)."""
         for name, value in extras.items():
             if name not in self.extras:
                 self.extras[name] = value.new_zeros(self.buffer_size, *value.shape, device=self.device)
@@ -115,9 +115,9 @@ class _MemoryStorage:
             self.clocks[name] = torch.cat([clock.view(-1, 1), episode_clock(clock, starts)[:, :-1] + 1], dim=1)
 
     def segments(self, batch_size: int, segment_length: int, order: str = "shuffled") -> Iterator[MemoryBatch]:
-        """Minibatches of ``batch_size`` steps, in segments of ``segment_length`` steps, in one of
-        :data:`MINIBATCH_ORDERS`: ``shuffled`` (segments drawn at random from every env) or
-        ``by-env`` (the envs in random order, each env's segments together, so a minibatch holds
+        """Minibatches of `batch_size` steps, in segments of `segment_length` steps, in one of
+        `MINIBATCH_ORDERS`: `shuffled` (segments drawn at random from every env) or
+        `by-env` (the envs in random order, each env's segments together, so a minibatch holds
         whole envs and its windows share most of their records)."""
         if not self.full:
             raise RuntimeError("the rollout buffer is not full yet")
@@ -137,8 +137,8 @@ class _MemoryStorage:
             yield self._segment_batch(seg_env[chosen], seg_t0[chosen], T)
 
     def _steps(self) -> tuple[PyTorchObs, Tensor]:
-        """The rollout's observations and its other per-step fields as tensors ``[n_steps·n_envs, ...]``, row
-        ``t·n_envs + e``, built once per rollout: the scalar fields packed in one tensor ``[·, A + 5]`` (actions,
+        """The rollout's observations and its other per-step fields as tensors `[n_steps·n_envs, ...]`, row
+        `t·n_envs + e`, built once per rollout: the scalar fields packed in one tensor `[·, A + 5]` (actions,
         values, log-probabilities, advantages, returns, episode starts) that one gather per minibatch reads."""
         if getattr(self, "_tensors", None) is None:
             rows = self.buffer_size * self.n_envs
@@ -183,15 +183,15 @@ class _MemoryStorage:
 
 
 class MemoryRolloutBuffer(_MemoryStorage, RolloutBuffer):
-    """SB3's :class:`RolloutBuffer` plus episode-memory histories and segment sampling."""
+    """SB3's `RolloutBuffer` plus episode-memory histories and segment sampling."""
 
 
 class MemoryDictRolloutBuffer(_MemoryStorage, DictRolloutBuffer):
-    """SB3's :class:`DictRolloutBuffer` plus episode-memory histories and segment sampling."""
+    """SB3's `DictRolloutBuffer` plus episode-memory histories and segment sampling."""
 
 
 class _DeviceSteps:
-    """SB3's rollout storage and GAE as tensors on the buffer's device: ``add`` writes a step's tensors in place
+    """SB3's rollout storage and GAE as tensors on the buffer's device: `add` writes a step's tensors in place
     (no host copy), the GAE runs SB3's recursion in float32 tensors."""
 
     buffer_size: int
@@ -225,7 +225,7 @@ class _DeviceSteps:
         self.full = self.pos == self.buffer_size
 
     def compute_returns_and_advantage(self, last_values: Tensor, dones: Tensor) -> None:
-        """SB3's GAE: ``δ_t = r_t + γ V_{t+1} (1 − d_{t+1}) − V_t``, ``A_t = δ_t + γλ (1 − d_{t+1}) A_{t+1}``."""
+        """SB3's GAE: `δ_t = r_t + γ V_{t+1} (1 − d_{t+1}) − V_t`, `A_t = δ_t + γλ (1 − d_{t+1}) A_{t+1}`."""
         last_gae: Tensor | float = 0
         for step in reversed(range(self.buffer_size)):
             if step == self.buffer_size - 1:
@@ -247,7 +247,7 @@ class _DeviceSteps:
 
 
 class DeviceRolloutBuffer(_MemoryStorage, _DeviceSteps, RolloutBuffer):
-    """:class:`MemoryRolloutBuffer` whose every field is a tensor on the device, for envs that step there
+    """`MemoryRolloutBuffer` whose every field is a tensor on the device, for envs that step there
     (`envs.torch_tasks.TorchVecEnv`): a rollout writes no step to the host."""
 
     _steps = _DeviceSteps._steps

@@ -69,20 +69,20 @@ WHOLE_SEGMENTS = (_whole_segments("n_steps"), _whole_segments("batch_size"))
 
 
 def _saved_data(path: str | Path) -> dict[str, Any]:
-    """The JSON ``data`` entry of a model saved by SB3 (``{}`` where it has none), its objects still serialised."""
+    """The JSON `data` entry of a model saved by SB3 (`{}` where it has none), its objects still serialised."""
     with zipfile.ZipFile(path) as archive:
         return json.loads(archive.read("data")) if "data" in archive.namelist() else {}
 
 
 def saved_learner(path: str | Path) -> str | None:
-    """The learner class that saved the model at ``path`` (a ``.zip``), as recorded in its data
-    (``learner_class``); ``None`` for a zip saved before learners recorded it."""
+    """The learner class that saved the model at `path` (a `.zip`), as recorded in its data
+    (`learner_class`); `None` for a zip saved before learners recorded it."""
     name = _saved_data(path).get("learner_class")
     return name if isinstance(name, str) else None
 
 
 def saved_policy_class(path: str | Path) -> Any:
-    """The policy class of the model at ``path`` (``None`` where its data holds none)."""
+    """The policy class of the model at `path` (`None` where its data holds none)."""
     data = _saved_data(path)
     if "policy_class" not in data:
         return None
@@ -90,7 +90,7 @@ def saved_policy_class(path: str | Path) -> Any:
 
 
 def saved_policy_kwargs(path: str | Path) -> dict[str, Any]:
-    """The ``policy_kwargs`` of the model at ``path``, with every backbone option it was trained with: a model
+    """The `policy_kwargs` of the model at `path`, with every backbone option it was trained with: a model
     saved before options were recorded whole gets the defaults of its time (`policies.registry.saved_options`)."""
     kwargs = json_to_data(json.dumps({"policy_kwargs": _saved_data(path).get("policy_kwargs", {})}))["policy_kwargs"]
     kwargs = dict(kwargs or {})
@@ -104,9 +104,9 @@ class NonFiniteError(RuntimeError):
 
 
 def non_finite_tensors(tensors: dict[str, Tensor], shown: int = 5) -> str:
-    """Which of ``tensors`` make a norm over them non-finite, for a guard's message: those holding a NaN or
-    an infinity, else those finite but so large that their norm overflows (``max |x|`` given); never empty.
-    The first ``shown`` are named, then how many more."""
+    """Which of `tensors` make a norm over them non-finite, for a guard's message: those holding a NaN or
+    an infinity, else those finite but so large that their norm overflows (`max |x|` given); never empty.
+    The first `shown` are named, then how many more."""
     bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
     if bad:
         return "NaN or infinite values in " + _first(bad, shown)
@@ -137,35 +137,35 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     """An SB3 on-policy algorithm whose policy carries an episode memory.
 
     Rollouts step the backbone with its memory state (kept across rollout boundaries, cleared
-    by episode starts), store each step's memory record once (:mod:`agents.buffer`), and
+    by episode starts), store each step's memory record once (`agents.buffer`), and
     bootstrap truncated episodes from the terminal observation seen through the memory.
-    Subclasses implement ``train``: ``rollout_buffer.segments`` yields minibatches of stored
-    segments, :meth:`_recompute` recomputes one with gradients and :meth:`_optimize` takes a
-    guarded gradient step. :meth:`_act` decides what a rollout step takes and stores.
+    Subclasses implement `train`: `rollout_buffer.segments` yields minibatches of stored
+    segments, `_recompute` recomputes one with gradients and `_optimize` takes a
+    guarded gradient step. `_act` decides what a rollout step takes and stores.
 
-    :param segment_length: steps per training segment ``T``; ``T = 1`` makes every step its own
-        sample with its stored window, ``T > 1`` recomputes segments with gradients inside them.
-        ``n_steps`` and ``batch_size`` must be multiples of it.
+    :param segment_length: steps per training segment `T`; `T = 1` makes every step its own
+        sample with its stored window, `T > 1` recomputes segments with gradients inside them.
+        `n_steps` and `batch_size` must be multiples of it.
     :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
-        ``{"ponder_cost": 0.01}``); defaults to the backbone's ``aux_loss_coefs``.
+        `{"ponder_cost": 0.01}`); defaults to the backbone's `aux_loss_coefs`.
     :param normalize_advantage: standardise advantages per minibatch, dividing by their std or by the scale the run
-        has sustained, whichever is larger (:mod:`agents.advantages`).
-    :param advantage_scale_decay: ``δ``, the factor by which that sustained scale may fall per rollout; 0 gives
+        has sustained, whichever is larger (`agents.advantages`).
+    :param advantage_scale_decay: `δ`, the factor by which that sustained scale may fall per rollout; 0 gives
         SB3's per-minibatch standardisation, which amplifies the value function's residue once a task is solved.
-    :param minibatch_order: ``shuffled`` (SB3's, the default) or ``by-env``: minibatches of whole
+    :param minibatch_order: `shuffled` (SB3's, the default) or `by-env`: minibatches of whole
         envs, whose windows share their records, so each record is projected once for many
-        samples (:func:`policies.window.shared_windows`); its effect on learning is in docs/benchmarks/speed.md.
-    :param uniform_kl_coef: ``c_U`` of the log-barrier ``c_U·KL(U ‖ π)`` added to the loss
-        (:func:`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
+        samples (`policies.window.shared_windows`); its effect on learning is in docs/benchmarks/speed.md.
+    :param uniform_kl_coef: `c_U` of the log-barrier `c_U·KL(U ‖ π)` added to the loss
+        (`agents.exploration.uniform_kl`; finite action spaces). Its pull on an action
         whose probability collapsed does not vanish, unlike the entropy bonus's, so a decision
         settled early on a wrong or no-op action (T-Maze's junction) can still be revised.
-        ``None``: ``DEFAULT_UNIFORM_KL`` for finite action spaces, 0 for continuous ones.
-    :param precision: a key of :data:`PRECISIONS`, the compute dtype of the update's forward pass.
-        With ``bf16`` the recomputed log-probabilities differ from the rollout's by bfloat16's
-        rounding (``train/rollout_logp_gap``), not the float32 1e-5 of rollout equals training.
+        `None`: `DEFAULT_UNIFORM_KL` for finite action spaces, 0 for continuous ones.
+    :param precision: a key of `PRECISIONS`, the compute dtype of the update's forward pass.
+        With `bf16` the recomputed log-probabilities differ from the rollout's by bfloat16's
+        rounding (`train/rollout_logp_gap`), not the float32 1e-5 of rollout equals training.
 
-    SB3's gSDE options (``use_sde``, ``sde_sample_freq``, as learner or policy options) are refused in one line
-    (:meth:`__new__`).
+    SB3's gSDE options (`use_sde`, `sde_sample_freq`, as learner or policy options) are refused in one line
+    (`__new__`).
     """
 
     policy: MemoryActorCriticPolicy
@@ -197,8 +197,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                                                   spaces.MultiBinary), **kwargs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """Refuse SB3's gSDE options, learner or policy ones, with :data:`policies.policy.GSDE_REFUSED` rather than
-        the ``TypeError`` of an unexpected keyword: memory learners take none of them."""
+        """Refuse SB3's gSDE options, learner or policy ones, with `policies.policy.GSDE_REFUSED` rather than
+        the `TypeError` of an unexpected keyword: memory learners take none of them."""
         given = [f"{name}={kwargs[name]!r}" for name in GSDE_OPTIONS if name in kwargs]
         given += [f"policy_kwargs {name}={value!r}" for name, value in (kwargs.get("policy_kwargs") or {}).items()
                   if name in GSDE_OPTIONS]
@@ -209,10 +209,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     @classmethod
     def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: dict[str, Any] | None = None,
              *args: Any, **kwargs: Any) -> Any:
-        """SB3's ``load``, refusing (``TypeError`` naming both classes) a model saved by another learner, and
+        """SB3's `load`, refusing (`TypeError` naming both classes) a model saved by another learner, and
         building the backbone with the options it was saved with (`policies.registry.saved_options`), whatever
-        today's defaults are. ``policy_kwargs``, as SB3 allows, must be the policy's saved options; both are
-        compared with every default resolved (``MemoryActorCriticPolicy.resolve_kwargs``), so the options a
+        today's defaults are. `policy_kwargs`, as SB3 allows, must be the policy's saved options; both are
+        compared with every default resolved (`MemoryActorCriticPolicy.resolve_kwargs`), so the options a
         model was trained with are accepted as given then."""
         if isinstance(path, str | Path):
             file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
@@ -233,8 +233,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return super().load(path, env, device, custom_objects, *args, **kwargs)
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
-        """The policy class of an alias; an unknown alias (SB3's ``MlpPolicy``, ``CnnPolicy``, sb3-contrib's
-        ``MlpLstmPolicy``) is refused naming ``MemoryPolicy``, the policy every memory learner takes."""
+        """The policy class of an alias; an unknown alias (SB3's `MlpPolicy`, `CnnPolicy`, sb3-contrib's
+        `MlpLstmPolicy`) is refused naming `MemoryPolicy`, the policy every memory learner takes."""
         if policy_name not in self.policy_aliases:
             raise ValueError(f"policy {policy_name!r} is not one of {type(self).__name__}'s "
                              f"({', '.join(self.policy_aliases)}): memory learners take 'MemoryPolicy', which picks "
@@ -311,10 +311,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return True
 
     def _collect_on_device(self, env: Any, callback: BaseCallback, n_rollout_steps: int) -> bool:
-        """``collect_rollouts`` for an env that steps on the device (`envs.torch_tasks.TorchVecEnv`): observations,
+        """`collect_rollouts` for an env that steps on the device (`envs.torch_tasks.TorchVecEnv`): observations,
         actions, rewards and dones stay tensors there, and the host reads only the rollout's finished episodes and
         its advantage std, once per rollout. A time limit's cut episodes are bootstrapped as in
-        :meth:`_bootstrap_truncated`, with the values of every env's terminal observation masked by the cut."""
+        `_bootstrap_truncated`, with the values of every env's terminal observation masked by the cut."""
         buffer = self.rollout_buffer
         self.policy.set_training_mode(False)
         buffer.reset()
@@ -358,13 +358,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.logger.record("train/advantage_scale", self.advantage_scale)
 
     def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-        """The actions taken at a rollout step, ``log π_old`` of them, and what the learner stores
-        besides SB3's fields (``add_extras``); by default the policy's own sample and nothing more."""
+        """The actions, their `log π_old` and the learner's extra fields; by default the policy's own sample."""
         return step.actions, step.log_prob, {}
 
     def _bootstrap_truncated(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict],
                              state: PolicyState) -> np.ndarray:
-        """Add ``γ V(terminal observation)`` for episodes cut by a time limit (SB3 issue #633),
+        """Add `γ V(terminal observation)` for episodes cut by a time limit (SB3 issue #633),
         the terminal observation being the next step of the episode's memory."""
         cut = [i for i, done in enumerate(dones) if done and infos[i].get("terminal_observation") is not None
                and infos[i].get("TimeLimit.truncated", False)]
@@ -388,7 +387,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         """Recompute a minibatch of segments with gradients.
 
         On the first minibatch of an update (before any gradient step) this logs
-        ``rollout_logp_gap = max |log π_recomputed − log π_rollout|``, "rollout equals training" in docs/design.md.
+        `rollout_logp_gap = max |log π_recomputed − log π_rollout|`, "rollout equals training" in docs/design.md.
         """
         actions = batch.actions
         if isinstance(self.action_space, spaces.Discrete):
@@ -410,12 +409,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return Recomputed(actions, values, distribution, log_prob, advantages, aux_loss)
 
     def _update_precision(self) -> AbstractContextManager[Any]:
-        """The autocast of the update's forward pass that :data:`PRECISIONS` names (none for ``fp32``)."""
+        """The autocast of the update's forward pass that `PRECISIONS` names (none for `fp32`)."""
         dtype = PRECISIONS[self.precision]
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def _aux_loss(self, aux: Aux, logs: defaultdict[str, list[Tensor | float]]) -> Tensor | float:
-        """Weighted sum of the backbone's auxiliary losses; every entry is logged as ``train/aux/*``."""
+        """Weighted sum of the backbone's auxiliary losses; every entry is logged as `train/aux/*`."""
         total: Tensor | float = 0.0
         assert self.aux_coefs is not None
         for name, value in aux.items():
@@ -429,8 +428,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _optimize(self, loss: Tensor, terms: dict[str, Tensor]) -> Tensor:
         """One guarded gradient step; returns the gradient norm before clipping, on the device.
 
-        The guards read two flags per step: ``loss + ‖g‖`` before the step (finite unless either is) and the
-        parameters' norms after it (:meth:`_check_parameters`, one fused norm); only a flag that is not finite
+        The guards read two flags per step: `loss + ‖g‖` before the step (finite unless either is) and the
+        parameters' norms after it (`_check_parameters`, one fused norm); only a flag that is not finite
         has the loss terms, gradients or parameters searched for the cause."""
         self.policy.optimizer.zero_grad()
         loss.backward()

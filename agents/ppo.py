@@ -108,7 +108,7 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
             self.exploration_floor = FloatSchedule(self.exploration_floor)
 
     def _act(self, step: PolicyStep) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-        """With a floor, act with ``μ`` and store ``log μ(a)`` beside ``log π_old(a)``."""
+        """With a floor, act with `μ` and store `log μ(a)` beside `log π_old(a)`."""
         if not self.explores:
             return super()._act(step)
         epsilon = self.exploration_floor(self._current_progress_remaining)

@@ -42,8 +42,8 @@ AlphaInit = Annotated[float | None, Range(0.0, low_open=True, optional=True)]
 
 
 class Duals(nn.Module):
-    """The Lagrange multipliers: temperature ``η`` and trust-region ``α`` (``α_μ``, ``α_Σ`` for
-    Gaussian policies), kept raw and projected to ``≥ 1e-8`` after every step (as in the paper)."""
+    """The Lagrange multipliers: temperature `η` and trust-region `α` (`α_μ`, `α_Σ` for
+    Gaussian policies), kept raw and projected to `≥ 1e-8` after every step (as in the paper)."""
 
     def __init__(self, eta: float, alphas: dict[str, float]) -> None:
         super().__init__()
@@ -132,7 +132,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
 
     def _trust_region(self, old: Distribution, new: Distribution,
                       logs: defaultdict[str, list[Tensor | float]]) -> Tensor:
-        """``L_α`` (or ``L_αμ + L_αΣ``) with KL(π_old ‖ π_θ) averaged over the minibatch."""
+        """`L_α` (or `L_αμ + L_αΣ`) with KL(π_old ‖ π_θ) averaged over the minibatch."""
         if not self.gaussian:
             if isinstance(old.distribution, list):  # multi-discrete: one categorical per component
                 kl = torch.stack([torch.distributions.kl_divergence(o, n)

@@ -1,10 +1,10 @@
 """Memory-heavy environments for engram: numpy-batched tasks as SB3 VecEnvs, plus adapters.
 
-``make_vec_env(env_id, n_envs, seed, **env_kwargs)`` is the entry point for training, for any env spec
-(engram's tasks, any gymnasium id, an entry point ``module.path:EnvClass``; see `envs.registry`);
-``make_env`` gives one gymnasium env (for checkers, docs and debugging); ``list_env_ids``
-and ``env_kwargs`` describe what is available; `envs.wrappers` holds the ``env_wrapper`` machinery.
-Importing ``envs`` does not import torch;
+`make_vec_env(env_id, n_envs, seed, **env_kwargs)` is the entry point for training, for any env spec
+(engram's tasks, any gymnasium id, an entry point `module.path:EnvClass`; see `envs.registry`);
+`make_env` gives one gymnasium env (for checkers, docs and debugging); `list_env_ids`
+and `env_kwargs` describe what is available; `envs.wrappers` holds the `env_wrapper` machinery.
+Importing `envs` does not import torch;
 `BatchedVecEnv` (an SB3 class, so SB3 and torch come with it) is loaded on first use.
 """
 

@@ -1,8 +1,8 @@
 """Adapters that turn third-party memory benchmarks into SB3-friendly gymnasium envs.
 
-* MiniGrid (``MiniGrid-*`` ids, e.g. MiniGrid-MemoryS7-v0): a flat one-hot *symbolic* view
-  by default, or the ``rgb`` egocentric image; ``info["is_success"]`` at episode end.
-* POPGym (``popgym-*`` ids): Discrete / MultiDiscrete / Tuple observations become one flat
+* MiniGrid (`MiniGrid-*` ids, e.g. MiniGrid-MemoryS7-v0): a flat one-hot *symbolic* view
+  by default, or the `rgb` egocentric image; `info["is_success"]` at episode end.
+* POPGym (`popgym-*` ids): Discrete / MultiDiscrete / Tuple observations become one flat
   float32 vector of one-hots; the previous action is appended where POPGym says the task
   needs it.
 * Memory Gym (optional; pins gymnasium 0.29 so it is never a requirement): imported lazily.
@@ -38,7 +38,7 @@ Encoder = Callable[[Any], np.ndarray]
 
 
 def flat_encoding(space: spaces.Space) -> tuple[spaces.Box, Encoder]:
-    """A flat float32 Box for ``space`` and the function that encodes its elements.
+    """A flat float32 Box for `space` and the function that encodes its elements.
 
     Box: flattened; Discrete: one-hot; MultiDiscrete: one one-hot per component,
     concatenated; MultiBinary: 0/1 floats; Tuple: the encodings of its parts, concatenated.
@@ -93,7 +93,7 @@ class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 class PreviousActionObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Appends the encoded previous action and a first-step flag to a flat observation.
 
-    POPGym's ``PreviousAction`` + ``Antialias`` wrappers in one: tasks such as
+    POPGym's `PreviousAction` + `Antialias` wrappers in one: tasks such as
     MultiarmedBandit, Battleship or MineSweeper are only solvable if the agent sees what
     it did. On reset the action part is zero and the flag is 1.
     """
@@ -123,11 +123,11 @@ class PreviousActionObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
 class SymbolicView(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """MiniGrid's egocentric view as a flat float32 vector of one-hots.
 
-    Each of the V x V cells of ``obs["image"]`` holds (object, colour, state) indices; each is
-    one-hot encoded (11 + 6 + 3 = 20 values per cell), giving ``V * V * 20`` floats. Being
-    flat and float32, SB3 does not mistake it for pixels (``is_image_space``), which would
+    Each of the V x V cells of `obs["image"]` holds (object, colour, state) indices; each is
+    one-hot encoded (11 + 6 + 3 = 20 values per cell), giving `V * V * 20` floats. Being
+    flat and float32, SB3 does not mistake it for pixels (`is_image_space`), which would
     divide it by 255 and send it to a CNN. The agent's direction and mission are dropped,
-    as with ``ImgObsWrapper``.
+    as with `ImgObsWrapper`.
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -149,7 +149,7 @@ class SymbolicView(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
 
 class SuccessInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Puts ``info["is_success"]`` (terminated with a positive reward) on the step that ends an episode."""
+    """Puts `info["is_success"]` (terminated with a positive reward) on the step that ends an episode."""
 
     def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)
@@ -163,7 +163,7 @@ class SuccessInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 
 class ActionSubset(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
-    """``Discrete(len(actions))`` whose action ``i`` is the wrapped env's ``actions[i]``."""
+    """`Discrete(len(actions))` whose action `i` is the wrapped env's `actions[i]`."""
 
     def __init__(self, env: gym.Env, actions: tuple[int, ...]) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, actions=actions)
@@ -184,13 +184,13 @@ def make_minigrid(env_id: str, obs: str = "symbolic", agent_view_size: int = 7, 
                   render_mode: str | None = None) -> gym.Env:
     """A MiniGrid env for SB3.
 
-    ``obs="symbolic"`` (default): `SymbolicView`, ``agent_view_size**2 * 20`` float32.
-    ``obs="rgb"``: the egocentric RGB image (``RGBImgPartialObsWrapper`` + ``ImgObsWrapper``),
-    uint8 ``(V * tile_size, V * tile_size, 3)``; ``tile_size`` defaults to ``84 // V``, i.e.
-    84 x 84 for V = 3 or 7. ``max_episode_steps`` adds a ``TimeLimit`` on top of MiniGrid's
-    own ``max_steps`` (5 S^2 for MemoryS<S>). CleanRL's PPO-TrXL set-up for MemoryS9 is
-    ``obs="rgb", agent_view_size=3, tile_size=28, max_episode_steps=96``. ``actions`` names a
-    set of `MINIGRID_ACTION_SETS`: ``"navigation"`` keeps turn left, turn right and forward (the
+    `obs="symbolic"` (default): `SymbolicView`, `agent_view_size**2 * 20` float32.
+    `obs="rgb"`: the egocentric RGB image (`RGBImgPartialObsWrapper` + `ImgObsWrapper`),
+    uint8 `(V * tile_size, V * tile_size, 3)`; `tile_size` defaults to `84 // V`, i.e.
+    84 x 84 for V = 3 or 7. `max_episode_steps` adds a `TimeLimit` on top of MiniGrid's
+    own `max_steps` (5 S^2 for MemoryS<S>). CleanRL's PPO-TrXL set-up for MemoryS9 is
+    `obs="rgb", agent_view_size=3, tile_size=28, max_episode_steps=96`. `actions` names a
+    set of `MINIGRID_ACTION_SETS`: `"navigation"` keeps turn left, turn right and forward (the
     action space of Pleines et al.'s MiniGrid-Memory baselines; CleanRL keeps all seven).
     """
     import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
@@ -212,9 +212,9 @@ def make_popgym(env_id: str, prev_action: bool | None = None, max_episode_steps:
                 **env_kwargs: Any) -> gym.Env:
     """A POPGym env with a flat float32 observation (`FlatObservation`).
 
-    ``prev_action=None`` appends the previous action (`PreviousActionObservation`) exactly
-    where POPGym marks the task with ``obs_requires_prev_action``; True/False force it.
-    ``env_kwargs`` go to the POPGym class (e.g. ``k`` and ``num_decks`` for RepeatPrevious).
+    `prev_action=None` appends the previous action (`PreviousActionObservation`) exactly
+    where POPGym marks the task with `obs_requires_prev_action`; True/False force it.
+    `env_kwargs` go to the POPGym class (e.g. `k` and `num_decks` for RepeatPrevious).
     """
     import popgym  # noqa: F401  (registers the popgym-* ids)
 
@@ -227,7 +227,7 @@ def make_popgym(env_id: str, prev_action: bool | None = None, max_episode_steps:
 
 
 def import_memory_gym(env_id: str) -> None:
-    """Import ``memory_gym`` (registering its ids) or explain how to install it."""
+    """Import `memory_gym` (registering its ids) or explain how to install it."""
     try:
         import memory_gym  # noqa: F401
     except ImportError as error:

@@ -1,6 +1,6 @@
 """The numpy-batched core shared by every engram task, and its single-copy gymnasium view.
 
-A *core* (`BatchedTask`) holds the state of ``n_copies`` independent copies of one task in
+A *core* (`BatchedTask`) holds the state of `n_copies` independent copies of one task in
 arrays whose first axis is the copy. It steps all copies with a handful of array operations
 and owns everything the tasks have in common: per-copy random streams, the step counter,
 termination at the task's fixed horizon, the optional time limit (truncation) and the
@@ -9,9 +9,9 @@ state and what the agent observes.
 
 Two fronts sit on a core:
 
-* `SingleCopyEnv` (here): a plain ``gymnasium.Env`` over a core with one copy, so that
+* `SingleCopyEnv` (here): a plain `gymnasium.Env` over a core with one copy, so that
   gymnasium's and SB3's env checkers run on every task;
-* `envs.vec_env.BatchedVecEnv`: an SB3 ``VecEnv`` over a core with n copies. It lives in
+* `envs.vec_env.BatchedVecEnv`: an SB3 `VecEnv` over a core with n copies. It lives in
   its own module because importing SB3 imports torch, and this module must not.
 
 Determinism contract: copy i draws its randomness only from its own stream, and every
@@ -48,11 +48,11 @@ def _mix64(z: np.ndarray) -> np.ndarray:
 
 
 def copy_seeds(seed: int | None, n_copies: int) -> list[int]:
-    """Per-copy seeds derived from ``(seed, i)``.
+    """Per-copy seeds derived from `(seed, i)`.
 
-    Copy i gets the first 64-bit word of ``SeedSequence(seed, spawn_key=(i,))``: the seeds of
-    one run are independent of each other, do not depend on ``n_copies``, and runs with
-    nearby seeds (0, 1, 2, ...) share no copy stream (unlike ``seed + i``). ``seed=None``
+    Copy i gets the first 64-bit word of `SeedSequence(seed, spawn_key=(i,))`: the seeds of
+    one run are independent of each other, do not depend on `n_copies`, and runs with
+    nearby seeds (0, 1, 2, ...) share no copy stream (unlike `seed + i`). `seed=None`
     draws fresh entropy.
     """
     if seed is None:
@@ -65,7 +65,7 @@ class CopyStreams:
 
     A draw for a set of copies advances only those copies' states, so what copy i draws never
     depends on the other copies or on how many there are. An int seed is expanded through
-    ``numpy.random.SeedSequence``; ``None`` draws fresh entropy.
+    `numpy.random.SeedSequence`; `None` draws fresh entropy.
     """
 
     def __init__(self, n_copies: int) -> None:
@@ -73,7 +73,7 @@ class CopyStreams:
         self.seed(np.arange(n_copies), [None] * n_copies)
 
     def seed(self, idx: np.ndarray, seeds: Sequence[int | None]) -> None:
-        """Restart the streams of copies ``idx`` from ``seeds`` (one per copy)."""
+        """Restart the streams of copies `idx` from `seeds` (one per copy)."""
         for i, seed in zip(idx, seeds, strict=True):
             self.state[i] = np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]
 
@@ -88,10 +88,10 @@ class CopyStreams:
         return _mix64(states)
 
     def integers(self, idx: Index, high: int, size: int | None = None) -> np.ndarray:
-        """Uniform ints in ``[0, high)`` for copies ``idx``: shape ``(k,)``, or ``(k, size)``.
+        """Uniform ints in `[0, high)` for copies `idx`: shape `(k,)`, or `(k, size)`.
 
-        Uses the top 32 bits times ``high`` (Lemire's multiply-shift); the bias is below
-        ``high / 2**32``.
+        Uses the top 32 bits times `high` (Lemire's multiply-shift); the bias is below
+        `high / 2**32`.
         """
         if not 1 <= high < 2**32:
             raise ValueError(f"high must be in [1, 2**32), got {high}")
@@ -103,13 +103,13 @@ class BatchedTask(ABC):
     """A memory task whose n copies live in numpy arrays (the *core*).
 
     Every engram task has a fixed horizon: an episode terminates after exactly
-    ``episode_length`` actions. ``max_episode_steps`` (optional) adds a time limit that
-    truncates earlier, as gymnasium's ``TimeLimit`` would. ``elapsed[i]`` counts the actions
+    `episode_length` actions. `max_episode_steps` (optional) adds a time limit that
+    truncates earlier, as gymnasium's `TimeLimit` would. `elapsed[i]` counts the actions
     taken in copy i's current episode.
 
-    Subclasses define the spaces, the documented constants (``episode_length``,
-    ``memory_distance``, ``optimal_return``, ``memoryless_return``), ``observe``,
-    ``render_text`` and the hooks ``_begin``, ``_transition`` and ``_success``.
+    Subclasses define the spaces, the documented constants (`episode_length`,
+    `memory_distance`, `optimal_return`, `memoryless_return`), `observe`,
+    `render_text` and the hooks `_begin`, `_transition` and `_success`.
     """
 
     observation_space: spaces.Box
@@ -149,17 +149,17 @@ class BatchedTask(ABC):
     # ---- task hooks ---------------------------------------------------------------------
     @abstractmethod
     def _begin(self, idx: np.ndarray) -> None:
-        """Sample the hidden state of a new episode for copies ``idx``."""
+        """Sample the hidden state of a new episode for copies `idx`."""
 
     @abstractmethod
     def observe(self, idx: Index = ALL) -> np.ndarray:
-        """Current observations of copies ``idx`` (all by default): a fresh float32 array ``(k, obs_dim)``."""
+        """Current observations of copies `idx` (all by default): a fresh float32 array `(k, obs_dim)`."""
 
     @abstractmethod
     def _transition(self, actions: np.ndarray, final: np.ndarray) -> np.ndarray:
-        """Apply one action per copy (``elapsed`` already counts it); return the rewards.
+        """Apply one action per copy (`elapsed` already counts it); return the rewards.
 
-        ``final[i]`` is True when this action ends copy i's episode (fixed horizon).
+        `final[i]` is True when this action ends copy i's episode (fixed horizon).
         """
 
     @abstractmethod
@@ -172,18 +172,18 @@ class BatchedTask(ABC):
 
     # ---- shared machinery ---------------------------------------------------------------
     def seed(self, idx: np.ndarray, seeds: Sequence[int | None]) -> None:
-        """Restart the random streams of copies ``idx``; takes effect from their next reset."""
+        """Restart the random streams of copies `idx`; takes effect from their next reset."""
         self.rng.seed(idx, seeds)
 
     def reset(self, idx: np.ndarray) -> None:
-        """Start new episodes in copies ``idx``."""
+        """Start new episodes in copies `idx`."""
         self.elapsed[idx] = 0
         self._begin(idx)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Apply one action per copy; return ``(reward, terminated, truncated, success)``.
+        """Apply one action per copy; return `(reward, terminated, truncated, success)`.
 
-        ``reward`` is float32, the rest bool; ``success`` is True only where an episode
+        `reward` is float32, the rest bool; `success` is True only where an episode
         terminated successfully (a truncated episode never counts as a success).
         """
         actions = np.asarray(actions, dtype=np.int64).reshape(self.n_copies)
@@ -211,7 +211,7 @@ class BatchedTask(ABC):
 
     @classmethod
     def as_env(cls, render_mode: str | None = None, **task_kwargs: Any) -> SingleCopyEnv:
-        """The single-copy gymnasium view of this task (the ``engram/<id>`` gymnasium entry point)."""
+        """The single-copy gymnasium view of this task (the `engram/<id>` gymnasium entry point)."""
         return SingleCopyEnv(cls(n_copies=1, **task_kwargs), render_mode=render_mode)
 
 
@@ -219,13 +219,13 @@ RENDER_MODES: tuple[str, ...] = ("ansi", "rgb_array")
 
 
 class SingleCopyEnv(gym.Env[np.ndarray, np.int64]):
-    """A gymnasium ``Env`` over a one-copy `BatchedTask`.
+    """A gymnasium `Env` over a one-copy `BatchedTask`.
 
     It runs the same code as the batched env, so the two give identical trajectories for the
-    same per-copy seed and actions. ``reset(seed=s)`` restarts the copy's stream from ``s``
-    (and, per the gymnasium contract, also seeds ``self.np_random``, which the task itself
-    does not use). ``info["is_success"]`` is set on the step that ends an episode.
-    Render modes: ``"ansi"`` (text) and ``"rgb_array"``.
+    same per-copy seed and actions. `reset(seed=s)` restarts the copy's stream from `s`
+    (and, per the gymnasium contract, also seeds `self.np_random`, which the task itself
+    does not use). `info["is_success"]` is set on the step that ends an episode.
+    Render modes: `"ansi"` (text) and `"rgb_array"`.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": 4}

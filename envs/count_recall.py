@@ -15,11 +15,11 @@ class CountRecall(WholeEpisodeScoredTask):
     What must be remembered: a running count per symbol (order-free, set-like memory).
 
     * Each step deals a symbol v_t and asks about a symbol q_t, both i.i.d. uniform over m
-      symbols (POPGym deals from a deck). Observation ``float32[2m]``: one-hot v_t, one-hot q_t.
-    * Actions ``Discrete(C + 1)`` with ``C = max_count`` (default T): the number of times q_t
+      symbols (POPGym deals from a deck). Observation `float32[2m]`: one-hot v_t, one-hot q_t.
+    * Actions `Discrete(C + 1)` with `C = max_count` (default T): the number of times q_t
       has been dealt in steps 0..t (v_t included), clipped at C.
-    * Reward ``+-1/T`` on each of the T steps (POPGym's ``error_clamp`` grading is not used).
-    * Horizon parameter ``length`` = T = episode length; memory distance T - 1 (the last
+    * Reward `+-1/T` on each of the T steps (POPGym's `error_clamp` grading is not used).
+    * Horizon parameter `length` = T = episode length; memory distance T - 1 (the last
       answer still counts the first symbol).
     * Optimal return 1. Best memoryless return `memoryless_return`, computed exactly: with
       only (v_t, q_t) the best guess is the mode of the count given whether v_t = q_t,

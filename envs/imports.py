@@ -1,10 +1,10 @@
 """Objects named by import path: a user's environment, wrapper or registering module.
 
-``module.path:Name`` and ``module.path.Name`` both name attribute ``Name`` of module ``module.path``.
-Modules are imported with the working directory on ``sys.path`` (as ``python -m`` does), so a file
-``my_envs.py`` beside the command is found whether engram runs as ``engram`` or ``python train_rl.py``.
-A failure is an ``ImportPathError`` whose one-line message names the path and the cause: the
-last line of the import's traceback (``ModuleNotFoundError: No module named 'my_envs'``).
+`module.path:Name` and `module.path.Name` both name attribute `Name` of module `module.path`.
+Modules are imported with the working directory on `sys.path` (as `python -m` does), so a file
+`my_envs.py` beside the command is found whether engram runs as `engram` or `python train_rl.py`.
+A failure is an `ImportPathError` whose one-line message names the path and the cause: the
+last line of the import's traceback (`ModuleNotFoundError: No module named 'my_envs'`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ class ImportPathError(ValueError):
 
 
 def cause(error: BaseException) -> str:
-    """The last line of ``error``'s traceback: ``TypeName: message`` on one line."""
+    """The last line of `error`'s traceback: `TypeName: message` on one line."""
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def import_module(name: str) -> Any:
-    """Import module ``name`` with the working directory on ``sys.path``; ``ImportPathError`` naming the
+    """Import module `name` with the working directory on `sys.path`; `ImportPathError` naming the
     module and the cause if it is not found or raises while importing."""
     if not name or any(not part.isidentifier() for part in name.split(".")):
         raise ImportPathError(f"{name!r} is not a module path (expected dotted names, e.g. my_package.envs)")
@@ -41,7 +41,7 @@ def import_module(name: str) -> Any:
 
 
 def split_path(path: str) -> tuple[str, str]:
-    """``"pkg.mod:Name"`` or ``"pkg.mod.Name"`` → ``("pkg.mod", "Name")``."""
+    """`"pkg.mod:Name"` or `"pkg.mod.Name"` → `("pkg.mod", "Name")`."""
     module, colon, name = path.partition(":")
     if not colon:
         module, _, name = path.rpartition(".")
@@ -51,7 +51,7 @@ def split_path(path: str) -> tuple[str, str]:
 
 
 def load_object(path: str) -> Any:
-    """The object an import path names; ``ImportPathError`` if its module does not import or lacks it."""
+    """The object an import path names; `ImportPathError` if its module does not import or lacks it."""
     module_name, name = split_path(path)
     module = import_module(module_name)
     target: Any = module
@@ -63,7 +63,7 @@ def load_object(path: str) -> Any:
 
 
 def import_packages(packages: Iterable[str]) -> None:
-    """Import each module of ``packages`` for its side effects (gymnasium registrations), as rl-zoo3's
-    ``--gym-packages``; ``ImportPathError`` naming the first that fails."""
+    """Import each module of `packages` for its side effects (gymnasium registrations), as rl-zoo3's
+    `--gym-packages`; `ImportPathError` naming the first that fails."""
     for name in packages:
         import_module(name)

@@ -1,4 +1,4 @@
-"""MemoryChain, after bsuite's ``memory_len`` / ``memory_size`` experiments (Osband et al., ICLR 2020)."""
+"""MemoryChain, after bsuite's `memory_len` / `memory_size` experiments (Osband et al., ICLR 2020)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from envs.scored import ScoredAnswerTask
 class MemoryChain(ScoredAnswerTask):
     """Context bits shown once at the start, a query about one of them L steps later.
 
-    What must be remembered: ``num_bits`` random context bits, for L steps (only the queried
+    What must be remembered: `num_bits` random context bits, for L steps (only the queried
     one matters, but the query comes last).
 
-    * Observation ``float32[1 + 2B]`` in [-1, 1] for B = ``num_bits``:
-      ``[time-to-live (L - t)/L, one-hot query (B, only at t = L), context as +-1 (B, only at t = 0)]``.
-    * Actions ``Discrete(2)``: the value of the queried bit.
+    * Observation `float32[1 + 2B]` in [-1, 1] for B = `num_bits`:
+      `[time-to-live (L - t)/L, one-hot query (B, only at t = L), context as +-1 (B, only at t = 0)]`.
+    * Actions `Discrete(2)`: the value of the queried bit.
     * Reward 0 until the last step; at t = L, +1 if the answer equals the queried bit, else -1.
-    * Horizon parameter ``length`` = L (bsuite's ``memory_length``) = memory distance;
+    * Horizon parameter `length` = L (bsuite's `memory_length`) = memory distance;
       episode length L + 1.
     * Optimal return 1; best memoryless return 0 (the query step shows nothing about the bits).
 

@@ -2,20 +2,20 @@
 
 An env spec is one of:
 
-* an id of engram's numpy-batched tasks (`ENV_IDS`, family ``engram``); `make_vec_env` steps all
-  copies in one `BatchedVecEnv`. They are also registered with gymnasium as ``engram/<id>``;
-* any id gymnasium's registry holds, once the modules of ``gym_packages`` are imported: ``MiniGrid-*``
-  ids through `make_minigrid` (family ``minigrid``), ``popgym-*`` ids through `make_popgym` (``popgym``),
-  Memory Gym ids when its optional package is installed (``memory_gym``), and every other id, such as
-  ``CartPole-v1`` or one a user's module registers, through ``gym.make`` (``gymnasium``). gymnasium's
-  ``module:Id`` form imports the module first;
-* an entry point ``module.path:EnvClass`` or ``module.path:make_fn`` (family ``entry_point``), called with
-  the env kwargs; ``max_episode_steps`` adds a ``TimeLimit`` where the callable does not take it itself.
+* an id of engram's numpy-batched tasks (`ENV_IDS`, family `engram`); `make_vec_env` steps all
+  copies in one `BatchedVecEnv`. They are also registered with gymnasium as `engram/<id>`;
+* any id gymnasium's registry holds, once the modules of `gym_packages` are imported: `MiniGrid-*`
+  ids through `make_minigrid` (family `minigrid`), `popgym-*` ids through `make_popgym` (`popgym`),
+  Memory Gym ids when its optional package is installed (`memory_gym`), and every other id, such as
+  `CartPole-v1` or one a user's module registers, through `gym.make` (`gymnasium`). gymnasium's
+  `module:Id` form imports the module first;
+* an entry point `module.path:EnvClass` or `module.path:make_fn` (family `entry_point`), called with
+  the env kwargs; `max_episode_steps` adds a `TimeLimit` where the callable does not take it itself.
 
-Copies of gymnasium envs and entry points are wrapped by ``env_wrapper`` (`envs.wrappers`) and vectorised
-with SB3's DummyVecEnv, or SubprocVecEnv (``vec_env="subproc"``, one process per copy; engram's tasks
-then run as single copies too). Every `make_vec_env` result is wrapped in SB3's ``VecMonitor``, and copy i
-of a run seeded s uses ``copy_seeds(s, n)[i]``.
+Copies of gymnasium envs and entry points are wrapped by `env_wrapper` (`envs.wrappers`) and vectorised
+with SB3's DummyVecEnv, or SubprocVecEnv (`vec_env="subproc"`, one process per copy; engram's tasks
+then run as single copies too). Every `make_vec_env` result is wrapped in SB3's `VecMonitor`, and copy i
+of a run seeded s uses `copy_seeds(s, n)[i]`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ TIME_LIMIT = "max_episode_steps"
 
 
 def _register_with_gymnasium() -> None:
-    """``gym.make("engram/TMaze-v0", length=...)`` gives the single-copy view."""
+    """`gym.make("engram/TMaze-v0", length=...)` gives the single-copy view."""
     for env_id, task in ENV_IDS.items():
         gym.register(f"{GYM_NAMESPACE}/{env_id}", entry_point=task.as_env)
 
@@ -70,7 +70,7 @@ _register_with_gymnasium()
 
 
 def _import_adapted_packages(env_id: str = "") -> None:
-    """Import MiniGrid and POPGym, whose ids gymnasium knows only then (all of them, or the one ``env_id`` needs)."""
+    """Import MiniGrid and POPGym, whose ids gymnasium knows only then (all of them, or the one `env_id` needs)."""
     if not env_id or env_id.startswith("MiniGrid-"):
         import minigrid  # noqa: F401
     if not env_id or env_id.startswith("popgym-"):
@@ -89,7 +89,7 @@ def _other_gymnasium_ids() -> list[str]:
 
 
 def list_env_ids(family: str | None = None) -> list[str]:
-    """Every id `make_vec_env` accepts, or those of one family of ``FAMILIES`` (``gymnasium``: every id in
+    """Every id `make_vec_env` accepts, or those of one family of `FAMILIES` (`gymnasium`: every id in
     gymnasium's registry outside the other families, including those registered by modules imported so far)."""
     lists: dict[str, Callable[[], list[str]]] = {
         "engram": lambda: list(ENV_IDS),
@@ -118,8 +118,8 @@ def _unknown_id_message(env_id: str, module: str | None = None) -> str:
 
 
 def env_family(env_id: str) -> str:
-    """The family of the spec ``env_id`` (``engram``, ``minigrid``, ``popgym``, ``memory_gym``, ``gymnasium`` or
-    ``entry_point``); ``ValueError`` naming it and the closest registered ids if it names nothing."""
+    """The family of the spec `env_id` (`engram`, `minigrid`, `popgym`, `memory_gym`, `gymnasium` or
+    `entry_point`); `ValueError` naming it and the closest registered ids if it names nothing."""
     if env_id in ENV_IDS:
         return "engram"
     if env_id in MEMORY_GYM_IDS:
@@ -135,7 +135,7 @@ def env_family(env_id: str) -> str:
 
 
 def _is_entry_point(spec: str) -> bool:
-    """Whether ``module:Name`` names an attribute of the module (else it is gymnasium's ``module:Id`` form)."""
+    """Whether `module:Name` names an attribute of the module (else it is gymnasium's `module:Id` form)."""
     module_name, name = spec.split(":", 1)
     target = import_module(module_name)
     for part in name.split("."):
@@ -146,7 +146,7 @@ def _is_entry_point(spec: str) -> bool:
 
 
 def _registered_id(env_id: str) -> str:
-    """The registry id of ``env_id``, after importing the module of gymnasium's ``module:Id`` form."""
+    """The registry id of `env_id`, after importing the module of gymnasium's `module:Id` form."""
     if ":" in env_id:
         module_name, name = env_id.split(":", 1)
         import_module(module_name)
@@ -155,8 +155,8 @@ def _registered_id(env_id: str) -> str:
 
 
 class Keywords(NamedTuple):
-    """The keyword arguments a callable takes: named ones with their defaults (``None`` where the signature gives
-    none), and whether it also takes any other name (``**kwargs``, checked only when it is called)."""
+    """The keyword arguments a callable takes: named ones with their defaults (`None` where the signature gives
+    none), and whether it also takes any other name (`**kwargs`, checked only when it is called)."""
 
     named: dict[str, Any]
     open: bool = False
@@ -174,7 +174,7 @@ def _keywords(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> Keywords:
 
 
 def _entry_point(spec: str) -> Callable[..., Any]:
-    """The class or function ``module.path:Name`` names; ``ValueError`` if it is neither an env class nor callable."""
+    """The class or function `module.path:Name` names; `ValueError` if it is neither an env class nor callable."""
     target = load_object(spec)
     if inspect.isclass(target) and not issubclass(target, gym.Env):
         raise ValueError(f"{spec!r} is the class {target.__name__}, which is not a gymnasium.Env subclass")
@@ -184,7 +184,7 @@ def _entry_point(spec: str) -> Callable[..., Any]:
 
 
 def keywords(env_id: str) -> Keywords:
-    """The keyword arguments `make_env` / `make_vec_env` accept for ``env_id``."""
+    """The keyword arguments `make_env` / `make_vec_env` accept for `env_id`."""
     family = env_family(env_id)
     if family == "engram":
         return Keywords({**_keywords(ENV_IDS[env_id], skip=("n_copies",)).named, "render_mode": None})
@@ -205,18 +205,18 @@ def keywords(env_id: str) -> Keywords:
 
 
 def kwarg_defaults(env_id: str) -> dict[str, Any]:
-    """The named keyword arguments `make_env` / `make_vec_env` accept for ``env_id``, with their defaults."""
+    """The named keyword arguments `make_env` / `make_vec_env` accept for `env_id`, with their defaults."""
     return keywords(env_id).named
 
 
 def env_kwargs(env_id: str) -> list[str]:
-    """The named keyword arguments `make_env` / `make_vec_env` accept for ``env_id`` (an env whose constructor
-    takes ``**kwargs`` accepts others too: see `keywords`)."""
+    """The named keyword arguments `make_env` / `make_vec_env` accept for `env_id` (an env whose constructor
+    takes `**kwargs` accepts others too: see `keywords`)."""
     return list(kwarg_defaults(env_id))
 
 
 def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
-    """``TypeError`` naming every keyword argument ``env_id`` does not take, with the closest valid one."""
+    """`TypeError` naming every keyword argument `env_id` does not take, with the closest valid one."""
     accepted = keywords(env_id)
     valid = list(accepted.named)
     unknown = [] if accepted.open else [name for name in kwargs if name not in valid]
@@ -241,12 +241,12 @@ def _from_entry_point(spec: str, env_kwargs: dict[str, Any]) -> gym.Env:
 
 
 def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
-    """One gymnasium env of the spec ``env_id``: the single-copy view (`SingleCopyEnv`) of an engram task, an
-    adapted MiniGrid or POPGym env, ``gym.make`` of another registered id, or an entry point's env; wrapped by
-    ``env_wrapper`` (see `envs.wrappers`) after importing ``gym_packages``.
+    """One gymnasium env of the spec `env_id`: the single-copy view (`SingleCopyEnv`) of an engram task, an
+    adapted MiniGrid or POPGym env, `gym.make` of another registered id, or an entry point's env; wrapped by
+    `env_wrapper` (see `envs.wrappers`) after importing `gym_packages`.
 
-    Raises ``ValueError`` for a spec that names no env (an unknown id, a module that does not import, a class
-    that is not an env) or a bad wrapper, and ``TypeError`` for an unknown keyword argument.
+    Raises `ValueError` for a spec that names no env (an unknown id, a module that does not import, a class
+    that is not an env) or a bad wrapper, and `TypeError` for an unknown keyword argument.
     """
     import_packages(gym_packages)
     wrappers = parse_env_wrapper(env_wrapper)
@@ -268,7 +268,7 @@ def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str
 
 @dataclass(frozen=True)
 class EnvFactory:
-    """A picklable ``() -> gym.Env`` for one copy (SubprocVecEnv sends it to the copy's process)."""
+    """A picklable `() -> gym.Env` for one copy (SubprocVecEnv sends it to the copy's process)."""
 
     env_id: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -282,12 +282,12 @@ class EnvFactory:
 
 def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_wrapper: Any = None,
                  vec_env: str = "dummy", gym_packages: Sequence[str] = (), **env_kwargs: Any) -> VecMonitor:
-    """An SB3 VecEnv of ``n_envs`` copies of the spec ``env_id``, wrapped in ``VecMonitor``.
+    """An SB3 VecEnv of `n_envs` copies of the spec `env_id`, wrapped in `VecMonitor`.
 
-    engram ids give the numpy-batched `BatchedVecEnv` (unless ``env_wrapper`` or ``vec_env="subproc"`` asks for
-    single copies); other specs a DummyVecEnv (``vec_env="subproc"``: a SubprocVecEnv) of `make_env` envs, each
-    wrapped by ``env_wrapper``. With ``seed``, copy i is seeded with ``copy_seeds(seed, n_envs)[i]`` at the first
-    reset (SB3 semantics; ``venv.seed(s)`` re-seeds at the next reset). ``ValueError``/``TypeError`` as `make_env`.
+    engram ids give the numpy-batched `BatchedVecEnv` (unless `env_wrapper` or `vec_env="subproc"` asks for
+    single copies); other specs a DummyVecEnv (`vec_env="subproc"`: a SubprocVecEnv) of `make_env` envs, each
+    wrapped by `env_wrapper`. With `seed`, copy i is seeded with `copy_seeds(seed, n_envs)[i]` at the first
+    reset (SB3 semantics; `venv.seed(s)` re-seeds at the next reset). `ValueError`/`TypeError` as `make_env`.
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")

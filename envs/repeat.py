@@ -1,7 +1,7 @@
 """RepeatFirst and RepeatPrevious (POPGym, Morad et al., ICLR 2023), numpy-batched.
 
 POPGym deals cards from a deck; here symbols are drawn i.i.d. uniformly from
-``n_symbols`` (POPGym's 4 suits by default), so that no observation carries information
+`n_symbols` (POPGym's 4 suits by default), so that no observation carries information
 about an earlier one and the memoryless optimum is exact.
 """
 
@@ -19,12 +19,12 @@ class RepeatFirst(WholeEpisodeScoredTask):
 
     What must be remembered: the first observation, for the whole episode.
 
-    * Observation ``float32[n_symbols + 1]``: one-hot of the current symbol, then a flag that
+    * Observation `float32[n_symbols + 1]`: one-hot of the current symbol, then a flag that
       is 1 on the first step only.
-    * Actions ``Discrete(n_symbols)``: the first symbol.
-    * Reward ``+1/T`` for a correct answer, ``-1/T`` for a wrong one, on each of the T steps.
-    * Horizon parameter ``length`` = T = episode length; memory distance T - 1.
-    * Optimal return 1. Best memoryless return ``(1 + (T - 1)(2/m - 1)) / T`` for m symbols
+    * Actions `Discrete(n_symbols)`: the first symbol.
+    * Reward `+1/T` for a correct answer, `-1/T` for a wrong one, on each of the T steps.
+    * Horizon parameter `length` = T = episode length; memory distance T - 1.
+    * Optimal return 1. Best memoryless return `(1 + (T - 1)(2/m - 1)) / T` for m symbols
       (right on the first step, chance afterwards): -0.406 for T = 16, m = 4.
     """
 
@@ -65,11 +65,11 @@ class RepeatPrevious(ScoredAnswerTask):
 
     What must be remembered: the last k + 1 observations (a sliding window).
 
-    * Observation ``float32[n_symbols]``: one-hot of the current symbol.
-    * Actions ``Discrete(n_symbols)``: the symbol seen k steps before the current one.
-    * Reward: steps t < k are not scored (0); from step k on, ``+-1/(T - k)``.
-    * Horizon parameter ``k`` = memory distance; episode length ``length`` = T (default 4k).
-    * Optimal return 1. Best memoryless return ``2/m - 1`` (chance on every scored step):
+    * Observation `float32[n_symbols]`: one-hot of the current symbol.
+    * Actions `Discrete(n_symbols)`: the symbol seen k steps before the current one.
+    * Reward: steps t < k are not scored (0); from step k on, `+-1/(T - k)`.
+    * Horizon parameter `k` = memory distance; episode length `length` = T (default 4k).
+    * Optimal return 1. Best memoryless return `2/m - 1` (chance on every scored step):
       -0.5 for m = 4.
     """
 

@@ -2,7 +2,7 @@
 
 RepeatFirst, RepeatPrevious, CountRecall (POPGym, Morad et al. 2023) and MemoryChain
 (bsuite, Osband et al. 2020) share this shape: actions never change what is observed; on a
-*scored* step the answer earns ``+1/n_scored`` if correct and ``-1/n_scored`` if wrong (0 on
+*scored* step the answer earns `+1/n_scored` if correct and `-1/n_scored` if wrong (0 on
 unscored steps), so returns lie in [-1, 1] with optimum 1, as in POPGym.
 """
 
@@ -16,10 +16,10 @@ from envs.batched import BatchedTask
 
 
 class ScoredAnswerTask(BatchedTask):
-    """Base for tasks whose actions are graded answers; ``is_success`` = every scored answer right.
+    """Base for tasks whose actions are graded answers; `is_success` = every scored answer right.
 
-    Subclasses give ``n_scored`` (scored steps per episode), ``_scored`` (which step indices
-    count), ``_answer`` (the correct answer for the current observation) and ``_advance``
+    Subclasses give `n_scored` (scored steps per episode), `_scored` (which step indices
+    count), `_answer` (the correct answer for the current observation) and `_advance`
     (draw what is observed next). Because actions do not influence observations, the best
     memoryless policy answers, for each observation, the answer most likely given it alone.
     """
@@ -35,7 +35,7 @@ class ScoredAnswerTask(BatchedTask):
 
     @abstractmethod
     def _scored(self, t: np.ndarray) -> np.ndarray:
-        """Per copy: is the action at step index ``t`` (0-based) scored?"""
+        """Per copy: is the action at step index `t` (0-based) scored?"""
 
     @abstractmethod
     def _answer(self) -> np.ndarray:
@@ -65,7 +65,7 @@ class ScoredAnswerTask(BatchedTask):
 
 
 class WholeEpisodeScoredTask(ScoredAnswerTask):
-    """A scored task whose ``length`` = T steps are all scored and whose last answer still
+    """A scored task whose `length` = T steps are all scored and whose last answer still
     depends on the first observation: episode length T, memory distance T - 1."""
 
     def __init__(self, n_copies: int, length: int, max_episode_steps: int | None = None) -> None:
@@ -97,7 +97,7 @@ def check_symbols(n_symbols: int) -> None:
 
 
 def one_hot(values: np.ndarray, depth: int) -> np.ndarray:
-    """float32 one-hot rows ``(k, depth)`` of int values ``(k,)``."""
+    """float32 one-hot rows `(k, depth)` of int values `(k,)`."""
     out = np.zeros((values.shape[0], depth), dtype=np.float32)
     out[np.arange(values.shape[0]), values] = 1.0
     return out

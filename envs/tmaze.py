@@ -32,19 +32,19 @@ _CELL_COLOURS = {
 
 
 class TMaze(BatchedTask):
-    """T-Maze with the paper's ambiguous-position observation; ``oracle_length`` picks the variant.
+    """T-Maze with the paper's ambiguous-position observation; `oracle_length` picks the variant.
 
     What must be remembered: the goal side, a single bit shown at the oracle only on the
     first visit, until the agent chooses up or down at the junction.
 
-    * Observation ``float32[2]`` in [-1, 1]: ``[0, 0]`` in the corridor, ``[0, g]`` at the
-      oracle on its first visit (g = +1 up / -1 down), ``[1, y]`` at the junction (y = 0)
+    * Observation `float32[2]` in [-1, 1]: `[0, 0]` in the corridor, `[0, g]` at the
+      oracle on its first visit (g = +1 up / -1 down), `[1, y]` at the junction (y = 0)
       and on a goal candidate (y = +/-1).
-    * Actions ``Discrete(4)``: 0 right, 1 up, 2 left, 3 down.
-    * Reward: on every step but the last, ``penalty`` (default -1/L) if the agent is behind
+    * Actions `Discrete(4)`: 0 right, 1 up, 2 left, 3 down.
+    * Reward: on every step but the last, `penalty` (default -1/L) if the agent is behind
       the optimal schedule (x < t - o after t actions); on the last step, 1 if the agent
-      stands on the goal that was shown, else 0. ``is_success`` = reached the shown goal.
-    * Episode length ``L + 2o + 1``: exactly enough for the optimal path.
+      stands on the goal that was shown, else 0. `is_success` = reached the shown goal.
+    * Episode length `L + 2o + 1`: exactly enough for the optimal path.
     * Optimal return 1. Best memoryless return 0.5: the junction observation is the same for
       both goals, and any detour that could encode the cue in position or timing leaves no
       time to reach a goal.

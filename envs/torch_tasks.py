@@ -1,8 +1,8 @@
 """engram's numpy-batched tasks in torch, on any device, step for step equal to the numpy cores.
 
-`TorchVecEnv` steps ``n`` copies of a `TorchTask` with tensor operations of fixed shape: observations, actions,
+`TorchVecEnv` steps `n` copies of a `TorchTask` with tensor operations of fixed shape: observations, actions,
 rewards and dones stay on the device, and nothing is read back per step (episode returns, lengths and successes
-are gathered on the device, :meth:`TorchVecEnv.pop_episodes` reads them once). Randomness is the numpy cores'
+are gathered on the device, `TorchVecEnv.pop_episodes` reads them once). Randomness is the numpy cores'
 SplitMix64 per copy, in int64 arithmetic (wrapping products, masked right shifts), so a torch copy and a numpy copy
 seeded alike produce the same episodes. `make_torch_vec_env` builds one for the ids of `TORCH_TASKS`.
 """
@@ -34,7 +34,7 @@ GAMMA, MIX_1, MIX_2 = _signed(_GOLDEN_GAMMA), _signed(_MIX_1), _signed(_MIX_2)
 
 
 def _shr(z: Tensor, k: int) -> Tensor:
-    """Logical right shift of int64 words: ``z >>> k``."""
+    """Logical right shift of int64 words: `z >>> k`."""
     return (z >> k) & ((1 << (64 - k)) - 1)
 
 
@@ -57,8 +57,8 @@ class TorchStreams:
         self.state[torch.as_tensor(idx, device=self.state.device)] = torch.tensor(words, device=self.state.device)
 
     def integers(self, mask: Tensor | None, high: int, size: int | None = None) -> Tensor:
-        """Uniform ints in ``[0, high)`` for every copy, ``(n,)`` or ``(n, size)``; only the streams of copies in
-        ``mask`` (all when ``None``) advance, as the numpy streams of the copies drawn for."""
+        """Uniform ints in `[0, high)` for every copy, `(n,)` or `(n, size)`; only the streams of copies in
+        `mask` (all when `None`) advance, as the numpy streams of the copies drawn for."""
         steps = torch.arange(1, (size or 1) + 1, device=self.state.device)
         states = self.state[:, None] + steps * GAMMA
         self.state = states[:, -1] if mask is None else torch.where(mask, states[:, -1], self.state)
@@ -67,7 +67,7 @@ class TorchStreams:
 
 
 class TorchTask(ABC):
-    """The torch counterpart of `envs.batched.BatchedTask`: ``n`` copies as tensors on ``device``, reset by masks."""
+    """The torch counterpart of `envs.batched.BatchedTask`: `n` copies as tensors on `device`, reset by masks."""
 
     observation_space: spaces.Box
     action_space: spaces.Discrete
@@ -85,15 +85,15 @@ class TorchTask(ABC):
 
     @abstractmethod
     def _begin(self, mask: Tensor) -> None:
-        """Start the hidden state of new episodes where ``mask`` is set."""
+        """Start the hidden state of new episodes where `mask` is set."""
 
     @abstractmethod
     def observe(self) -> Tensor:
-        """The observations ``float32 (n, obs_dim)``."""
+        """The observations `float32 (n, obs_dim)`."""
 
     @abstractmethod
     def _transition(self, actions: Tensor, final: Tensor) -> Tensor:
-        """Apply one action per copy (``elapsed`` already counts it); the rewards, float64."""
+        """Apply one action per copy (`elapsed` already counts it); the rewards, float64."""
 
     @abstractmethod
     def _success(self) -> Tensor:
@@ -104,7 +104,7 @@ class TorchTask(ABC):
         self._begin(mask)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``(reward float32, terminated, truncated, success)`` as `BatchedTask.step`."""
+        """`(reward float32, terminated, truncated, success)` as `BatchedTask.step`."""
         self.elapsed = self.elapsed + 1
         terminated = self.elapsed >= self.episode_length
         reward = self._transition(actions.reshape(self.n_copies).long(), terminated).float()
@@ -118,7 +118,7 @@ _DY = (0, 1, 0, -1)
 
 
 class TorchTMaze(TorchTask):
-    """`envs.tmaze.TMaze` in torch (``oracle_length`` 0: passive, 1: active)."""
+    """`envs.tmaze.TMaze` in torch (`oracle_length` 0: passive, 1: active)."""
 
     def __init__(self, n_copies: int, length: int = 10, penalty: float | None = None,
                  max_episode_steps: int | None = None, oracle_length: int = 0,
@@ -166,7 +166,7 @@ class TorchTMaze(TorchTask):
 
 
 class TorchScored(TorchTask):
-    """`envs.scored.ScoredAnswerTask` in torch: ``±1/n_scored`` for an answer on a scored step."""
+    """`envs.scored.ScoredAnswerTask` in torch: `±1/n_scored` for an answer on a scored step."""
 
     n_scored: int
 
@@ -259,7 +259,7 @@ class TorchRepeatFirst(TorchScored):
 
 
 class TorchRepeatPrevious(TorchScored):
-    """`envs.repeat.RepeatPrevious` in torch: the last ``k + 1`` symbols in a ring, step ``t`` at ``t mod (k+1)``."""
+    """`envs.repeat.RepeatPrevious` in torch: the last `k + 1` symbols in a ring, step `t` at `t mod (k+1)`."""
 
     def __init__(self, n_copies: int, k: int = 4, length: int | None = None, n_symbols: int = 4,
                  max_episode_steps: int | None = None, device: torch.device | str = "cpu") -> None:
@@ -342,12 +342,12 @@ TORCH_TASKS: dict[str, Any] = {
 
 
 class TorchVecEnv(CopySeeding, VecEnv):
-    """An SB3 ``VecEnv`` whose observations, actions, rewards and dones are tensors on the task's device.
+    """An SB3 `VecEnv` whose observations, actions, rewards and dones are tensors on the task's device.
 
     SB3 semantics without per-step host reads: a copy whose episode ends is reset in the same step; the observation
-    it ended on is :attr:`terminal_obs` (all copies, ``[n, obs_dim]``), whether it was cut by the time limit is
-    :attr:`truncated`; ``infos`` are empty. Finished episodes are recorded on the device, and
-    :meth:`pop_episodes` returns them as SB3's ``{"r", "l", "is_success"}`` in one read.
+    it ended on is `terminal_obs` (all copies, `[n, obs_dim]`), whether it was cut by the time limit is
+    `truncated`; `infos` are empty. Finished episodes are recorded on the device, and
+    `pop_episodes` returns them as SB3's `{"r", "l", "is_success"}` in one read.
     """
 
     on_device = True
@@ -394,7 +394,7 @@ class TorchVecEnv(CopySeeding, VecEnv):
         return obs, reward, dones, []
 
     def pop_episodes(self) -> list[dict[str, Any]]:
-        """The episodes finished since the last call, in the order they ended: ``{"r", "l", "is_success"}``."""
+        """The episodes finished since the last call, in the order they ended: `{"r", "l", "is_success"}`."""
         if not self._episodes:
             return []
         dones, returns, lengths, success = (torch.stack(x).cpu() for x in zip(*self._episodes, strict=True))
@@ -422,8 +422,8 @@ class TorchVecEnv(CopySeeding, VecEnv):
 
 def make_torch_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, device: torch.device | str = "cpu",
                        **env_kwargs: Any) -> TorchVecEnv:
-    """A `TorchVecEnv` of ``n_envs`` copies of the engram task ``env_id`` on ``device``, copy ``i`` seeded
-    ``copy_seeds(seed, n_envs)[i]`` at the first reset, as `envs.make_vec_env` seeds the numpy core."""
+    """A `TorchVecEnv` of `n_envs` copies of the engram task `env_id` on `device`, copy `i` seeded
+    `copy_seeds(seed, n_envs)[i]` at the first reset, as `envs.make_vec_env` seeds the numpy core."""
     if env_id not in TORCH_TASKS:
         raise ValueError(f"{env_id!r} has no torch implementation; those that do: {', '.join(TORCH_TASKS)}")
     venv = TorchVecEnv(TORCH_TASKS[env_id](n_envs, device=device, **env_kwargs))

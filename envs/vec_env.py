@@ -1,7 +1,7 @@
-"""SB3 ``VecEnv`` fronts: the numpy-batched env over a `BatchedTask`, and Dummy/SubprocVecEnv with engram seeding.
+"""SB3 `VecEnv` fronts: the numpy-batched env over a `BatchedTask`, and Dummy/SubprocVecEnv with engram seeding.
 
-This is the only module of ``envs`` that imports Stable-Baselines3 (which imports torch);
-``envs`` loads it lazily, from `envs.registry.make_vec_env`.
+This is the only module of `envs` that imports Stable-Baselines3 (which imports torch);
+`envs` loads it lazily, from `envs.registry.make_vec_env`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from envs.batched import RENDER_MODES, BatchedTask, copy_seeds
 
 
 class CopySeeding:
-    """``VecEnv.seed`` with engram's per-copy seeds: copy i gets ``copy_seeds(seed, n)[i]``.
+    """`VecEnv.seed` with engram's per-copy seeds: copy i gets `copy_seeds(seed, n)[i]`.
 
-    As in SB3, the seeds are stored and applied at the next ``reset()``. Unlike SB3's
-    ``seed + i``, runs seeded 0, 1, 2, ... share no copy stream.
+    As in SB3, the seeds are stored and applied at the next `reset()`. Unlike SB3's
+    `seed + i`, runs seeded 0, 1, 2, ... share no copy stream.
     """
 
     num_envs: int
@@ -34,23 +34,23 @@ class CopySeeding:
 
 
 class SeededDummyVecEnv(CopySeeding, DummyVecEnv):
-    """SB3's ``DummyVecEnv`` seeded like the batched envs: gymnasium envs and entry points, in this process."""
+    """SB3's `DummyVecEnv` seeded like the batched envs: gymnasium envs and entry points, in this process."""
 
 
 class SeededSubprocVecEnv(CopySeeding, SubprocVecEnv):
-    """SB3's ``SubprocVecEnv`` seeded like the batched envs: one process per copy (``vec_env="subproc"``)."""
+    """SB3's `SubprocVecEnv` seeded like the batched envs: one process per copy (`vec_env="subproc"`)."""
 
 
 class BatchedVecEnv(CopySeeding, VecEnv):
-    """SB3 ``VecEnv`` that steps all n copies of a `BatchedTask` with array operations.
+    """SB3 `VecEnv` that steps all n copies of a `BatchedTask` with array operations.
 
     SB3 semantics: a copy whose episode ends is reset in the same step; its info then holds
-    ``terminal_observation`` (the last observation of the finished episode),
-    ``TimeLimit.truncated`` and ``is_success``; the infos of the other copies are empty
-    dicts. Rewards are float32, dones bool. ``seed()`` seeds are applied at the next reset.
-    ``get_attr``/``set_attr`` read and write attributes of the core (per-copy arrays are
-    split per copy); ``env_method(name)`` calls the core's ``name(i, ...)`` for each copy i
-    (e.g. ``render_text``, ``render_rgb``). ``render()`` draws copy 0 as text (``"ansi"``)
+    `terminal_observation` (the last observation of the finished episode),
+    `TimeLimit.truncated` and `is_success`; the infos of the other copies are empty
+    dicts. Rewards are float32, dones bool. `seed()` seeds are applied at the next reset.
+    `get_attr`/`set_attr` read and write attributes of the core (per-copy arrays are
+    split per copy); `env_method(name)` calls the core's `name(i, ...)` for each copy i
+    (e.g. `render_text`, `render_rgb`). `render()` draws copy 0 as text (`"ansi"`)
     or an RGB array.
     """
 
@@ -103,7 +103,7 @@ class BatchedVecEnv(CopySeeding, VecEnv):
         return [value for _ in indices]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        """Attribute of the core (or, failing that, of this VecEnv, e.g. ``render_mode``) per copy."""
+        """Attribute of the core (or, failing that, of this VecEnv, e.g. `render_mode`) per copy."""
         target = self.task if hasattr(self.task, attr_name) else self
         return self._per_copy(getattr(target, attr_name), list(self._get_indices(indices)))
 
@@ -131,7 +131,7 @@ class BatchedVecEnv(CopySeeding, VecEnv):
         return [self.task.render_rgb(i) for i in range(self.num_envs)]
 
     def render(self, mode: str | None = None) -> np.ndarray | str | None:
-        """Copy 0 as text (``"ansi"``) or as an RGB array (``"rgb_array"``)."""
+        """Copy 0 as text (`"ansi"`) or as an RGB array (`"rgb_array"`)."""
         mode = mode or self.render_mode
         if mode == "ansi":
             return self.task.render_text(0)

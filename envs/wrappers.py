@@ -1,15 +1,15 @@
-"""Wrappers a run applies to each environment copy (``env_wrapper``), and two that make a POMDP of an MDP.
+"""Wrappers a run applies to each environment copy (`env_wrapper`), and two that make a POMDP of an MDP.
 
-A run's ``env_wrapper`` is written as in rl-zoo3's hyper-parameter files: one import path, a one-key mapping
-``{path: {keyword: value}}``, or a list of them, applied in order to every copy::
+A run's `env_wrapper` is written as in rl-zoo3's hyper-parameter files: one import path, a one-key mapping
+`{path: {keyword: value}}`, or a list of them, applied in order to every copy::
 
     env_wrapper:
       - envs.wrappers.MaskVelocity
       - gymnasium.wrappers.TimeLimit: {max_episode_steps: 200}
 
-``MaskVelocity`` drops the velocities of the classic-control tasks, so that they must be inferred from
-a memory of positions (the "no velocity" POMDPs of Meng et al. 2021 and of rl-zoo3's ``*NoVel`` tasks);
-``MaskObservation`` drops any chosen entries.
+`MaskVelocity` drops the velocities of the classic-control tasks, so that they must be inferred from
+a memory of positions (the "no velocity" POMDPs of Meng et al. 2021 and of rl-zoo3's `*NoVel` tasks);
+`MaskObservation` drops any chosen entries.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ class WrapperSpec(NamedTuple):
 
 
 class EnvWrapperError(ValueError):
-    """An ``env_wrapper`` entry that is malformed, does not import, or fails on the env; names the entry."""
+    """An `env_wrapper` entry that is malformed, does not import, or fails on the env; names the entry."""
 
 
 def parse_env_wrapper(value: Any) -> list[WrapperSpec]:
-    """The wrappers ``value`` names (``None``, a path, ``{path: kwargs}``, or a list of those), in order."""
+    """The wrappers `value` names (`None`, a path, `{path: kwargs}`, or a list of those), in order."""
     if value is None:
         return []
     items = value if isinstance(value, list) else [value]
@@ -56,7 +56,7 @@ def parse_env_wrapper(value: Any) -> list[WrapperSpec]:
 
 
 def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
-    """``env`` wrapped by each of ``specs`` in turn; ``EnvWrapperError`` naming the one that fails."""
+    """`env` wrapped by each of `specs` in turn; `EnvWrapperError` naming the one that fails."""
     for spec in specs:
         try:
             wrapper = load_object(spec.path)
@@ -81,7 +81,7 @@ def _env_name(env: gym.Env) -> str:
 
 
 class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """A flat Box observation without the entries at indices ``drop``."""
+    """A flat Box observation without the entries at indices `drop`."""
 
     def __init__(self, env: gym.Env, drop: Sequence[int]) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, drop=list(drop))
@@ -113,7 +113,7 @@ VELOCITIES: dict[str, tuple[int, ...]] = {
 
 
 class MaskVelocity(MaskObservation):
-    """A classic-control task without its velocities (``VELOCITIES``): the agent must infer them from
+    """A classic-control task without its velocities (`VELOCITIES`): the agent must infer them from
     the positions it remembers."""
 
     def __init__(self, env: gym.Env) -> None:

@@ -1,10 +1,10 @@
 """Files written whole or not at all, and writes that fail by naming the file and the reason.
 
-Each file is written to a hidden temporary name in its own directory (``.summary.tmp.json``), flushed to disk
-(``fsync``), renamed over its real name (``os.replace``, atomic on POSIX) and the directory is flushed too: a
+Each file is written to a hidden temporary name in its own directory (`.summary.tmp.json`), flushed to disk
+(`fsync`), renamed over its real name (`os.replace`, atomic on POSIX) and the directory is flushed too: a
 process killed at any moment, or a machine that loses power, leaves either the previous version or the new one.
 A write that fails (a full disk, a read-only file system, an immutable file, no permission) removes its temporary
-file and raises :class:`WriteError`, which names the file meant, not its temporary name, with the errno.
+file and raises `WriteError`, which names the file meant, not its temporary name, with the errno.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from typing import Any
 
 
 class WriteError(OSError):
-    """A file could not be written; ``filename`` is the file meant and ``errno``/``strerror`` say why."""
+    """A file could not be written; `filename` is the file meant and `errno`/`strerror` say why."""
 
     def __str__(self) -> str:
         return f"cannot write {self.filename!r}: [Errno {self.errno}] {self.strerror}"
 
 
 def temporary_name(path: Path) -> Path:
-    """Where ``path`` is written before it is renamed into place (hidden, same directory and suffix)."""
+    """Where `path` is written before it is renamed into place (hidden, same directory and suffix)."""
     return path.with_name(f".{path.stem}.tmp{path.suffix}")
 
 
 def sync_directory(directory: Path) -> None:
-    """Flush ``directory``'s entries to disk (a rename or a new name in it survives a power loss)."""
+    """Flush `directory`'s entries to disk (a rename or a new name in it survives a power loss)."""
     handle = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(handle)
@@ -38,8 +38,8 @@ def sync_directory(directory: Path) -> None:
 
 
 def replace_synced(tmp: Path, path: Path) -> None:
-    """Flush ``tmp`` to disk, rename it over ``path`` (atomic on POSIX) and flush the directory, so
-    that after a crash or power loss ``path`` holds either its old content or all of the new."""
+    """Flush `tmp` to disk, rename it over `path` (atomic on POSIX) and flush the directory, so
+    that after a crash or power loss `path` holds either its old content or all of the new."""
     with tmp.open("rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -47,7 +47,7 @@ def replace_synced(tmp: Path, path: Path) -> None:
 
 
 def write_error(error: OSError, path: Path) -> OSError:
-    """``error`` as a :class:`WriteError` naming ``path`` (an error without an errno, or already one, as it is)."""
+    """`error` as a `WriteError` naming `path` (an error without an errno, or already one, as it is)."""
     if isinstance(error, WriteError) or error.errno is None:
         return error
     return WriteError(error.errno, error.strerror, str(path))
@@ -60,9 +60,9 @@ def _remove(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """The temporary path to write ``path``'s new content to; when the block ends it is flushed and renamed over
-    ``path``. When the block or the rename fails (an exception, an interrupt) the temporary file is removed and
-    ``path`` keeps its previous content; an ``OSError`` is raised as :class:`WriteError` naming ``path``."""
+    """The temporary path to write `path`'s new content to; when the block ends it is flushed and renamed over
+    `path`. When the block or the rename fails (an exception, an interrupt) the temporary file is removed and
+    `path` keeps its previous content; an `OSError` is raised as `WriteError` naming `path`."""
     path = Path(path)
     tmp = temporary_name(path)
     try:
@@ -75,21 +75,21 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (:func:`atomic_path`)."""
+    """Write `text` to `path` whole or not at all (`atomic_path`)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
 
 
 def save_figure(figure: Any, path: Path) -> None:
-    """Write a matplotlib ``figure`` to ``path`` (a PNG, or the format its suffix names) whole or not at all."""
+    """Write a matplotlib `figure` to `path` (a PNG, or the format its suffix names) whole or not at all."""
     with atomic_path(path) as tmp:
         figure.savefig(tmp, dpi=110, bbox_inches="tight")
 
 
 def write_new(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, which must not exist: ``FileExistsError`` when it does, even when another process
+    """Write `text` to `path`, which must not exist: `FileExistsError` when it does, even when another process
     creates it meanwhile (the file is linked into place, which never replaces). Whole or not at all, as
-    :func:`atomic_path`; the temporary name holds the process id, so two processes never share one."""
+    `atomic_path`; the temporary name holds the process id, so two processes never share one."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:

@@ -22,14 +22,14 @@ WIDTH = 110
 
 
 def first_sentence(text: str, width: int = WIDTH) -> str:
-    """The first sentence of the first paragraph of ``text``, on one line of at most ``width`` characters."""
+    """The first sentence of the first paragraph of `text`, on one line of at most `width` characters."""
     paragraph = " ".join(text.strip().split("\n\n")[0].split())
     sentence = SENTENCE_END.split(paragraph, maxsplit=1)[0]
     return sentence if len(sentence) <= width else sentence[:width - 1].rsplit(" ", 1)[0] + " …"
 
 
 def summary(entry: Any) -> str:
-    """The summary of a registry entry: its ``summary`` attribute, else its docstring's first sentence."""
+    """The summary of a registry entry: its `summary` attribute, else its docstring's first sentence."""
     text = getattr(entry, "summary", None)
     return text if isinstance(text, str) else first_sentence(entry.__doc__ or "")
 
@@ -39,29 +39,29 @@ def _registry(module: str, name: str) -> dict[str, str]:
 
 
 def backbones() -> dict[str, str]:
-    """``policies.BACKBONES`` (``--backbone``)."""
+    """`policies.BACKBONES` (`--backbone`)."""
     return _registry("policies", "BACKBONES")
 
 
 def attentions() -> dict[str, str]:
-    """``policies.ATTENTIONS`` (a Transformer backbone's ``attention`` option)."""
+    """`policies.ATTENTIONS` (a Transformer backbone's `attention` option)."""
     return _registry("policies", "ATTENTIONS")
 
 
 def positions() -> dict[str, str]:
-    """``policies.POSITIONS``, the position schemes of the attentions."""
+    """`policies.POSITIONS`, the position schemes of the attentions."""
     return _registry("policies", "POSITIONS")
 
 
 def learners() -> dict[str, str]:
-    """``agents.ALGOS`` (``--algo``)."""
+    """`agents.ALGOS` (`--algo`)."""
     return _registry("agents", "ALGOS")
 
 
 def envs() -> dict[str, str]:
-    """Every id ``--env`` accepts: engram's tasks with their summary, the adapted families by name, and every
-    other id in gymnasium's registry with the module that provides it (modules of ``--gym-packages`` included,
-    once imported). Entry points (``module.path:EnvClass``) are not listed: any env class is one."""
+    """Every id `--env` accepts: engram's tasks with their summary, the adapted families by name, and every
+    other id in gymnasium's registry with the module that provides it (modules of `--gym-packages` included,
+    once imported). Entry points (`module.path:EnvClass`) are not listed: any env class is one."""
     import gymnasium as gym
 
     from envs import ENV_IDS, list_env_ids
@@ -89,9 +89,9 @@ def config_summary(path: Path) -> str:
 
 
 def configs(directory: Path | None = None) -> dict[str, str]:
-    """The shipped YAML files (``directory``: :func:`~experiments.config_files.shipped_dir`) as ``configs/NAME.yaml``,
-    a name every command accepts (run configs for ``--config``, study files under ``studies/``, search spaces under
-    ``tune/``, LM configs under ``lm/``), with their summary; each must parse as YAML."""
+    """The shipped YAML files (`directory`: `shipped_dir`) as `configs/NAME.yaml`,
+    a name every command accepts (run configs for `--config`, study files under `studies/`, search spaces under
+    `tune/`, LM configs under `lm/`), with their summary; each must parse as YAML."""
     directory = directory or shipped_dir()
     listed = {}
     for path in sorted(directory.rglob("*.yaml")):
@@ -101,8 +101,8 @@ def configs(directory: Path | None = None) -> dict[str, str]:
 
 
 def hyperparams() -> dict[str, str]:
-    """The entries of the shipped hyper-parameter files as ``FILE#KEY`` (what ``--hyperparams`` takes), each with the
-    first sentence of the comment above it and its conditions (:func:`experiments.hyperparams.catalogue`)."""
+    """The entries of the shipped hyper-parameter files as `FILE#KEY` (what `--hyperparams` takes), each with the
+    first sentence of the comment above it and its conditions (`experiments.hyperparams.catalogue`)."""
     from experiments.hyperparams import catalogue
 
     return catalogue()

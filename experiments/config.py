@@ -1,9 +1,9 @@
-"""Run configuration: defaults < the env's hyper-parameter entry < YAML file < command-line flags < ``-p key=value``
+"""Run configuration: defaults < the env's hyper-parameter entry < YAML file < command-line flags < `-p key=value`
 overrides.
 
-A YAML file holds the run settings (the fields of :class:`RunConfig`) and, under a key named
-after an algorithm (``ppo``) or a backbone (``gtrxl``), that component's options, so one file
-can carry options for several backbones and ``--backbone`` picks one::
+A YAML file holds the run settings (the fields of `RunConfig`) and, under a key named
+after an algorithm (`ppo`) or a backbone (`gtrxl`), that component's options, so one file
+can carry options for several backbones and `--backbone` picks one::
 
     algo: ppo
     backbone: gtrxl
@@ -13,11 +13,11 @@ can carry options for several backbones and ``--backbone`` picks one::
     gtrxl: {memory_length: 32, d_model: 64}
     lstm: {hidden_size: 64}
 
-Every key and value is checked; a bad one raises :class:`ConfigError` naming it and the
-valid choices. Values are parsed safely (``ast.literal_eval`` / YAML), never evaluated.
+Every key and value is checked; a bad one raises `ConfigError` naming it and the
+valid choices. Values are parsed safely (`ast.literal_eval` / YAML), never evaluated.
 
 Under all of them lies the entry of the learner's hyper-parameter file that matches the run's env
-(``configs/hyperparams/ppo.yml``; :mod:`experiments.hyperparams`), unless the ``hyperparams`` setting turns it off.
+(`configs/hyperparams/ppo.yml`; `experiments.hyperparams`), unless the `hyperparams` setting turns it off.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ rules are in the policy's signature, :class:`policies.policy.MemoryActorCriticPo
 
 
 def registry(module: str, name: str) -> Callable[[], Any]:
-    """The registry ``module.name`` (``agents.ALGOS``), imported when first read (a config is read without torch)."""
+    """The registry `module.name` (`agents.ALGOS`), imported when first read (a config is read without torch)."""
     return lambda: getattr(importlib.import_module(module), name)
 
 
@@ -67,7 +67,7 @@ algos, backbones = registry("agents", "ALGOS"), registry("policies.registry", "B
 
 
 def _rule(rule: Rule, doc: str, **kwargs: Any) -> Any:
-    """A field whose valid values ``rule`` declares and whose ``--help`` text is ``doc``."""
+    """A field whose valid values `rule` declares and whose `--help` text is `doc`."""
     return field(metadata={"rule": rule, "doc": doc}, **kwargs)
 
 
@@ -81,8 +81,8 @@ COUNT = Range(1, integer=True)
 
 @dataclass
 class RunConfig:
-    """Everything one training run needs. Each field's metadata holds its ``rule``, which declares its valid values
-    (:mod:`policies.rules`, :mod:`experiments.rules`), and its ``doc``, the ``--help`` text."""
+    """Everything one training run needs. Each field's metadata holds its `rule`, which declares its valid values
+    (`policies.rules`, `experiments.rules`), and its `doc`, the `--help` text."""
 
     algo: str = _rule(OneOf(algos), default="ppo", doc="learner: a key of ``agents.ALGOS``")
     backbone: str = _rule(OneOf(backbones), default="gtrxl", doc=(
@@ -164,7 +164,7 @@ def field_default(spec: dataclasses.Field[Any]) -> Any:
 
 
 def env_slug(env: str) -> str:
-    """An env spec as part of a folder name: ``pkg.envs:Maze`` → ``pkg.envs-Maze``."""
+    """An env spec as part of a folder name: `pkg.envs:Maze` → `pkg.envs-Maze`."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", env).strip("-")
 
 
@@ -177,15 +177,15 @@ def algo_defaults(name: str) -> dict[str, Any]:
 
 
 def section_defaults(name: str) -> dict[str, Any]:
-    """Options of the algorithm or backbone ``name``."""
+    """Options of the algorithm or backbone `name`."""
     if name in algos():
         return algo_defaults(name)
     return backbones()[name].options()
 
 
 def parse_value(text: str) -> Any:
-    """A command-line value: a Python literal (``1e-3``, ``[64, 64]``, ``{'a': 1}``), a YAML
-    scalar (``true``, ``null``) or flow collection (``{top_k: 8}``), or else the string itself.
+    """A command-line value: a Python literal (`1e-3`, `[64, 64]`, `{'a': 1}`), a YAML
+    scalar (`true`, `null`) or flow collection (`{top_k: 8}`), or else the string itself.
     Never evaluated as code."""
     try:
         return ast.literal_eval(text)
@@ -202,7 +202,7 @@ def parse_value(text: str) -> Any:
 
 
 def coerce(key: str, value: Any, default: Any) -> Any:
-    """Check ``value`` against the type of ``default``; numbers written as strings are converted."""
+    """Check `value` against the type of `default`; numbers written as strings are converted."""
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -239,7 +239,7 @@ _LARGEST_FLOAT = sys.float_info.max
 
 
 def _linear_schedule(key: str, text: str) -> Any:
-    """``lin_<start>`` (to 0) or ``lin_<start>_<end>``: SB3's ``LinearSchedule`` of the training progress (rl-zoo
+    """`lin_<start>` (to 0) or `lin_<start>_<end>`: SB3's `LinearSchedule` of the training progress (rl-zoo
     style), imported here, so a configuration without schedules is read without torch."""
     from stable_baselines3.common.utils import LinearSchedule
 
@@ -271,7 +271,7 @@ def _valid_top_level() -> list[str]:
 
 
 def apply(config: RunConfig, key: str, value: Any) -> None:
-    """Set a dotted ``key`` (``seed``, ``env_kwargs.length``, ``gtrxl.memory_length``, ``policy.net_arch``)."""
+    """Set a dotted `key` (`seed`, `env_kwargs.length`, `gtrxl.memory_length`, `policy.net_arch`)."""
     head, _, rest = key.partition(".")
     if head in FIELDS:
         default = field_default(FIELDS[head])
@@ -320,9 +320,9 @@ _KINDS = {list: "a list", str: "a string", int: "an integer", float: "a number",
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping a YAML settings file holds; :class:`ConfigError` (one line, naming the file) if it is
+    """The mapping a YAML settings file holds; `ConfigError` (one line, naming the file) if it is
     missing, unreadable, binary or not UTF-8, empty, not valid YAML (a repeated key or an alias bomb included:
-    :mod:`experiments.strict_yaml`), or not a mapping."""
+    `experiments.strict_yaml`), or not a mapping."""
     path = Path(path)
     name = repr(str(path))
     if not path.exists():
@@ -356,7 +356,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``key=value`` → ``(key, parsed value)``."""
+    """`key=value` → `(key, parsed value)`."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise ConfigError(f"override {shown(text)} is not of the form dotted.key=value")
@@ -365,11 +365,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = None,
                  overrides: list[str] | None = None, entries: bool = True) -> RunConfig:
-    """Defaults < the hyper-parameter entry of the run's env < YAML ``file`` < ``flags`` (already typed) <
-    ``overrides`` (``key=value`` strings). The entry is the one :func:`experiments.hyperparams.entry_for` finds for
-    the settings of the layers above it (their env, learner and ``hyperparams``); ``hyperparams`` then records it
-    (``FILE#KEY``, or ``none``). ``entries=False``: no entry, ``hyperparams`` as the layers give it (a run's own
-    ``config.yaml``, which holds every setting and the entry it was made from)."""
+    """Defaults < the hyper-parameter entry of the run's env < YAML `file` < `flags` (already typed) <
+    `overrides` (`key=value` strings). The entry is the one `experiments.hyperparams.entry_for` finds for
+    the settings of the layers above it (their env, learner and `hyperparams`); `hyperparams` then records it
+    (`FILE#KEY`, or `none`). `entries=False`: no entry, `hyperparams` as the layers give it (a run's own
+    `config.yaml`, which holds every setting and the entry it was made from)."""
     layers = [*(load_yaml(file) if file else {}).items(), *(flags or {}).items(),
               *(parse_override(text) for text in overrides or [])]
     config = _layered(layers)
@@ -385,7 +385,7 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
 
 
 def _layered(layers: list[tuple[str, Any]]) -> RunConfig:
-    """The defaults with each ``(key, value)`` of ``layers`` set in turn."""
+    """The defaults with each `(key, value)` of `layers` set in turn."""
     config = RunConfig()
     for key, value in layers:
         apply(config, key, value)
@@ -393,8 +393,8 @@ def _layered(layers: list[tuple[str, Any]]) -> RunConfig:
 
 
 def with_every_option(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
-    """A configuration (as :meth:`RunConfig.to_dict` gives it) whose learner and backbone sections hold every
-    option, defaults included. ``saved``: ``data`` was read from a run's ``config.yaml``, so a backbone option it
+    """A configuration (as `RunConfig.to_dict` gives it) whose learner and backbone sections hold every
+    option, defaults included. `saved`: `data` was read from a run's `config.yaml`, so a backbone option it
     lacks means what it did when the run was made (`policies.registry.saved_options`)."""
     from policies.registry import saved_options
 
@@ -409,7 +409,7 @@ def with_every_option(data: dict[str, Any], saved: bool = False) -> dict[str, An
 
 
 def plain(value: Any) -> Any:
-    """A configuration value as YAML writes it back (schedules as ``lin_<start>_<end>``)."""
+    """A configuration value as YAML writes it back (schedules as `lin_<start>_<end>`)."""
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -1,17 +1,17 @@
 """Where a configuration file named on the command line is: a path, or the name of a file engram ships.
 
-engram ships its configuration files (``configs/`` of the repository) as the package data ``engram.configs``,
-found with :mod:`importlib.resources` wherever engram is installed. Every command that reads one (``--config``,
-``study FILE``, ``tune --suite`` and ``--space``, ``lm train -c``, ``--hyperparams``) turns its argument into a path
-with :func:`config_path`:
+engram ships its configuration files (`configs/` of the repository) as the package data `engram.configs`,
+found with `importlib.resources` wherever engram is installed. Every command that reads one (`--config`,
+`study FILE`, `tune --suite` and `--space`, `lm train -c`, `--hyperparams`) turns its argument into a path
+with `config_path`:
 
-1. an existing path wins (``--config my_task.yaml``, or ``configs/demo.yaml`` in a clone);
-2. else a shipped file by its name under ``configs/``, with or without its suffix (``.yaml``; ``.yml`` for the
-   hyper-parameter files) and a leading ``configs/``, looked up in the command's folder first (``studies``,
-   ``tune``, ``lm``, ``hyperparams``), then at the top:
-   ``--config demo``, ``--config demo.yaml``, ``--config configs/demo.yaml``, ``study demo``,
-   ``study studies/demo``, ``tune --space ppo``, ``lm train -c python``, ``--hyperparams ppo``;
-3. else :class:`~policies.rules.ConfigError`, one line naming the shipped files of the command's folder.
+1. an existing path wins (`--config my_task.yaml`, or `configs/demo.yaml` in a clone);
+2. else a shipped file by its name under `configs/`, with or without its suffix (`.yaml`; `.yml` for the
+   hyper-parameter files) and a leading `configs/`, looked up in the command's folder first (`studies`,
+   `tune`, `lm`, `hyperparams`), then at the top:
+   `--config demo`, `--config demo.yaml`, `--config configs/demo.yaml`, `study demo`,
+   `study studies/demo`, `tune --space ppo`, `lm train -c python`, `--hyperparams ppo`;
+3. else `ConfigError`, one line naming the shipped files of the command's folder.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ SUFFIXES = {"hyperparams": ".yml"}
 
 
 def shipped_dir() -> Path:
-    """The directory of the shipped configuration files: the installed package data ``engram.configs``, or
-    ``configs/`` beside this package when it runs from a source tree that was never installed."""
+    """The directory of the shipped configuration files: the installed package data `engram.configs`, or
+    `configs/` beside this package when it runs from a source tree that was never installed."""
     try:
         return Path(str(resources.files("engram.configs")))
     except ModuleNotFoundError:
@@ -36,14 +36,14 @@ def shipped_dir() -> Path:
 
 
 def shipped_names(folder: str = "") -> list[str]:
-    """The names of the shipped files of ``folder`` (``""``: the run configs at the top), without their suffix."""
+    """The names of the shipped files of `folder` (`""`: the run configs at the top), without their suffix."""
     return sorted(path.stem for path in (shipped_dir() / folder).glob(f"*{SUFFIXES.get(folder, '.yaml')}"))
 
 
 def config_path(name: str | None, folder: str = "") -> str | None:
-    """The path of the file ``name`` stands for (``None`` for ``None``): ``name`` itself if it exists, else the
-    shipped file of that name, in ``folder`` first (a key of :data:`FOLDERS`), then at the top of the shipped files.
-    A string, as paths given on the command line are (a study records it in ``study.yaml``)."""
+    """The path of the file `name` stands for (`None` for `None`): `name` itself if it exists, else the
+    shipped file of that name, in `folder` first (a key of `FOLDERS`), then at the top of the shipped files.
+    A string, as paths given on the command line are (a study records it in `study.yaml`)."""
     if name is None or Path(name).exists():
         return name
     suffix = SUFFIXES.get(folder, ".yaml")

@@ -1,7 +1,7 @@
 """Evaluation during a run, and the callback that evaluates and checkpoints it.
 
 Every evaluation scores two policies: the *deterministic* one takes the most probable action (SB3's
-``EvalCallback`` default; the run's score), the *stochastic* one samples, as the policy that collects rollouts does.
+`EvalCallback` default; the run's score), the *stochastic* one samples, as the policy that collects rollouts does.
 Where the memory leaves a state ambiguous the most probable action can repeat for ever while sampling walks out, so
 the two can differ a lot (docs/concepts.md, "Evaluation: two policies"). The stochastic evaluation draws from a
 forked random state, so it does not change the training that follows.
@@ -26,7 +26,7 @@ from experiments.solved_lr import solved_schedule
 
 @dataclass
 class EvalResult:
-    """Per-episode returns, lengths and successes (``None`` where the task reports none)."""
+    """Per-episode returns, lengths and successes (`None` where the task reports none)."""
 
     returns: np.ndarray
     lengths: np.ndarray
@@ -37,7 +37,7 @@ class EvalResult:
         return None if self.successes is None else float(self.successes.mean())
 
     def row(self, timesteps: int, wall_seconds: float, stochastic: EvalResult) -> dict[str, Any]:
-        """The ``evaluations.csv`` row of this (deterministic) result and its ``stochastic`` twin."""
+        """The `evaluations.csv` row of this (deterministic) result and its `stochastic` twin."""
         return {"timesteps": timesteps, "mean_return": float(self.returns.mean()),
                 "std_return": float(self.returns.std()), "mean_length": float(self.lengths.mean()),
                 "success_rate": _blank_if_none(self.success_rate), "wall_seconds": round(wall_seconds, 2),
@@ -50,7 +50,7 @@ def _blank_if_none(value: float | None) -> float | str:
 
 
 def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: bool = True) -> EvalResult:
-    """Run ``n_episodes`` with SB3's ``evaluate_policy`` (memory state carried by ``predict``)."""
+    """Run `n_episodes` with SB3's `evaluate_policy` (memory state carried by `predict`)."""
     successes: list[float] = []
 
     def record_success(local: dict[str, Any], _: dict[str, Any]) -> None:
@@ -64,7 +64,7 @@ def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: 
 
 
 def evaluate_both(model: BaseAlgorithm, env: VecEnv, n_episodes: int) -> tuple[EvalResult, EvalResult]:
-    """The deterministic and the stochastic policy, ``n_episodes`` each. The stochastic one samples
+    """The deterministic and the stochastic policy, `n_episodes` each. The stochastic one samples
     from a forked torch random state: the global one, which training draws from, is left as it was."""
     deterministic = evaluate(model, env, n_episodes)
     devices = [model.device] if model.device.type == "cuda" else []
@@ -74,13 +74,13 @@ def evaluate_both(model: BaseAlgorithm, env: VecEnv, n_episodes: int) -> tuple[E
 
 
 class RunCallback(BaseCallback):
-    """Evaluate every ``eval_freq`` environment steps (``evaluations.csv``, ``eval/*`` in tensorboard,
-    ``best_model.zip``) and checkpoint every ``checkpoint_freq`` (the newest ``keep_checkpoints`` and the best
-    kept), into ``run``; every model saved holds ``record``, the run's settings.
+    """Evaluate every `eval_freq` environment steps (`evaluations.csv`, `eval/*` in tensorboard,
+    `best_model.zip`) and checkpoint every `checkpoint_freq` (the newest `keep_checkpoints` and the best
+    kept), into `run`; every model saved holds `record`, the run's settings.
 
-    A step's evaluation row is written before its checkpoint. ``stop_when_solved`` = n > 0 stops training after n
-    evaluations in a row with a success rate of at least ``success_threshold``; ``solved_lr_factor`` f < 1 scales
-    the learning rate by f once ``solved_lr_streak`` evaluations in a row reach it. Both streaks count the
+    A step's evaluation row is written before its checkpoint. `stop_when_solved` = n > 0 stops training after n
+    evaluations in a row with a success rate of at least `success_threshold`; `solved_lr_factor` f < 1 scales
+    the learning rate by f once `solved_lr_streak` evaluations in a row reach it. Both streaks count the
     evaluations logged before a resume too.
     """
 
@@ -112,7 +112,7 @@ class RunCallback(BaseCallback):
             self._count(float(row["success_rate"]) if row.get("success_rate") not in (None, "") else None)
 
     def _count(self, success_rate: float | None) -> None:
-        """Extend or break the streak of solved evaluations; at ``solved_lr_streak``, scale the learning rate
+        """Extend or break the streak of solved evaluations; at `solved_lr_streak`, scale the learning rate
         (once: the schedule is wrapped a single time)."""
         solved = success_rate is not None and success_rate >= self.success_threshold
         self.solved_streak = self.solved_streak + 1 if solved else 0
@@ -121,7 +121,7 @@ class RunCallback(BaseCallback):
 
     @property
     def stopped_solved(self) -> bool:
-        """Whether the streak of solved evaluations has reached ``stop_when_solved``."""
+        """Whether the streak of solved evaluations has reached `stop_when_solved`."""
         return 0 < self.stop_when_solved <= self.solved_streak
 
     def wall_seconds(self) -> float:

@@ -1,15 +1,15 @@
 """How a command ends when the machine, not the input, stops it: a signal or a failing disk.
 
-:func:`run_command` runs every command of ``train_rl.py`` (docs/run-directories.md, "Exit statuses"):
+`run_command` runs every command of `train_rl.py` (docs/run-directories.md, "Exit statuses"):
 
-- SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated` (a ``KeyboardInterrupt``, so every
+- SIGINT (Ctrl-C) raises `KeyboardInterrupt` and SIGTERM `Terminated` (a `KeyboardInterrupt`, so every
   cleanup written for Ctrl-C runs for it too) wherever the process is, also when it was started with SIGINT
-  ignored (a background job of a script); the command ends with ``128 +`` the signal's number: 130 and 143. A
+  ignored (a background job of a script); the command ends with `128 +` the signal's number: 130 and 143. A
   signal that some library swallowed still gives that status, never 0. A second signal while the first is being
   handled ends the process at once, as the signal's default action does.
 - A write that fails for a reason of the machine (a full disk or quota, a read-only file system, an immutable file,
   no permission, an I/O error) ends it with status 1 and one line naming the file and the errno, no traceback:
-  ``error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device``.
+  `error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, like Ctrl-C's ``KeyboardInterrupt``."""
+    """SIGTERM, raised where the process is, like Ctrl-C's `KeyboardInterrupt`."""
 
 
 def exit_status(interrupt: KeyboardInterrupt) -> int:
@@ -45,7 +45,7 @@ def exit_status(interrupt: KeyboardInterrupt) -> int:
 
 
 def interruption(interrupt: KeyboardInterrupt) -> str:
-    """What stopped the command, in words: ``interrupted (SIGINT)`` or ``terminated (SIGTERM)``."""
+    """What stopped the command, in words: `interrupted (SIGINT)` or `terminated (SIGTERM)`."""
     return _words(signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
 
 
@@ -54,12 +54,12 @@ def _words(signum: int) -> str:
 
 
 def is_fault(error: BaseException) -> bool:
-    """Whether ``error`` is a failing write or a machine fault (:data:`FAULTS`), not a mistake in the input."""
+    """Whether `error` is a failing write or a machine fault (`FAULTS`), not a mistake in the input."""
     return isinstance(error, WriteError) or (isinstance(error, OSError) and error.errno in FAULTS)
 
 
 def fault_line(error: OSError) -> str:
-    """One line naming the file and the errno: ``cannot write 'path': [Errno 28] No space left on device``."""
+    """One line naming the file and the errno: `cannot write 'path': [Errno 28] No space left on device`."""
     if isinstance(error, WriteError):
         return str(error)
     verb = "write" if error.errno in WRITE_FAULTS else "access"
@@ -69,14 +69,14 @@ def fault_line(error: OSError) -> str:
 
 @dataclass
 class Received:
-    """The first signal received while :func:`signals_raised` was active (``None``: none)."""
+    """The first signal received while `signals_raised` was active (`None`: none)."""
 
     signum: int | None = None
 
 
 @contextlib.contextmanager
 def signals_raised() -> Iterator[Received]:
-    """While the block runs, SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated`, and the first of
+    """While the block runs, SIGINT raises `KeyboardInterrupt` and SIGTERM `Terminated`, and the first of
     them is recorded; a second one ends the process as the signal's default action does. Outside the main thread
     (where Python cannot set handlers) nothing changes."""
     received = Received()
@@ -103,7 +103,7 @@ def signals_raised() -> Iterator[Received]:
 
 
 def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
-    """``command(argv)``'s exit status, with signals and machine faults ending it as the module doc says."""
+    """`command(argv)`'s exit status, with signals and machine faults ending it as the module doc says."""
     with signals_raised() as received:
         try:
             status = command(argv)

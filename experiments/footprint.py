@@ -2,9 +2,9 @@
 
 The estimate counts what grows with the settings:
 
-- the rollout buffer (SB3's ``RolloutBuffer``: observations, actions and six float32 scalars per
-  step, ``n_steps · n_envs`` steps);
-- the memory windows (:mod:`agents.buffer`): per backbone, the history of ``M + n_steps`` records
+- the rollout buffer (SB3's `RolloutBuffer`: observations, actions and six float32 scalars per
+  step, `n_steps · n_envs` steps);
+- the memory windows (`agents.buffer`): per backbone, the history of `M + n_steps` records
   per env, and the live windows of the training and evaluation envs;
 - the model: parameters, gradients and Adam's two moments (4 float32 copies);
 - the environments: a fixed size per copy (numpy-batched engram copies are small, gymnasium envs
@@ -39,14 +39,14 @@ SCALARS_PER_STEP = 6
 
 @dataclass(frozen=True)
 class Footprint:
-    """Estimated bytes per part of a run, and where each part lives (``cpu`` or the accelerator)."""
+    """Estimated bytes per part of a run, and where each part lives (`cpu` or the accelerator)."""
 
     parts: dict[str, int]
     accelerator: frozenset[str] = frozenset()
     """parts that live on the accelerator when the run uses one"""
 
     def on(self, accelerator: bool) -> dict[str, int]:
-        """The parts in host memory (``accelerator`` False) or on the accelerator (True)."""
+        """The parts in host memory (`accelerator` False) or on the accelerator (True)."""
         return {name: size for name, size in self.parts.items() if (name in self.accelerator) == accelerator}
 
 
@@ -58,7 +58,7 @@ def _obs_floats(space: spaces.Space) -> int:
 
 def estimate(config: RunConfig, observation_space: spaces.Space, action_space: spaces.Space, policy: torch.nn.Module,
              env_family: str) -> Footprint:
-    """The footprint of ``config`` for a policy built on the meta device (no storage)."""
+    """The footprint of `config` for a policy built on the meta device (no storage)."""
     n_steps = _n_steps(config)
     steps = n_steps * config.n_envs
     buffer = steps * FLOAT * (_obs_floats(observation_space) + get_action_dim(action_space) + SCALARS_PER_STEP)
@@ -81,7 +81,7 @@ def _n_steps(config: RunConfig) -> int:
 
 
 def available_host_memory() -> int:
-    """Bytes of RAM available to a new allocation (``MemAvailable``; free pages where there is no /proc)."""
+    """Bytes of RAM available to a new allocation (`MemAvailable`; free pages where there is no /proc)."""
     meminfo = Path("/proc/meminfo")
     if meminfo.is_file():
         for line in meminfo.read_text().splitlines():
@@ -91,12 +91,12 @@ def available_host_memory() -> int:
 
 
 def uses_accelerator(device: str) -> bool:
-    """Whether a run on ``device`` keeps its model and memory windows on a CUDA device."""
+    """Whether a run on `device` keeps its model and memory windows on a CUDA device."""
     return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
 
 
 def human(size: float) -> str:
-    """``1536`` → ``1.5 KiB``."""
+    """`1536` → `1.5 KiB`."""
     units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
     power = 0
     while size >= 1024 and power < len(units) - 1:
@@ -107,7 +107,7 @@ def human(size: float) -> str:
 def check_fits(config: RunConfig, footprint: Footprint, host: int | None = None,
                accelerator: int | None = None) -> None:
     """Refuse a run whose footprint exceeds the available host memory (or, for its model and windows,
-    the free memory of its CUDA device): :class:`ConfigError` naming the settings and the sizes."""
+    the free memory of its CUDA device): `ConfigError` naming the settings and the sizes."""
     on_gpu = uses_accelerator(config.device)
     places = [("RAM", footprint.on(False) if on_gpu else footprint.parts,
                available_host_memory() if host is None else host)]

@@ -1,10 +1,10 @@
-"""Tuned hyper-parameters per task, applied as rl-zoo3 applies its ``hyperparams/<algo>.yml``.
+"""Tuned hyper-parameters per task, applied as rl-zoo3 applies its `hyperparams/<algo>.yml`.
 
-A hyper-parameter file holds one entry per task, keyed by an env id (``TMaze-v0``) or a shell pattern of ids
-(``MiniGrid-Memory*``). An entry holds what a run configuration holds (run settings, ``env_kwargs``,
-``env_wrapper``, a learner's section, one section per backbone), except the settings that name a run rather than
-tune it (:data:`NOT_IN_ENTRIES`), and may be restricted by ``when``: conditions on the run's settings, each a dotted
-key with a value it must equal or a comparison (``env_kwargs.length: ">= 100"``)::
+A hyper-parameter file holds one entry per task, keyed by an env id (`TMaze-v0`) or a shell pattern of ids
+(`MiniGrid-Memory*`). An entry holds what a run configuration holds (run settings, `env_kwargs`,
+`env_wrapper`, a learner's section, one section per backbone), except the settings that name a run rather than
+tune it (`NOT_IN_ENTRIES`), and may be restricted by `when`: conditions on the run's settings, each a dotted
+key with a value it must equal or a comparison (`env_kwargs.length: ">= 100"`)::
 
     TMaze-v0:
       when: {env_kwargs.length: ">= 100"}
@@ -12,17 +12,17 @@ key with a value it must equal or a comparison (``env_kwargs.length: ">= 100"``)
       ppo: {learning_rate: lin_5e-4, ent_coef: 0.0}
       gtrxl: {memory_length: 128}
 
-The file of a run is its ``hyperparams`` setting: ``auto`` (the default) is the learner's shipped file,
-``configs/hyperparams/<algo>.yml``; ``none`` is no file; any other value is a file (a path, or a shipped name such as
-``ppo``), or one entry of it, ``FILE#KEY``, which applies whatever the env. Of a file, the entries whose key matches
+The file of a run is its `hyperparams` setting: `auto` (the default) is the learner's shipped file,
+`configs/hyperparams/<algo>.yml`; `none` is no file; any other value is a file (a path, or a shipped name such as
+`ppo`), or one entry of it, `FILE#KEY`, which applies whatever the env. Of a file, the entries whose key matches
 the env and whose conditions hold are candidates, the conditions read on the settings given without an entry (a key
 those settings lack does not hold); the most specific applies: the exact id over any pattern, then the pattern with
-the most characters that are not wildcards, then the entry written first. :func:`experiments.config.build_config`
-puts it under the config file, flags and ``-p`` overrides and records it in ``hyperparams`` (``FILE#KEY``).
+the most characters that are not wildcards, then the entry written first. `experiments.config.build_config`
+puts it under the config file, flags and `-p` overrides and records it in `hyperparams` (`FILE#KEY`).
 
-A file is checked whole when one of its entries applies (and by ``train_rl.py list hyperparams``): each entry's keys
-and values with the training command's own checks (:func:`experiments.config.apply`,
-:func:`experiments.validation.check_settings`); a bad one raises :class:`~policies.rules.ConfigError` naming the
+A file is checked whole when one of its entries applies (and by `train_rl.py list hyperparams`): each entry's keys
+and values with the training command's own checks (`experiments.config.apply`,
+`experiments.validation.check_settings`); a bad one raises `ConfigError` naming the
 file, the entry and the key. Finding no entry reads the file's keys and conditions only, and loads no torch.
 """
 
@@ -55,14 +55,14 @@ COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
 
 @dataclass(frozen=True)
 class Condition:
-    """A condition of ``when``: the dotted setting ``key`` compared with ``value`` by ``op``."""
+    """A condition of `when`: the dotted setting `key` compared with `value` by `op`."""
 
     key: str
     op: str
     value: Any
 
     def holds(self, settings: dict[str, Any]) -> bool:
-        """Whether the settings (a configuration as :meth:`RunConfig.to_dict` gives it) meet the condition; a key
+        """Whether the settings (a configuration as `RunConfig.to_dict` gives it) meet the condition; a key
         they lack, or a value that does not compare with a number, does not."""
         found: Any = settings
         for part in self.key.split("."):
@@ -82,8 +82,8 @@ def _is_number(value: Any) -> bool:
 
 
 def parse_condition(key: Any, text: Any) -> Condition:
-    """A condition of ``when`` (``ValueError`` saying what is wrong): a dotted run-setting key, and a value it must
-    equal or a comparison with a number written as a string (``">= 100"``)."""
+    """A condition of `when` (`ValueError` saying what is wrong): a dotted run-setting key, and a value it must
+    equal or a comparison with a number written as a string (`">= 100"`)."""
     if not isinstance(key, str) or key.partition(".")[0] not in FIELDS:
         raise ValueError(f"when: {shown(key)} is not a run setting (dotted into a mapping: env_kwargs.length)")
     match = COMPARISON.match(text) if isinstance(text, str) else None
@@ -96,7 +96,7 @@ def parse_condition(key: Any, text: Any) -> Condition:
 
 
 def _number(text: str) -> int | float | None:
-    """``text`` as an int or a float, else ``None``."""
+    """`text` as an int or a float, else `None`."""
     for kind in (int, float):
         try:
             return kind(text)
@@ -107,8 +107,8 @@ def _number(text: str) -> int | float | None:
 
 @dataclass(frozen=True)
 class Entry:
-    """One entry of a hyper-parameter file: its ``key`` (an env id or a pattern), the ``settings`` it applies and its
-    ``conditions``."""
+    """One entry of a hyper-parameter file: its `key` (an env id or a pattern), the `settings` it applies and its
+    `conditions`."""
 
     file: str
     """the file as a run records it: ``configs/hyperparams/ppo.yml`` for a shipped one, else the path given"""
@@ -118,7 +118,7 @@ class Entry:
 
     @property
     def name(self) -> str:
-        """``FILE#KEY``, as ``hyperparams`` takes and records it."""
+        """`FILE#KEY`, as `hyperparams` takes and records it."""
         return f"{self.file}#{self.key}"
 
     @property
@@ -126,7 +126,7 @@ class Entry:
         return not WILDCARDS & set(self.key)
 
     def matches(self, env: str) -> bool:
-        """Whether the key is ``env`` or a pattern that matches it (case-sensitive)."""
+        """Whether the key is `env` or a pattern that matches it (case-sensitive)."""
         return self.key == env if self.exact else fnmatch.fnmatchcase(env, self.key)
 
     def specificity(self) -> tuple[bool, int]:
@@ -147,13 +147,13 @@ class EntryFile:
     """whether :meth:`check_values` passed (a file is read once per version, so a study checks it once)"""
 
     def best(self, env: str, settings: dict[str, Any]) -> Entry | None:
-        """The most specific entry whose key matches ``env`` and whose conditions ``settings`` meet (see the module
-        doc), else ``None``."""
+        """The most specific entry whose key matches `env` and whose conditions `settings` meet (see the module
+        doc), else `None`."""
         candidates = [entry for entry in self.entries if entry.matches(env) and entry.holds(settings)]
         return max(candidates, key=Entry.specificity, default=None)  # max keeps the first of equals
 
     def entry(self, key: str) -> Entry:
-        """The entry ``key`` (``ConfigError`` naming the file's keys if it has none)."""
+        """The entry `key` (`ConfigError` naming the file's keys if it has none)."""
         for entry in self.entries:
             if entry.key == key:
                 return entry
@@ -161,7 +161,7 @@ class EntryFile:
                           f"{', '.join(entry.key for entry in self.entries) or 'none'}")
 
     def check_values(self) -> None:
-        """Every entry's keys and values as the training command checks a configuration's: a ``ConfigError`` names
+        """Every entry's keys and values as the training command checks a configuration's: a `ConfigError` names
         the file, the entry and the key."""
         if self.checked:
             return
@@ -179,23 +179,23 @@ class EntryFile:
 
 
 def shown_file(path: str) -> str:
-    """A hyper-parameter file as a run records it: ``configs/…`` for a shipped file, else ``path`` itself."""
+    """A hyper-parameter file as a run records it: `configs/…` for a shipped file, else `path` itself."""
     root = shipped_dir().resolve()
     resolved = Path(path).resolve()
     return f"configs/{resolved.relative_to(root).as_posix()}" if resolved.is_relative_to(root) else path
 
 
 def load(path: str) -> EntryFile:
-    """The entries of the file at ``path``, read once per version of the file (:func:`_load`)."""
+    """The entries of the file at `path`, read once per version of the file (`_load`)."""
     stat = Path(path).stat()
     return _load(path, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=32)
 def _load(path: str, mtime_ns: int, size: int) -> EntryFile:
-    """``ConfigError`` naming the file and the entry where the file is not a mapping of entries, an entry holds a
-    setting of :data:`NOT_IN_ENTRIES`, or its ``when`` is not a mapping of conditions; values are checked later
-    (:meth:`EntryFile.check_values`)."""
+    """`ConfigError` naming the file and the entry where the file is not a mapping of entries, an entry holds a
+    setting of `NOT_IN_ENTRIES`, or its `when` is not a mapping of conditions; values are checked later
+    (`EntryFile.check_values`)."""
     file = shown_file(path)
     entries = []
     for key, body in load_yaml(path).items():
@@ -221,8 +221,8 @@ def _load(path: str, mtime_ns: int, size: int) -> EntryFile:
 
 
 def chosen(choice: str, algo: str) -> tuple[str | None, str | None]:
-    """The file (a path) and entry key that ``hyperparams`` = ``choice`` names for learner ``algo``: ``auto``, the
-    learner's shipped file (``None`` when it has none); ``none``, neither; ``FILE`` or ``FILE#KEY``."""
+    """The file (a path) and entry key that `hyperparams` = `choice` names for learner `algo`: `auto`, the
+    learner's shipped file (`None` when it has none); `none`, neither; `FILE` or `FILE#KEY`."""
     if choice == OFF:
         return None, None
     if choice == AUTO:
@@ -233,7 +233,7 @@ def chosen(choice: str, algo: str) -> tuple[str | None, str | None]:
 
 
 def entry_for(config: RunConfig) -> Entry | None:
-    """The entry that applies under ``config``'s settings (see the module doc), read in the file its ``hyperparams``
+    """The entry that applies under `config`'s settings (see the module doc), read in the file its `hyperparams`
     names; the file's values are checked when one applies."""
     path, key = chosen(config.hyperparams, config.algo)
     if path is None:
@@ -246,9 +246,9 @@ def entry_for(config: RunConfig) -> Entry | None:
 
 
 def applied_line(names: list[str], what: str = "runs", under: str = "--config, flags and -p") -> str | None:
-    """The line a command prints about the entries its runs (or a tune's tasks: ``what``) start from, given their
-    ``hyperparams`` (``FILE#KEY`` or ``none``), each with its share when there are several, and what lies over them
-    (``under``); ``None`` when no entry applied."""
+    """The line a command prints about the entries its runs (or a tune's tasks: `what`) start from, given their
+    `hyperparams` (`FILE#KEY` or `none`), each with its share when there are several, and what lies over them
+    (`under`); `None` when no entry applied."""
     applied = [name for name in names if name != OFF]
     if not applied:
         return None
@@ -277,7 +277,7 @@ def summary(path: Path, entry: Entry) -> str:
 
 
 def catalogue() -> dict[str, str]:
-    """Every entry of the shipped hyper-parameter files, ``FILE#KEY``, with its summary; the files are checked."""
+    """Every entry of the shipped hyper-parameter files, `FILE#KEY`, with its summary; the files are checked."""
     listed = {}
     for path in sorted((shipped_dir() / FOLDER).glob("*.yml")):
         entries = load(str(path))

@@ -1,7 +1,7 @@
 """Whether a file is a whole model that SB3 saved: a zip holding SB3's entries, each matching its checksum.
 
-A truncated or corrupted checkpoint, ``init_from`` model or evaluated model is then named with what is wrong in one
-line, before anything loads it (SB3's own errors are a ``BadZipFile``, ``KeyError`` or pickle traceback).
+A truncated or corrupted checkpoint, `init_from` model or evaluated model is then named with what is wrong in one
+line, before anything loads it (SB3's own errors are a `BadZipFile`, `KeyError` or pickle traceback).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ ENTRIES = ("data", "policy.pth")
 
 
 def damage(path: Path) -> str | None:
-    """Why the file at ``path`` is not a whole saved model, in a few words; ``None`` when it is one."""
+    """Why the file at `path` is not a whole saved model, in a few words; `None` when it is one."""
     try:
         with zipfile.ZipFile(path) as archive:
             missing = [name for name in ENTRIES if name not in archive.namelist()]

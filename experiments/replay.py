@@ -1,12 +1,12 @@
 """A trained agent with its run's settings: where its model is, loading it with the learner that saved it,
 scoring it over episodes as the run's own evaluations do, and playing episodes to render or record them.
 
-Scores use the run's evaluation set-up by default (``n_eval_envs`` copies seeded ``seed + 10000``,
-``n_eval_episodes`` episodes, the most probable action), which is what the run's final evaluation
-(``summary.json``) ran, so the same model scores the same numbers. The run's settings are its ``config.yaml`` as
+Scores use the run's evaluation set-up by default (`n_eval_envs` copies seeded `seed + 10000`,
+`n_eval_episodes` episodes, the most probable action), which is what the run's final evaluation
+(`summary.json`) ran, so the same model scores the same numbers. The run's settings are its `config.yaml` as
 written, which holds every setting and the hyper-parameter entry it was made from; an environment given in its
-place starts from the settings of its own entry (:mod:`experiments.hyperparams`). Which model is scored (the final
-``model.zip``, ``best_model.zip``, a checkpoint) is named with the step it was saved at.
+place starts from the settings of its own entry (`experiments.hyperparams`). Which model is scored (the final
+`model.zip`, `best_model.zip`, a checkpoint) is named with the step it was saved at.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class SavedAgent:
 
     @property
     def kind(self) -> str:
-        """Which of its run's models this is: ``final`` (``model.zip``), ``best`` (``best_model.zip``, the model of
-        the run's best evaluation, as SB3's ``EvalCallback`` keeps it), ``checkpoint``, else ``saved``."""
+        """Which of its run's models this is: `final` (`model.zip`), `best` (`best_model.zip`, the model of
+        the run's best evaluation, as SB3's `EvalCallback` keeps it), `checkpoint`, else `saved`."""
         name, folder = self.model_path.name, self.model_path.parent.name
         if name == MODEL_FILE and self.model_path.parent == self.directory:
             return "final"
@@ -64,7 +64,7 @@ class SavedAgent:
         return "checkpoint" if folder == "checkpoints" and name.startswith(CHECKPOINT_PREFIX) else "saved"
 
     def described(self) -> str:
-        """The model scored, in words: ``the final model (model.zip), saved at 320 steps``; for ``best_model.zip``
+        """The model scored, in words: `the final model (model.zip), saved at 320 steps`; for `best_model.zip`
         also the step of the evaluation that chose it."""
         steps = int(self.model.num_timesteps)
         what = {"final": "the final model", "best": "the best evaluation's model", "checkpoint": "a checkpoint",
@@ -77,8 +77,8 @@ class SavedAgent:
 
 
 def locate(path: str | Path) -> tuple[Path, Path | None]:
-    """The model file and run directory (holding ``config.yaml``) of a run directory (its final
-    ``model.zip``) or of a ``.zip`` (a run's ``best_model.zip``, a checkpoint, or a model anywhere)."""
+    """The model file and run directory (holding `config.yaml`) of a run directory (its final
+    `model.zip`) or of a `.zip` (a run's `best_model.zip`, a checkpoint, or a model anywhere)."""
     path = Path(path)
     if path.is_dir():
         if not (path / MODEL_FILE).is_file():
@@ -93,13 +93,13 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
 def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
                env_kwargs: dict[str, Any] | None = None, env_wrapper: Any = None,
                gym_packages: list[str] | None = None, hyperparams: str = "auto") -> SavedAgent:
-    """Load the model at ``path`` with the learner class that saved it (recorded in the zip, else the run's
-    ``algo``), and its run's configuration (its ``config.yaml`` as written); ``env`` replaces the environment, its
+    """Load the model at `path` with the learner class that saved it (recorded in the zip, else the run's
+    `algo`), and its run's configuration (its `config.yaml` as written); `env` replaces the environment, its
     keyword arguments and (where that entry has them) wrappers by those of its hyper-parameter entry, found as
-    training finds it with ``hyperparams`` (a model without a run takes every setting of the entry);
-    ``env_kwargs`` are set over them, ``env_wrapper`` (``[]``: none) replaces the wrappers and ``gym_packages`` are
+    training finds it with `hyperparams` (a model without a run takes every setting of the entry);
+    `env_kwargs` are set over them, `env_wrapper` (`[]`: none) replaces the wrappers and `gym_packages` are
     imported after the run's. A device this machine lacks, or a model that does not load (truncated, damaged, not
-    SB3's), raises :class:`ConfigError` naming it."""
+    SB3's), raises `ConfigError` naming it."""
     Device().check("device", device)
     model_path, run = locate(path)
     if run is None and env is None:
@@ -133,10 +133,10 @@ def unloadable(model_path: Path, error: Exception) -> ConfigError:
 
 def scored_on(config: RunConfig, env: str, env_kwargs: dict[str, Any], algo: str, hyperparams: str,
               whole: bool) -> RunConfig:
-    """``config`` with ``env`` in place of its environment: ``env_kwargs`` over the keyword arguments, and the
-    wrappers where it has some, of the hyper-parameter entry training would start ``algo`` on ``env`` with
-    ``env_kwargs`` from (none: ``env_kwargs`` alone, the run's wrappers); ``whole``: every setting of that entry (a
-    model without a run). ``hyperparams`` then names that entry."""
+    """`config` with `env` in place of its environment: `env_kwargs` over the keyword arguments, and the
+    wrappers where it has some, of the hyper-parameter entry training would start `algo` on `env` with
+    `env_kwargs` from (none: `env_kwargs` alone, the run's wrappers); `whole`: every setting of that entry (a
+    model without a run). `hyperparams` then names that entry."""
     entry = build_config(None, {"algo": algo, "env": env, "env_kwargs": env_kwargs, "hyperparams": hyperparams})
     if whole:
         return entry
@@ -147,8 +147,8 @@ def scored_on(config: RunConfig, env: str, env_kwargs: dict[str, Any], algo: str
 
 
 def check_agent_env(agent: SavedAgent) -> None:
-    """The agent's environment passes the run settings' rules (:func:`experiments.validation.check_env`) and has
-    the observation and action spaces the model was trained on; else :class:`ConfigError` naming the env."""
+    """The agent's environment passes the run settings' rules (`experiments.validation.check_env`) and has
+    the observation and action spaces the model was trained on; else `ConfigError` naming the env."""
     from stable_baselines3.common.base_class import BaseAlgorithm
     from stable_baselines3.common.utils import check_for_correct_spaces
 
@@ -166,8 +166,8 @@ def check_agent_env(agent: SavedAgent) -> None:
 
 
 def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tuple[str, ...]) -> dict[str, EvalResult]:
-    """``episodes`` episodes per policy (``deterministic``, ``stochastic``), one after the other on one
-    VecEnv of ``n_envs`` copies seeded ``seed``, as the run's evaluations do; sampling is seeded too."""
+    """`episodes` episodes per policy (`deterministic`, `stochastic`), one after the other on one
+    VecEnv of `n_envs` copies seeded `seed`, as the run's evaluations do; sampling is seeded too."""
     torch.manual_seed(seed)
     env = make_run_env(agent.config, n_envs, seed)
     try:
@@ -178,8 +178,8 @@ def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tu
 
 
 def play(agent: SavedAgent, episodes: int, seed: int, deterministic: bool, render_mode: str) -> Iterator[Any]:
-    """Play ``episodes`` episodes (the i-th seeded ``seed + i``) on one gymnasium copy of the environment,
-    which does not reset itself, and yield ``render()`` at each episode's start and after every step, its
+    """Play `episodes` episodes (the i-th seeded `seed + i`) on one gymnasium copy of the environment,
+    which does not reset itself, and yield `render()` at each episode's start and after every step, its
     last one included."""
     from envs import make_env
 
@@ -227,9 +227,9 @@ def result_record(agent: SavedAgent, results: dict[str, EvalResult], episodes: i
 
 
 def write_result(directory: Path, record: dict[str, Any], prefix: str = "evaluate") -> Path:
-    """Write ``record`` to a new ``{prefix}_<date>-<time>.json`` in ``directory`` (``-2``, ``-3``, ... where
+    """Write `record` to a new `{prefix}_<date>-<time>.json` in `directory` (`-2`, `-3`, ... where
     that name is taken: an earlier result is never overwritten, even by a process writing at the same time), whole
-    or not at all (:func:`experiments.atomic.write_new`)."""
+    or not at all (`experiments.atomic.write_new`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = json.dumps(record, indent=2)
     for n in itertools.count(1):

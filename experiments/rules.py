@@ -1,8 +1,8 @@
 """The kinds of rule only run settings declare: a saved model, a directory, a torch device, env wrappers.
 
-They complete the kinds of :mod:`policies.rules` (ranges, choices, flags, ...) for the fields of
-:class:`experiments.config.RunConfig`; like those, each has ``check(key, value)``, raising
-:class:`~policies.rules.ConfigError` with one line naming the key, and ``describe()``. Each imports what it needs
+They complete the kinds of `policies.rules` (ranges, choices, flags, ...) for the fields of
+`experiments.config.RunConfig`; like those, each has `check(key, value)`, raising
+`ConfigError` with one line naming the key, and `describe()`. Each imports what it needs
 (torch, the env wrappers) only when it checks a value, so reading a configuration loads neither.
 """
 
@@ -17,7 +17,7 @@ from policies.rules import ConfigError, Text, short, shown
 
 @dataclass(frozen=True)
 class SavedModel:
-    """Empty (none) or the path of a saved model: a run directory holding ``model.zip``, or a ``.zip``."""
+    """Empty (none) or the path of a saved model: a run directory holding `model.zip`, or a `.zip`."""
 
     def describe(self) -> str:
         return "a run directory holding model.zip, or a .zip file (empty: none)"
@@ -52,8 +52,8 @@ class Directory:
 
 @dataclass(frozen=True)
 class Device:
-    """A torch device this machine has: ``auto`` (CUDA if available, else CPU), ``cpu``, ``cuda``,
-    ``cuda:N`` or ``mps``. An explicit accelerator that is missing is an error, not a silent CPU run."""
+    """A torch device this machine has: `auto` (CUDA if available, else CPU), `cpu`, `cuda`,
+    `cuda:N` or `mps`. An explicit accelerator that is missing is an error, not a silent CPU run."""
 
     def describe(self) -> str:
         return "auto, cpu, cuda, cuda:N or mps"
@@ -84,9 +84,9 @@ class Device:
 
 @dataclass(frozen=True)
 class EnvWrappers:
-    """Wrappers of each environment copy as rl-zoo3 writes them (:func:`envs.wrappers.parse_env_wrapper`): null,
-    an import path, a one-key mapping ``{path: {keyword: value}}``, or a list of them. Whether each imports and
-    accepts the env is checked when one copy is built (:mod:`experiments.validation`)."""
+    """Wrappers of each environment copy as rl-zoo3 writes them (`envs.wrappers.parse_env_wrapper`): null,
+    an import path, a one-key mapping `{path: {keyword: value}}`, or a list of them. Whether each imports and
+    accepts the env is checked when one copy is built (`experiments.validation`)."""
 
     def describe(self) -> str:
         return "an import path (module.path.Wrapper), {module.path.Wrapper: {keyword: value}}, or a list of them"

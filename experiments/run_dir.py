@@ -1,19 +1,19 @@
-"""The directory of one run, and the one object that owns it: :class:`RunDirectory`.
+"""The directory of one run, and the one object that owns it: `RunDirectory`.
 
-A run lives in ``{log_dir}/{env}__{algo}-{backbone}__{seed}/``:
+A run lives in `{log_dir}/{env}__{algo}-{backbone}__{seed}/`:
 
-- ``config.yaml``: the resolved configuration, every option of the learner and the backbone included;
-- ``run.lock``: held (``flock``) by the one process writing the run, with its PID and host;
-- ``evaluations.csv``: one row per evaluation (:data:`EVAL_COLUMNS`);
-- ``checkpoints/model_<steps>_steps.zip`` and ``progress.json`` (training seconds at each kept checkpoint);
-- ``best_model.zip`` and ``best_model.json`` (the best evaluation's step and mean return);
-- ``model.zip`` (the final model) and ``summary.json``;
-- ``MemoryPPO_1/`` (the learner's name): tensorboard events;
-- ``status.json``: what a study's worker writes around the run (:mod:`experiments.studies.runs`).
+- `config.yaml`: the resolved configuration, every option of the learner and the backbone included;
+- `run.lock`: held (`flock`) by the one process writing the run, with its PID and host;
+- `evaluations.csv`: one row per evaluation (`EVAL_COLUMNS`);
+- `checkpoints/model_<steps>_steps.zip` and `progress.json` (training seconds at each kept checkpoint);
+- `best_model.zip` and `best_model.json` (the best evaluation's step and mean return);
+- `model.zip` (the final model) and `summary.json`;
+- `MemoryPPO_1/` (the learner's name): tensorboard events;
+- `status.json`: what a study's worker writes around the run (`experiments.studies.runs`).
 
-Every file is written whole or not at all (:mod:`experiments.atomic`); each saved model holds its run's settings
-(:mod:`experiments.run_identity`). A run resumed from step ``s`` first drops every record after ``s``
-(:meth:`RunDirectory.rewind`).
+Every file is written whole or not at all (`experiments.atomic`); each saved model holds its run's settings
+(`experiments.run_identity`). A run resumed from step `s` first drops every record after `s`
+(`RunDirectory.rewind`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def notify(message: str) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; ``None`` when there is none (or it is not JSON)."""
+    """The JSON object in `path`; `None` when there is none (or it is not JSON)."""
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
@@ -71,7 +71,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
                 suffix: str = CHECKPOINT_SUFFIX) -> list[tuple[Path, int]]:
-    """Every checkpoint ``{prefix}{steps}{suffix}`` in ``directory``, as ``(path, steps)``, fewest steps first."""
+    """Every checkpoint `{prefix}{steps}{suffix}` in `directory`, as `(path, steps)`, fewest steps first."""
     found = []
     for path in directory.glob(f"{prefix}*{suffix}"):
         steps = path.name.removeprefix(prefix).removesuffix(suffix)
@@ -81,8 +81,8 @@ def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
 
 
 def best_checkpoint(found: list[tuple[Path, int]], rows: list[dict[str, str]]) -> tuple[Path, int] | None:
-    """The checkpoint of ``found`` with the highest mean return (the earliest of equals), each scored by the last
-    evaluation at or before its step; ``None`` without evaluations."""
+    """The checkpoint of `found` with the highest mean return (the earliest of equals), each scored by the last
+    evaluation at or before its step; `None` without evaluations."""
     scored = sorted((int(float(r["timesteps"])), float(r["mean_return"])) for r in rows)
     best, best_score = None, -math.inf
     for path, steps in found:
@@ -93,13 +93,13 @@ def best_checkpoint(found: list[tuple[Path, int]], rows: list[dict[str, str]]) -
 
 
 class EvalLog:
-    """``evaluations.csv``: one row per evaluation, the file rewritten whole (atomically) with each new row."""
+    """`evaluations.csv`: one row per evaluation, the file rewritten whole (atomically) with each new row."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def columns(self) -> list[str]:
-        """The file's own header, else :data:`EVAL_COLUMNS`."""
+        """The file's own header, else `EVAL_COLUMNS`."""
         if not self.path.exists():
             return EVAL_COLUMNS
         with self.path.open(newline="") as f:
@@ -115,7 +115,7 @@ class EvalLog:
         self._write([*self.rows(), row])
 
     def truncate_after(self, timesteps: int) -> None:
-        """Drop the rows after ``timesteps``."""
+        """Drop the rows after `timesteps`."""
         if self.path.exists():
             self._write([r for r in self.rows() if int(float(r["timesteps"])) <= timesteps])
 
@@ -142,7 +142,7 @@ def read_records(path: Path) -> list[bytes]:
 
 
 def rewind_tensorboard(directory: Path, steps: int) -> None:
-    """Keep only the events at ``step ≤ steps`` in every tensorboard event file under ``directory``. A file left
+    """Keep only the events at `step ≤ steps` in every tensorboard event file under `directory`. A file left
     without a summary is removed, and so is a folder left empty (SB3 then reuses its name)."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.record_writer import RecordWriter
@@ -169,7 +169,7 @@ def rewind_tensorboard(directory: Path, steps: int) -> None:
 
 
 def _busy(handle: Any, directory: Path) -> RunBusyError | None:
-    """``None`` once this process holds the lock on ``handle``, else the error naming the holder."""
+    """`None` once this process holds the lock on `handle`, else the error naming the holder."""
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -185,8 +185,8 @@ def _busy(handle: Any, directory: Path) -> RunBusyError | None:
 class RunDirectory:
     """One run's directory: its files, its one writer's lock, and every write to it.
 
-    ``checkpoint_prefix`` and ``checkpoint_suffix`` name its checkpoints (``model_<steps>_steps.zip``; the language
-    model workbench's are ``lm_<step>.pt``).
+    `checkpoint_prefix` and `checkpoint_suffix` name its checkpoints (`model_<steps>_steps.zip`; the language
+    model workbench's are `lm_<step>.pt`).
     """
 
     def __init__(self, path: str | Path, checkpoint_prefix: str = CHECKPOINT_PREFIX,
@@ -197,7 +197,7 @@ class RunDirectory:
 
     @classmethod
     def of(cls, config: RunConfig) -> RunDirectory:
-        """The directory of the run ``config`` describes: ``{log_dir}/{run_name}``."""
+        """The directory of the run `config` describes: `{log_dir}/{run_name}`."""
         return cls(Path(config.log_dir) / config.run_name())
 
     def __truediv__(self, name: str) -> Path:
@@ -213,7 +213,7 @@ class RunDirectory:
         return self.path.is_dir() and any(p.name not in (LOCK_FILE, STATUS_FILE) for p in self.path.iterdir())
 
     def config(self) -> dict[str, Any] | None:
-        """``config.yaml`` as written; ``None`` when there is none."""
+        """`config.yaml` as written; `None` when there is none."""
         path = self / CONFIG_FILE
         return (load_yaml_text(path.read_text()) or {}) if path.exists() else None
 
@@ -224,7 +224,7 @@ class RunDirectory:
         return read_json(self / PROGRESS_FILE)
 
     def checkpoints(self) -> list[tuple[Path, int]]:
-        """Every checkpoint as ``(path, steps)``, fewest steps first."""
+        """Every checkpoint as `(path, steps)`, fewest steps first."""
         return checkpoints(self / CHECKPOINTS, self.checkpoint_prefix, self.checkpoint_suffix)
 
     def latest_checkpoint(self) -> tuple[Path, int] | None:
@@ -232,7 +232,7 @@ class RunDirectory:
         return found[-1] if found else None
 
     def checkpoint_walls(self) -> dict[int, float]:
-        """Training wall-clock seconds at each kept checkpoint (steps → seconds), from ``progress.json``."""
+        """Training wall-clock seconds at each kept checkpoint (steps → seconds), from `progress.json`."""
         progress = self.progress() or {}
         walls = {int(k): float(v) for k, v in (progress.get("checkpoints") or {}).items()}
         if progress.get("timesteps") is not None:
@@ -242,7 +242,7 @@ class RunDirectory:
     # -- one writer -----------------------------------------------------------------------------------------------
 
     def check_not_busy(self) -> None:
-        """Raise :class:`RunBusyError` when another process holds the lock; changes no file."""
+        """Raise `RunBusyError` when another process holds the lock; changes no file."""
         try:
             handle = (self / LOCK_FILE).open()
         except FileNotFoundError:
@@ -254,9 +254,9 @@ class RunDirectory:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the directory's exclusive lock (``flock`` on ``run.lock``, which records this process's PID and
+        """Hold the directory's exclusive lock (`flock` on `run.lock`, which records this process's PID and
         host) while the block runs; the kernel releases it when the process ends, even killed. Raises
-        :class:`RunBusyError`, naming the holder, when another process has it."""
+        `RunBusyError`, naming the holder, when another process has it."""
         self.path.mkdir(parents=True, exist_ok=True)
         with (self / LOCK_FILE).open("a+") as handle:
             busy = _busy(handle, self.path)
@@ -271,7 +271,7 @@ class RunDirectory:
     # -- a new run, or a resumed one ------------------------------------------------------------------------------
 
     def refuse_existing(self) -> None:
-        """Raise ``ConfigError`` when the directory already holds a run: a run directory is never reused."""
+        """Raise `ConfigError` when the directory already holds a run: a run directory is never reused."""
         if not self.holds_run():
             return
         summary, checkpoint = self.summary(), self.latest_checkpoint()
@@ -282,15 +282,15 @@ class RunDirectory:
                           "choose another --seed or --log-dir (a run directory is never overwritten)")
 
     def finished(self, total_timesteps: int) -> dict[str, Any] | None:
-        """The summary, when the run has trained ``total_timesteps`` or stopped solved; else ``None``."""
+        """The summary, when the run has trained `total_timesteps` or stopped solved; else `None`."""
         summary = self.summary()
         if summary is not None and (summary["env_steps"] >= total_timesteps or summary.get("stopped_solved")):
             return summary
         return None
 
     def check_same_run(self, config: RunConfig) -> None:
-        """Refuse (``ConfigError`` naming the keys) to resume with another configuration than the run's own: the one
-        in ``config.yaml``, and the one recorded in each checkpoint."""
+        """Refuse (`ConfigError` naming the keys) to resume with another configuration than the run's own: the one
+        in `config.yaml`, and the one recorded in each checkpoint."""
         path = self / CONFIG_FILE
         if path.exists():
             refuse_differences(config, Record(load_yaml(path)), repr(str(path)))
@@ -300,10 +300,10 @@ class RunDirectory:
                 refuse_differences(config, record, f"its checkpoint {str(path)!r}")
 
     def load_newest_checkpoint(self, load: Callable[[Path], Any]) -> tuple[Any, int] | None:
-        """``(load(path), steps)`` of the newest checkpoint that loads; ``None`` when there is none.
+        """`(load(path), steps)` of the newest checkpoint that loads; `None` when there is none.
 
-        A checkpoint that fails to load is named and, once an older one loads, renamed ``*.unloadable``. When
-        checkpoints exist but none loads: ``ConfigError``, nothing changed.
+        A checkpoint that fails to load is named and, once an older one loads, renamed `*.unloadable`. When
+        checkpoints exist but none loads: `ConfigError`, nothing changed.
         """
         failures = []
         for path, steps in reversed(self.checkpoints()):
@@ -332,10 +332,10 @@ class RunDirectory:
         return f"the last checkpoint before it is {str(latest[0])!r} (step {latest[1]})"
 
     def rewind(self, steps: int) -> float:
-        """Drop every record after ``steps``, the step a resume continues from; returns the training seconds then.
+        """Drop every record after `steps`, the step a resume continues from; returns the training seconds then.
 
-        ``evaluations.csv``, ``progress.json`` and the tensorboard events keep what is at or before ``steps``;
-        ``summary.json``, ``model.zip`` and the best model go when they come from after it, and so do the temporary
+        `evaluations.csv`, `progress.json` and the tensorboard events keep what is at or before `steps`;
+        `summary.json`, `model.zip` and the best model go when they come from after it, and so do the temporary
         files of an interrupted write.
         """
         wall = self.wall_seconds_at(steps) if steps else 0.0
@@ -359,7 +359,7 @@ class RunDirectory:
         return wall
 
     def wall_seconds_at(self, steps: int) -> float:
-        """Training wall-clock seconds when the checkpoint at ``steps`` was saved (0 at step 0)."""
+        """Training wall-clock seconds when the checkpoint at `steps` was saved (0 at step 0)."""
         walls = self.checkpoint_walls()
         if steps in walls:
             return float(walls[steps])
@@ -369,19 +369,19 @@ class RunDirectory:
     # -- writes, each whole or not at all -------------------------------------------------------------------------
 
     def write(self, name: str, text: str) -> None:
-        """Write the file ``name`` of the directory (:func:`experiments.atomic.write_atomic`)."""
+        """Write the file `name` of the directory (`experiments.atomic.write_atomic`)."""
         write_atomic(self / name, text)
 
     def write_config(self, settings: dict[str, Any]) -> None:
-        """Write ``config.yaml``: ``settings``, the run's record (:func:`experiments.run_identity.config_record`)."""
+        """Write `config.yaml`: `settings`, the run's record (`experiments.run_identity.config_record`)."""
         self.write(CONFIG_FILE, yaml.safe_dump(settings, sort_keys=False))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         self.write(SUMMARY_FILE, json.dumps(summary, indent=2))
 
     def save(self, name: str, write: Callable[[Path], None]) -> Path:
-        """Write the file ``name`` (its folder made if needed) as ``write(tmp)`` writes ``tmp``, whole or not at
-        all (:func:`experiments.atomic.atomic_path`)."""
+        """Write the file `name` (its folder made if needed) as `write(tmp)` writes `tmp`, whole or not at
+        all (`experiments.atomic.atomic_path`)."""
         path = self / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
@@ -389,7 +389,7 @@ class RunDirectory:
         return path
 
     def save_model(self, model: Any, name: str = MODEL_FILE, record: dict[str, Any] | None = None) -> Path:
-        """``model.save`` to ``name`` whole or not at all, with ``record``, the run's settings, inside it."""
+        """`model.save` to `name` whole or not at all, with `record`, the run's settings, inside it."""
 
         def write(tmp: Path) -> None:
             model.save(tmp)
@@ -400,15 +400,15 @@ class RunDirectory:
 
     def save_checkpoint(self, model: Any, steps: int, wall_seconds: float, keep: int,
                         record: dict[str, Any] | None = None) -> None:
-        """Save the checkpoint of ``steps``, prune the older ones to the newest ``keep`` and the best, and record
-        ``progress.json``."""
+        """Save the checkpoint of `steps`, prune the older ones to the newest `keep` and the best, and record
+        `progress.json`."""
         self.save_model(model, f"{CHECKPOINTS}/{self.checkpoint_prefix}{steps}{self.checkpoint_suffix}", record)
         kept = self.prune_checkpoints(keep)
         walls = {**self.checkpoint_walls(), steps: wall_seconds}
         self.record_progress(steps, wall_seconds, {k: v for k, v in walls.items() if k in kept})
 
     def prune_checkpoints(self, keep: int) -> list[int]:
-        """Delete every checkpoint but the newest ``keep`` and the best one (``keep`` 0: keep all); returns the
+        """Delete every checkpoint but the newest `keep` and the best one (`keep` 0: keep all); returns the
         steps of those left."""
         found = self.checkpoints()
         if keep <= 0:
@@ -423,14 +423,14 @@ class RunDirectory:
         return [steps for _, steps in kept]
 
     def record_progress(self, steps: int, wall_seconds: float, checkpoint_walls: dict[int, float]) -> None:
-        """Write ``progress.json``: the newest checkpoint's steps, the training seconds then, and those of every
+        """Write `progress.json`: the newest checkpoint's steps, the training seconds then, and those of every
         kept checkpoint."""
         record = {"timesteps": steps, "wall_seconds": wall_seconds,
                   "checkpoints": {str(k): v for k, v in sorted(checkpoint_walls.items())}}
         self.write(PROGRESS_FILE, json.dumps(record))
 
     def best_return(self) -> float:
-        """The mean return of the evaluation ``best_model.zip`` holds; -inf when there is none."""
+        """The mean return of the evaluation `best_model.zip` holds; -inf when there is none."""
         best = read_json(self / BEST_RECORD)
         if best is not None:
             return float(best["mean_return"])
@@ -439,7 +439,7 @@ class RunDirectory:
         return -math.inf
 
     def save_best(self, model: Any, steps: int, mean_return: float, record: dict[str, Any] | None = None) -> None:
-        """Save ``best_model.zip`` and its evaluation. The record goes first: a kill between the two leaves it newer
+        """Save `best_model.zip` and its evaluation. The record goes first: a kill between the two leaves it newer
         than the model, so a resume from an earlier step drops both."""
         self.write(BEST_RECORD, json.dumps({"timesteps": steps, "mean_return": mean_return}))
         self.save_model(model, BEST_MODEL, record)

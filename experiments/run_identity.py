@@ -1,11 +1,11 @@
 """What a run is, recorded inside every model it saves, and the check that a resume continues the same run.
 
 A run is defined by its settings: the learner and its options, the backbone and its options, the environment with
-its keyword arguments and wrappers, the seed, ... Each model a run saves (its checkpoints, ``best_model.zip``,
-``model.zip``) holds them in the zip entry :data:`RECORD_ENTRY`, as ``config.yaml`` holds them; SB3 reads only the
-entries it knows, so such a model loads anywhere. A model without the entry still says, in SB3's ``data``, its
+its keyword arguments and wrappers, the seed, ... Each model a run saves (its checkpoints, `best_model.zip`,
+`model.zip`) holds them in the zip entry `RECORD_ENTRY`, as `config.yaml` holds them; SB3 reads only the
+entries it knows, so such a model loads anywhere. A model without the entry still says, in SB3's `data`, its
 learner with its options, its backbone with its options, the number of environments and the seed:
-:func:`read_record` returns those, marked ``partial``.
+`read_record` returns those, marked `partial`.
 """
 
 from __future__ import annotations
@@ -27,25 +27,25 @@ NOT_COMPARED = {"total_timesteps", "stop_when_solved", "device", "threads", "log
 
 @dataclass(frozen=True)
 class Record:
-    """The settings of the run that saved a model; ``partial``: only those SB3 keeps, the others unknown."""
+    """The settings of the run that saved a model; `partial`: only those SB3 keeps, the others unknown."""
 
     settings: dict[str, Any]
     partial: bool = False
 
 
 def config_record(config: RunConfig) -> dict[str, Any]:
-    """The record of ``config``: its resolved configuration with every option, as ``config.yaml`` holds it."""
+    """The record of `config`: its resolved configuration with every option, as `config.yaml` holds it."""
     return plain(with_every_option(config.to_dict()))
 
 
 def add_record(path: Path, settings: dict[str, Any]) -> None:
-    """Add ``settings`` to the saved model at ``path`` (a zip SB3 wrote) as :data:`RECORD_ENTRY`."""
+    """Add `settings` to the saved model at `path` (a zip SB3 wrote) as `RECORD_ENTRY`."""
     with zipfile.ZipFile(path, "a") as archive:
         archive.writestr(RECORD_ENTRY, json.dumps(settings))
 
 
 def read_record(path: Path) -> Record | None:
-    """The record of the saved model at ``path`` (what SB3 keeps, ``partial``, when it has none); ``None`` for a
+    """The record of the saved model at `path` (what SB3 keeps, `partial`, when it has none); `None` for a
     file that is no model SB3 wrote, or is damaged (loading it says how)."""
     try:
         with zipfile.ZipFile(path) as archive:
@@ -64,7 +64,7 @@ def _is_plain(value: Any) -> bool:
 
 
 def _sb3_record(data: dict[str, Any]) -> Record | None:
-    """The settings that SB3's ``data`` of a saved model holds as plain values (others are pickled: skipped)."""
+    """The settings that SB3's `data` of a saved model holds as plain values (others are pickled: skipped)."""
     learners = {cls.__name__: name for name, cls in algos().items()}
     algo = learners.get(data.get("learner_class"))
     policy = data.get("policy_kwargs")
@@ -78,10 +78,10 @@ def _sb3_record(data: dict[str, Any]) -> Record | None:
 
 
 def refuse_differences(config: RunConfig, saved: Record, source: str) -> None:
-    """Refuse (``ConfigError`` naming the keys) ``config`` where it differs from the run's ``saved`` settings, read
-    from ``source``.
+    """Refuse (`ConfigError` naming the keys) `config` where it differs from the run's `saved` settings, read
+    from `source`.
 
-    Compared: every setting but :data:`NOT_COMPARED`, and the options of the run's learner and backbone one by one
+    Compared: every setting but `NOT_COMPARED`, and the options of the run's learner and backbone one by one
     (the sections of other learners and backbones are not). A partial record compares only the settings it holds.
     """
     if saved.partial:
@@ -101,7 +101,7 @@ def refuse_differences(config: RunConfig, saved: Record, source: str) -> None:
 
 
 def _compared(data: dict[str, Any], config: RunConfig) -> dict[str, Any]:
-    """The settings :func:`refuse_differences` compares, the run's learner and backbone options as dotted keys."""
+    """The settings `refuse_differences` compares, the run's learner and backbone options as dotted keys."""
     flat = {key: value for key, value in data.items() if key not in NOT_COMPARED | set(algos()) | set(backbones())}
     for section in (config.algo, config.backbone):
         flat.update({f"{section}.{key}": value for key, value in (data.get(section) or {}).items()})

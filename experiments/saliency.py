@@ -1,16 +1,16 @@
 """What a memory policy's decisions read: gradient saliency over an episode, attention maps, and recall distance.
 
-- **Saliency** (as in POPGym Arcade, Wang et al. 2025): ``S[t, k] = ‖∂ score(a_t) / ∂ o_k‖₂`` for ``k ≤ t``, where
-  ``o_k`` is the ``k``-th observation as the policy sees it (after SB3's preprocessing: one-hot codes, scaled pixels)
-  and ``score(a_t)`` the logit of the action taken at ``t`` (the log-probability for continuous actions). The episode
-  goes through the backbone's ``forward_sequence`` from a fresh state, with gradients through its memory; every
+- **Saliency** (as in POPGym Arcade, Wang et al. 2025): `S[t, k] = ‖∂ score(a_t) / ∂ o_k‖₂` for `k ≤ t`, where
+  `o_k` is the `k`-th observation as the policy sees it (after SB3's preprocessing: one-hot codes, scaled pixels)
+  and `score(a_t)` the logit of the action taken at `t` (the log-probability for continuous actions). The episode
+  goes through the backbone's `forward_sequence` from a fresh state, with gradients through its memory; every
   decision step is a copy of the episode in the batch, so one backward pass gives a block of rows.
 - **Attention maps**: the weights each attention layer and head puts on the steps of the episode, recorded by a
-  forward hook on every :class:`~policies.attention.layer.MultiHeadAttention` of the backbone (no entry point of the
+  forward hook on every `MultiHeadAttention` of the backbone (no entry point of the
   backbone changes). The hook recomputes the weights from the layer's own queries, keys, position scheme and key
   pattern, and keeps them only where they reproduce the layer's output: memory kinds that attend to keys other than
   the window's steps (compressed or retrieved memories) are left out.
-- **Recall distance**: for each step, the saliency-weighted mean of ``t − k``: how far back the decision reaches.
+- **Recall distance**: for each step, the saliency-weighted mean of `t − k`: how far back the decision reaches.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ROWS = 64
 
 
 def action_scores(policy: Any, latent_pi: Tensor, actions: Tensor) -> Tensor:
-    """``[N]``: the logit of each action taken (categorical actions), else its log-probability."""
+    """`[N]`: the logit of each action taken (categorical actions), else its log-probability."""
     distribution = policy._get_action_dist_from_latent(latent_pi)
     if isinstance(distribution, CategoricalDistribution):
         return distribution.distribution.logits.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
@@ -49,8 +49,8 @@ def _stacked(observations: list[Any]) -> Any:
 
 
 def saliency(policy: Any, observations: list[Any], actions: np.ndarray, rows: int = ROWS) -> np.ndarray:
-    """``S`` ``[T, T]`` of one episode (``observations[k]`` as the env gave it, ``actions[t]`` as the policy took
-    it): row ``t`` holds ``‖∂ score(a_t) / ∂ o_k‖₂`` for every ``k``, exactly 0 for ``k > t`` (the future)."""
+    """`S` `[T, T]` of one episode (`observations[k]` as the env gave it, `actions[t]` as the policy took
+    it): row `t` holds `‖∂ score(a_t) / ∂ o_k‖₂` for every `k`, exactly 0 for `k > t` (the future)."""
     policy.set_training_mode(False)
     obs, _ = policy.obs_to_tensor(_stacked(observations))
     seen = preprocess_obs(obs, policy.observation_space, normalize_images=policy.normalize_images)
@@ -80,7 +80,7 @@ def saliency(policy: Any, observations: list[Any], actions: np.ndarray, rows: in
 
 
 def recall_distance(saliency_map: np.ndarray) -> np.ndarray:
-    """``[T]``: for each step ``t``, ``Σ_k S[t, k] (t − k) / Σ_k S[t, k]`` (NaN where the saliency is all 0)."""
+    """`[T]`: for each step `t`, `Σ_k S[t, k] (t − k) / Σ_k S[t, k]` (NaN where the saliency is all 0)."""
     T = saliency_map.shape[0]
     lag = np.arange(T)[:, None] - np.arange(T)[None, :]
     weights = np.where(lag >= 0, saliency_map, 0.0)
@@ -91,8 +91,8 @@ def recall_distance(saliency_map: np.ndarray) -> np.ndarray:
 
 @dataclass
 class AttentionMap:
-    """The weights of one call of an attention layer: ``weights`` ``[B, H, T, K]`` over ``[memory; segment]``
-    (``None`` where they could not be recovered, ``why`` says why)."""
+    """The weights of one call of an attention layer: `weights` `[B, H, T, K]` over `[memory; segment]`
+    (`None` where they could not be recovered, `why` says why)."""
 
     layer: str
     weights: Tensor | None
@@ -101,9 +101,9 @@ class AttentionMap:
 
 def attention_weights(attn: MultiHeadAttention, h: Tensor, memory_kv: Any, mask: Tensor,
                       terms: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The softmax weights ``[B, H, T, K]`` of ``attn`` on ``h`` ``[B, T, D]`` over ``[memory; segment]``, and the
-    output ``[B, T, D]`` they give (for the check against the layer's own): the unfused path of
-    :func:`policies.attention.layer.attend` for a key pattern that reads through the kernel as it is."""
+    """The softmax weights `[B, H, T, K]` of `attn` on `h` `[B, T, D]` over `[memory; segment]`, and the
+    output `[B, T, D]` they give (for the check against the layer's own): the unfused path of
+    `policies.attention.layer.attend` for a key pattern that reads through the kernel as it is."""
     q, k, v = attn.segment_qkv(h, memory_kv)
     T, K = q.shape[2], k.shape[2]
     mask = mask if mask.dim() == 4 else mask.unsqueeze(1)
@@ -125,7 +125,7 @@ def attention_weights(attn: MultiHeadAttention, h: Tensor, memory_kv: Any, mask:
 
 @contextmanager
 def attention_maps(backbone: torch.nn.Module) -> Iterator[list[AttentionMap]]:
-    """Record the weights of every attention layer of ``backbone`` while the block runs, call by call."""
+    """Record the weights of every attention layer of `backbone` while the block runs, call by call."""
     maps: list[AttentionMap] = []
 
     def record(name: str, attn: MultiHeadAttention, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -154,7 +154,7 @@ def attention_maps(backbone: torch.nn.Module) -> Iterator[list[AttentionMap]]:
 
 def episode_attention(policy: Any, observations: list[Any]) -> list[AttentionMap]:
     """The attention maps of one episode fed to the actor's backbone at once from a fresh state, each cut to the
-    episode's steps: ``weights`` ``[H, T, T]`` (query step × key step)."""
+    episode's steps: `weights` `[H, T, T]` (query step × key step)."""
     policy.set_training_mode(False)
     obs, _ = policy.obs_to_tensor(_stacked(observations))
     T = len(observations)

@@ -1,5 +1,5 @@
 """The learning rate after solving: once a run's evaluations have reached the success threshold often enough in
-a row (``solved_lr_streak``), its schedule is scaled by ``solved_lr_factor`` for the rest of training."""
+a row (`solved_lr_streak`), its schedule is scaled by `solved_lr_factor` for the rest of training."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ Schedule = Callable[[float], float]
 
 
 class ScaledSchedule:
-    """A learning-rate schedule times a constant factor: ``lr(p) = factor · base(p)`` at progress remaining ``p``
-    (SB3's schedule convention), the rate after solving (``solved_lr_factor``)."""
+    """A learning-rate schedule times a constant factor: `lr(p) = factor · base(p)` at progress remaining `p`
+    (SB3's schedule convention), the rate after solving (`solved_lr_factor`)."""
 
     def __init__(self, base: Schedule, factor: float) -> None:
         self.base, self.factor = base, factor
@@ -20,7 +20,7 @@ class ScaledSchedule:
 
 
 def solved_schedule(schedule: Schedule, factor: float) -> Schedule:
-    """``schedule`` scaled by ``factor`` once: a schedule already scaled, or a factor of 1, leaves it as it is."""
+    """`schedule` scaled by `factor` once: a schedule already scaled, or a factor of 1, leaves it as it is."""
     if factor == 1.0 or isinstance(schedule, ScaledSchedule):
         return schedule
     return ScaledSchedule(schedule, factor)

@@ -1,13 +1,13 @@
 """YAML as engram reads it: PyYAML's safe loader, made strict.
 
-PyYAML keeps the last of two equal keys of a mapping silently (``n_envs: 4`` then ``n_envs: 8`` gives 8; a second
-``ppo:`` section replaces the first); :func:`load` refuses the document instead, naming the key and both lines. It
-also refuses a document whose aliases would expand to more than :data:`MAX_VALUES` values (an "alias bomb": a
+PyYAML keeps the last of two equal keys of a mapping silently (`n_envs: 4` then `n_envs: 8` gives 8; a second
+`ppo:` section replaces the first); `load` refuses the document instead, naming the key and both lines. It
+also refuses a document whose aliases would expand to more than `MAX_VALUES` values (an "alias bomb": a
 700-byte file of nested anchors is billions of values once written out), or an alias inside its own anchor,
-before anything reads it. Merge keys (``<<: *defaults``) keep their meaning: what they bring in may be overridden.
+before anything reads it. Merge keys (`<<: *defaults`) keep their meaning: what they bring in may be overridden.
 
-Every YAML file engram reads goes through :func:`load`: run configurations, study files, search spaces, language
-model configurations, a run's own ``config.yaml``, and values given on the command line.
+Every YAML file engram reads goes through `load`: run configurations, study files, search spaces, language
+model configurations, a run's own `config.yaml`, and values given on the command line.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class StrictYAMLError(yaml.MarkedYAMLError):
-    """A document that PyYAML would read but engram refuses; ``problem`` says why, ``problem_mark`` where."""
+    """A document that PyYAML would read but engram refuses; `problem` says why, `problem_mark` where."""
 
 
 class StrictLoader(yaml.SafeLoader):
-    """PyYAML's ``SafeLoader`` whose documents are checked (:func:`check_node`) before they are constructed."""
+    """PyYAML's `SafeLoader` whose documents are checked (`check_node`) before they are constructed."""
 
     def get_single_data(self) -> Any:
         node = self.get_single_node()
@@ -37,7 +37,7 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def load(text: str) -> Any:
-    """The value of the YAML document ``text``; ``yaml.YAMLError`` (a :class:`StrictYAMLError` for a repeated
+    """The value of the YAML document `text`; `yaml.YAMLError` (a `StrictYAMLError` for a repeated
     key, an alias bomb, an alias in its own anchor, or collections nested deeper than Python's stack allows) when it
     is not one engram reads."""
     try:
@@ -51,7 +51,7 @@ def _line(node: yaml.Node) -> int:
 
 
 def _key(loader: StrictLoader, node: yaml.Node) -> Any:
-    """A mapping key as Python compares it (``1`` and ``1.0`` are one key), or ``None`` for a key that is not a
+    """A mapping key as Python compares it (`1` and `1.0` are one key), or `None` for a key that is not a
     scalar (a list or mapping as a key, which the constructor refuses by itself)."""
     if not isinstance(node, yaml.ScalarNode):
         return None
@@ -64,7 +64,7 @@ def _key(loader: StrictLoader, node: yaml.Node) -> Any:
 
 
 def check_node(loader: StrictLoader, root: yaml.Node) -> None:
-    """Refuse (:class:`StrictYAMLError`) a document with a repeated mapping key, more than :data:`MAX_VALUES`
+    """Refuse (`StrictYAMLError`) a document with a repeated mapping key, more than `MAX_VALUES`
     values once its aliases are expanded, or an alias inside its own anchor. Each node is visited once: an alias
     is counted by the size of what it stands for, so the check costs the size of the text, not of the expansion."""
     sizes: dict[int, int] = {}

@@ -1,5 +1,5 @@
-"""One training run from a :class:`RunConfig`: build the environments and the model, learn, evaluate, and write
-everything into the run's directory through :class:`experiments.run_dir.RunDirectory` (its layout is described
+"""One training run from a `RunConfig`: build the environments and the model, learn, evaluate, and write
+everything into the run's directory through `experiments.run_dir.RunDirectory` (its layout is described
 there)."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ EVAL_SEED_OFFSET = 10_000
 
 
 def make_run_env(config: RunConfig, n_envs: int, seed: int, vec_env: str | None = None, **extra_kwargs: Any) -> Any:
-    """A VecEnv of ``n_envs`` copies of the run's environment, wrapped and vectorised as the run says (``vec_env``
-    replaces its ``vec_env``); bad specs or kwargs become :class:`ConfigError`."""
+    """A VecEnv of `n_envs` copies of the run's environment, wrapped and vectorised as the run says (`vec_env`
+    replaces its `vec_env`); bad specs or kwargs become `ConfigError`."""
     try:
         return make_vec_env(config.env, n_envs, seed, env_wrapper=config.env_wrapper,
                             vec_env=vec_env or config.vec_env, gym_packages=config.gym_packages,
@@ -42,14 +42,14 @@ def make_run_env(config: RunConfig, n_envs: int, seed: int, vec_env: str | None 
 
 
 def make_envs(config: RunConfig) -> tuple[Any, Any]:
-    """Training and evaluation VecEnvs (the evaluation copies seeded ``seed + EVAL_SEED_OFFSET``)."""
+    """Training and evaluation VecEnvs (the evaluation copies seeded `seed + EVAL_SEED_OFFSET`)."""
     return (make_run_env(config, config.n_envs, config.seed),
             make_run_env(config, config.n_eval_envs, config.seed + EVAL_SEED_OFFSET))
 
 
 def policy_kwargs(config: RunConfig) -> dict[str, Any]:
-    """The policy's keyword arguments: ``backbone`` and its options, and the ``policy`` section with names turned
-    into what they name (``activation_fn``, the class at ``features_extractor_class``'s import path)."""
+    """The policy's keyword arguments: `backbone` and its options, and the `policy` section with names turned
+    into what they name (`activation_fn`, the class at `features_extractor_class`'s import path)."""
     options = dict(config.policy)
     if "activation_fn" in options:
         options["activation_fn"] = ACTIVATIONS[options["activation_fn"]]
@@ -59,7 +59,7 @@ def policy_kwargs(config: RunConfig) -> dict[str, Any]:
 
 
 def _features_extractor(path: str) -> type[BaseFeaturesExtractor]:
-    """The features extractor class at import ``path``; a ConfigError naming the key and the import's failure."""
+    """The features extractor class at import `path`; a ConfigError naming the key and the import's failure."""
     key = f"policy.features_extractor_class={path!r}"
     try:
         cls = load_object(path)
@@ -80,8 +80,8 @@ def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
 
 
 def load_policy_weights(model: Any, source: str) -> None:
-    """Copy the policy weights of the model saved at ``source`` (a run directory or a ``.zip``) into
-    ``model``; the optimizer, schedules and step count start afresh."""
+    """Copy the policy weights of the model saved at `source` (a run directory or a `.zip`) into
+    `model`; the optimizer, schedules and step count start afresh."""
     path = Path(source)
     if path.is_dir():
         path = path / "model.zip"
@@ -100,7 +100,7 @@ def load_policy_weights(model: Any, source: str) -> None:
 
 
 def torch_threads(threads: int) -> int:
-    """The thread count a run uses: ``threads``, or with 0 every core this process may run on."""
+    """The thread count a run uses: `threads`, or with 0 every core this process may run on."""
     if threads < 0:
         raise ConfigError(f"threads={threads}: expected a positive number of threads, or 0 for every core")
     if threads:
@@ -110,13 +110,13 @@ def torch_threads(threads: int) -> int:
 
 def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0,
           extra_callback: BaseCallback | None = None) -> dict[str, Any]:
-    """Train (or resume) the run of ``config`` in its directory and return its summary.
+    """Train (or resume) the run of `config` in its directory and return its summary.
 
-    A new run refuses a directory that already holds one. ``resume`` refuses another configuration than the run's,
+    A new run refuses a directory that already holds one. `resume` refuses another configuration than the run's,
     returns the summary of a finished run and touches nothing, and otherwise continues from the newest checkpoint
     that loads (step 0 when none does), every record after it dropped first. The directory's lock is held
-    throughout. ``extra_callback`` runs after the run's own at every step, and may stop it by returning False.
-    A write that fails raises :class:`experiments.atomic.WriteError` naming the file (or the run directory).
+    throughout. `extra_callback` runs after the run's own at every step, and may stop it by returning False.
+    A write that fails raises `experiments.atomic.WriteError` naming the file (or the run directory).
     """
     torch.set_num_threads(torch_threads(config.threads))
     run = RunDirectory.of(config)

@@ -1,15 +1,15 @@
-"""Settings and their checks: :func:`validate` refuses a bad configuration with one line naming the key.
+"""Settings and their checks: `validate` refuses a bad configuration with one line naming the key.
 
-Run settings declare their rule in :class:`experiments.config.RunConfig`'s field metadata. Every other option
-declares its rule where it is taken, in the annotation of its constructor's parameter (:mod:`policies.options`):
-``ppo.*`` and ``vmpo.*`` in the learners' signatures, ``<backbone>.*`` in the backbone class's, the options inside
-``attention_options`` and ``position_options`` in the chosen attention's and position scheme's, ``policy.*`` in
-the policy's. Here each is checked against that rule with its key named by section (``ppo.gamma``,
-``gtrxl.attention_options.local_window``); then the relations the chosen components declare between their options
-(``n_steps`` a multiple of ``segment_length``, ``n_heads`` a divisor of ``d_model``) and :data:`RELATIONS`, those
-between settings of the run (``batch_size`` at most the rollout). :func:`validate` then builds one environment copy
+Run settings declare their rule in `experiments.config.RunConfig`'s field metadata. Every other option
+declares its rule where it is taken, in the annotation of its constructor's parameter (`policies.options`):
+`ppo.*` and `vmpo.*` in the learners' signatures, `<backbone>.*` in the backbone class's, the options inside
+`attention_options` and `position_options` in the chosen attention's and position scheme's, `policy.*` in
+the policy's. Here each is checked against that rule with its key named by section (`ppo.gamma`,
+`gtrxl.attention_options.local_window`); then the relations the chosen components declare between their options
+(`n_steps` a multiple of `segment_length`, `n_heads` a divisor of `d_model`) and `RELATIONS`, those
+between settings of the run (`batch_size` at most the rollout). `validate` then builds one environment copy
 and the policy on the meta device (no storage) and checks that the run fits in memory, so a bad setting is refused
-before a run directory is made or anything big allocated. ``docs/validation.md`` lists the rules with real messages.
+before a run directory is made or anything big allocated. `docs/validation.md` lists the rules with real messages.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
 
 
 class Settings:
-    """A read-only view of a configuration for :data:`RELATIONS`: ``n_envs`` (a run setting),
-    ``algo.batch_size`` (the chosen learner's option, its default if unset), ``backbone.d_model``."""
+    """A read-only view of a configuration for `RELATIONS`: `n_envs` (a run setting),
+    `algo.batch_size` (the chosen learner's option, its default if unset), `backbone.d_model`."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -62,20 +62,20 @@ class Settings:
         return self.sections[kind][1][option] if option else getattr(self.config, key)
 
     def name(self, key: str) -> str:
-        """``algo.batch_size`` → ``ppo.batch_size``."""
+        """`algo.batch_size` → `ppo.batch_size`."""
         kind, _, option = key.partition(".")
         return f"{self.sections[kind][0]}.{option}" if option else key
 
     def show(self, key: str) -> str:
-        """``ppo.batch_size=256``."""
+        """`ppo.batch_size=256`."""
         return f"{self.name(key)}={shown(plain(self[key]))}"
 
 
 @dataclass(frozen=True)
 class RunRelation:
-    """A rule between settings of a run (of different components, or of the run itself): where ``holds`` is
-    false, the message names ``key`` and says what was ``expected``. Relations between the options of one
-    component are that component's (:class:`policies.options.Relation`)."""
+    """A rule between settings of a run (of different components, or of the run itself): where `holds` is
+    false, the message names `key` and says what was `expected`. Relations between the options of one
+    component are that component's (`policies.options.Relation`)."""
 
     key: str
     holds: Callable[[Settings], bool]
@@ -106,7 +106,7 @@ CLI_OPTIONS: dict[str, Rule] = {
 
 
 def check_cli_options(values: dict[str, Any]) -> None:
-    """Check the command-line options of :data:`CLI_OPTIONS` present in ``values``; messages name the flag."""
+    """Check the command-line options of `CLI_OPTIONS` present in `values`; messages name the flag."""
     for name, rule in CLI_OPTIONS.items():
         if values.get(name) is not None:  # None: the flag's default
             rule.check("--" + name.replace("_", "-"), values[name])
@@ -119,7 +119,7 @@ def _check_fields(config: RunConfig) -> None:
 
 
 def component(section: str) -> type:
-    """The class whose constructor takes the options of ``section`` (a learner's or a backbone's name)."""
+    """The class whose constructor takes the options of `section` (a learner's or a backbone's name)."""
     return ALGOS[section] if section in ALGOS else BACKBONES[section].cls
 
 
@@ -139,9 +139,9 @@ def _check_sections(config: RunConfig) -> None:
 
 
 def _components(section: str, options: dict[str, Any]) -> list[tuple[str, Catalogue, str, dict[str, Any] | None]]:
-    """The attention and position a backbone's ``options`` choose, each with its options and the key naming them;
+    """The attention and position a backbone's `options` choose, each with its options and the key naming them;
     a position scheme named as the attention means the full window with it (as
-    :func:`policies.attention.layer.make_attention` reads it)."""
+    `policies.attention.layer.make_attention` reads it)."""
     attention, position = options["attention"], options.get("position")
     if attention in POSITIONS and attention not in ATTENTIONS and position is None:
         return [(f"{section}.attention_options", POSITIONS, attention, options.get("attention_options"))]
@@ -164,7 +164,7 @@ def _check_component_options(key: str, catalogue: Catalogue, name: str, options:
 
 def _check_relations(config: RunConfig) -> None:
     """The relations the chosen learner, backbone, attention and position declare between their options (every
-    option at its value in this run), then :data:`RELATIONS`."""
+    option at its value in this run), then `RELATIONS`."""
     spec = BACKBONES[config.backbone]
     backbone_options = {**spec.options(), **spec.fixed, **config.backbone_options()}
     chosen = [(component(config.algo), f"{config.algo}.", {**section_defaults(config.algo), **config.algo_options()}),
@@ -233,7 +233,7 @@ def _check_action_space(config: RunConfig, action_space: Any) -> None:
 
 
 def _build_policy_on_meta(config: RunConfig, env: Any) -> torch.nn.Module:
-    """The policy of ``config`` on the meta device: every constructor check runs, no storage is allocated."""
+    """The policy of `config` on the meta device: every constructor check runs, no storage is allocated."""
     algo = config.algo_options()
     extra = {k: algo[k] for k in ("popart", "popart_beta") if k in algo}
     spaces = OnPolicyAlgorithm._wrap_env(env, verbose=0, monitor_wrapper=False)  # as the learner sees them
@@ -248,14 +248,14 @@ def _build_policy_on_meta(config: RunConfig, env: Any) -> torch.nn.Module:
 
 
 def check_settings(config: RunConfig) -> None:
-    """Each setting of ``config`` against its own rule, as :func:`validate` checks it first, without the relations
+    """Each setting of `config` against its own rule, as `validate` checks it first, without the relations
     between settings, the environment or the model: what every value a tune search space can give must pass."""
     _check_fields(config)
     _check_sections(config)
 
 
 def validate(config: RunConfig) -> None:
-    """Refuse ``config`` with :class:`ConfigError` (one line naming the key, the value and what is valid)
+    """Refuse `config` with `ConfigError` (one line naming the key, the value and what is valid)
     if any setting is out of its range, the settings contradict each other, the environment cannot be
     built with its kwargs, the policy cannot be built, or the run would not fit in memory."""
     check_settings(config)
@@ -271,7 +271,7 @@ def validate(config: RunConfig) -> None:
 
 
 def validate_all(configs: Iterable[RunConfig]) -> None:
-    """:func:`validate` each configuration once: runs that differ only in their seed share the checks
+    """`validate` each configuration once: runs that differ only in their seed share the checks
     that do not depend on it."""
     seen = set()
     for config in configs:

@@ -1,5 +1,5 @@
-"""Videos of rendered frames (``rgb_array``) with imageio: an animated GIF, or an MP4 through the ffmpeg
-binary that the ``imageio-ffmpeg`` wheel ships."""
+"""Videos of rendered frames (`rgb_array`) with imageio: an animated GIF, or an MP4 through the ffmpeg
+binary that the `imageio-ffmpeg` wheel ships."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ MIN_SIDE = 128
 
 
 def check_video_path(path: str | Path) -> Path:
-    """``path`` as a video file name; ``ValueError`` naming the valid formats otherwise."""
+    """`path` as a video file name; `ValueError` naming the valid formats otherwise."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"--record {str(path)!r}: unknown video format {path.suffix or '(none)'!r}; "
@@ -25,7 +25,7 @@ def check_video_path(path: str | Path) -> Path:
 
 
 def upscale(frame: np.ndarray, min_side: int = MIN_SIDE) -> np.ndarray:
-    """``frame`` repeated along both axes so that its shorter side reaches ``min_side``; MP4 also needs even sides."""
+    """`frame` repeated along both axes so that its shorter side reaches `min_side`; MP4 also needs even sides."""
     factor = max(1, -(-min_side // min(frame.shape[:2])))
     frame = np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
     pad = [(0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0)]
@@ -33,8 +33,8 @@ def upscale(frame: np.ndarray, min_side: int = MIN_SIDE) -> np.ndarray:
 
 
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
-    """Write ``frames`` (``H × W × 3`` uint8, one size) to ``path`` (``.gif`` loops forever), whole or not at all
-    (:func:`experiments.atomic.atomic_path`)."""
+    """Write `frames` (`H × W × 3` uint8, one size) to `path` (`.gif` loops forever), whole or not at all
+    (`experiments.atomic.atomic_path`)."""
     import imageio.v2 as imageio
 
     path = check_video_path(path)

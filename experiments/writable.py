@@ -1,10 +1,10 @@
 """Whether a command can write where it will, checked before it does any work.
 
-A command that writes a file the user names (``--out``, ``--record``) checks first that the place can take it: a
+A command that writes a file the user names (`--out`, `--record`) checks first that the place can take it: a
 directory that exists, or would be created inside one that exists, in which a file can be created now. A read-only
 file system, an immutable directory or a missing permission is then refused before an evaluation or a bootstrap
 runs, with the errno the system gave. The write itself may still fail later (a disk that fills meanwhile):
-:mod:`experiments.atomic` handles that.
+`experiments.atomic` handles that.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from experiments.config import ConfigError
 
 
 def _existing_folder(path: Path) -> Path:
-    """``path`` or its nearest ancestor that exists."""
+    """`path` or its nearest ancestor that exists."""
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -25,7 +25,7 @@ def _existing_folder(path: Path) -> Path:
 
 
 def _try_create(folder: Path) -> OSError | None:
-    """The error that creating a file in ``folder`` gives (``None``: it can be created); nothing is left there."""
+    """The error that creating a file in `folder` gives (`None`: it can be created); nothing is left there."""
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
@@ -35,8 +35,8 @@ def _try_create(folder: Path) -> OSError | None:
 
 
 def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
-    """Refuse (:class:`ConfigError`, one line naming ``flag``, the path and the errno) an output ``path`` that cannot
-    be written: a file asked for where a directory is (or, with ``directory``, a directory asked for where a file
+    """Refuse (`ConfigError`, one line naming `flag`, the path and the errno) an output `path` that cannot
+    be written: a file asked for where a directory is (or, with `directory`, a directory asked for where a file
     is), a folder on the way that is a file, or a folder in which no file can be created now."""
     path = Path(path)
     if not directory and path.is_dir():
@@ -51,7 +51,7 @@ def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
 
 
 def check_directory(directory: str | Path) -> None:
-    """Raise :class:`WriteError` naming ``directory`` when no file can be created in it (or the nearest folder of it
+    """Raise `WriteError` naming `directory` when no file can be created in it (or the nearest folder of it
     that exists): a place the command writes to by itself, so a machine fault (exit status 1), not a bad input."""
     folder = _existing_folder(Path(directory))
     error = _try_create(folder)

@@ -1,19 +1,19 @@
 """Token streams for the language-model workbench, read from files every machine has or generated.
 
-- ``python``: the byte-level text of the Python standard library's ``.py`` sources (the
+- `python`: the byte-level text of the Python standard library's `.py` sources (the
   interpreter running engram ships them, so nothing is downloaded). Files are sorted by their
-  path relative to the standard library; every tenth file (index ``0, 10, 20, ...``) is the
+  path relative to the standard library; every tenth file (index `0, 10, 20, ...`) is the
   validation split, the rest the training split. Each file is a document: its first byte starts one.
-- ``copy``: blocks of ``distance`` random tokens, each followed by an exact copy of itself. The
-  second half of every pair can only be predicted by a memory reaching ``distance`` tokens back,
-  so a model whose memory is shorter stays at chance on it (``ln(vocab - 1)`` nats per token).
-- ``associative-recall``: records of ``n_pairs`` key-value pairs, then a query key whose next token
-  is the value paired with it (:func:`associative_recall`). Only the answers are scored.
+- `copy`: blocks of `distance` random tokens, each followed by an exact copy of itself. The
+  second half of every pair can only be predicted by a memory reaching `distance` tokens back,
+  so a model whose memory is shorter stays at chance on it (`ln(vocab - 1)` nats per token).
+- `associative-recall`: records of `n_pairs` key-value pairs, then a query key whose next token
+  is the value paired with it (`associative_recall`). Only the answers are scored.
 
-A stream is cut into ``batch_size`` contiguous rows read in parallel, segment after segment
+A stream is cut into `batch_size` contiguous rows read in parallel, segment after segment
 (Transformer-XL's training scheme, Dai et al. 2019): consecutive segments share one token, the
 last input of one being the first of the next, so the memory carries over between them. A stream
-may mark the tokens evaluation scores as targets (``scored``); by default it scores every one.
+may mark the tokens evaluation scores as targets (`scored`); by default it scores every one.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ SPLITS = ("train", "validation")
 
 @dataclass(frozen=True)
 class TokenStream:
-    """A stream of ``tokens`` ``[N]`` (int64) with ``starts`` ``[N]`` (bool) marking document starts and
-    ``scored`` ``[N]`` (bool) the tokens whose prediction evaluation scores (``None``: every token)."""
+    """A stream of `tokens` `[N]` (int64) with `starts` `[N]` (bool) marking document starts and
+    `scored` `[N]` (bool) the tokens whose prediction evaluation scores (`None`: every token)."""
 
     tokens: Tensor
     starts: Tensor
@@ -46,14 +46,14 @@ class TokenStream:
 
 
 def python_sources() -> list[Path]:
-    """The standard library's ``.py`` files (no site-packages), sorted by relative path."""
+    """The standard library's `.py` files (no site-packages), sorted by relative path."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = [path for path in root.rglob("*.py") if "site-packages" not in path.relative_to(root).parts]
     return sorted(files, key=lambda path: path.relative_to(root).as_posix())
 
 
 def python_corpus(split: str, max_bytes: int) -> TokenStream:
-    """The first ``max_bytes`` bytes of the ``split`` files of :func:`python_sources`."""
+    """The first `max_bytes` bytes of the `split` files of `python_sources`."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     chunks, starts, total = [], [], 0
@@ -75,7 +75,7 @@ def python_corpus(split: str, max_bytes: int) -> TokenStream:
 
 
 def copy_task(n_tokens: int, vocab_size: int, distance: int, seed: int) -> TokenStream:
-    """Blocks of ``distance`` tokens drawn uniformly from ``1..vocab_size-1``, each repeated once."""
+    """Blocks of `distance` tokens drawn uniformly from `1..vocab_size-1`, each repeated once."""
     if distance < 1 or vocab_size < 2:
         raise ValueError(f"the copy task needs distance >= 1 and vocab_size >= 2, got {distance} and {vocab_size}")
     generator = torch.Generator().manual_seed(seed)
@@ -92,19 +92,19 @@ QUERY = 0
 
 
 def associative_recall(n_tokens: int, vocab_size: int, n_pairs: int, seed: int) -> TokenStream:
-    """Records ``k_1 v_1 … k_n v_n Q k_q v_q`` of ``2 n + 3`` tokens, ``n = n_pairs``, each a document.
+    """Records `k_1 v_1 … k_n v_n Q k_q v_q` of `2 n + 3` tokens, `n = n_pairs`, each a document.
 
     Associative recall as in Ba et al. 2016 (*Using Fast Weights to Attend to the Recent Past*,
     Sec. 4.1) and H3's and Zoology's recall tasks (Fu et al. 2023, Arora et al. 2023), with one query
-    per record: the keys are distinct, drawn without replacement from ``1 … K``, ``K = (vocab_size - 1) // 2``;
-    the values uniformly, with replacement, from the disjoint half ``K + 1 … vocab_size - 1``; ``Q`` is
-    token :data:`QUERY`; ``q`` is uniform over the record's pairs. The answer ``v_q`` (the record's
+    per record: the keys are distinct, drawn without replacement from `1 … K`, `K = (vocab_size - 1) // 2`;
+    the values uniformly, with replacement, from the disjoint half `K + 1 … vocab_size - 1`; `Q` is
+    token `QUERY`; `q` is uniform over the record's pairs. The answer `v_q` (the record's
     last token) is the only scored token: predicting it takes attention from the query key back to
-    its pair, up to ``2 n + 1`` tokens earlier, and without that reach it is at chance,
-    ``log2(vocab_size - 1 - K)`` bits. The last record may be cut short by ``n_tokens``.
+    its pair, up to `2 n + 1` tokens earlier, and without that reach it is at chance,
+    `log2(vocab_size - 1 - K)` bits. The last record may be cut short by `n_tokens`.
 
     Raises:
-        ValueError: ``n_pairs`` outside ``1 … K`` (the message names it and the range).
+        ValueError: `n_pairs` outside `1 … K` (the message names it and the range).
     """
     n_keys = (vocab_size - 1) // 2
     if not 1 <= n_pairs <= n_keys:
@@ -129,8 +129,8 @@ DATASETS = ("python", "copy", "associative-recall")
 
 def make_stream(name: str, split: str, *, max_bytes: int, n_tokens: int, vocab_size: int, distance: int,
                 n_pairs: int, seed: int) -> TokenStream:
-    """The stream ``name`` (one of :data:`DATASETS`); the synthetic tasks' splits differ by their seed
-    (``n_tokens`` and ``vocab_size`` are theirs, ``distance`` the copy task's, ``n_pairs`` associative recall's)."""
+    """The stream `name` (one of `DATASETS`); the synthetic tasks' splits differ by their seed
+    (`n_tokens` and `vocab_size` are theirs, `distance` the copy task's, `n_pairs` associative recall's)."""
     synthetic_seed = seed + (1 if split == "validation" else 0)
     if name == "python":
         return python_corpus(split, max_bytes)
@@ -143,8 +143,8 @@ def make_stream(name: str, split: str, *, max_bytes: int, n_tokens: int, vocab_s
 
 def segments(stream: TokenStream, batch_size: int, segment_length: int, first: int = 0
              ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-    """``(tokens, starts, scored)`` of shape ``[T + 1, B]`` for segment ``first``, ``first + 1``, ... of
-    the ``B`` parallel rows, forever: after the last full segment the rows start over, with a document
+    """`(tokens, starts, scored)` of shape `[T + 1, B]` for segment `first`, `first + 1`, ... of
+    the `B` parallel rows, forever: after the last full segment the rows start over, with a document
     start on their first token."""
     T = segment_length
     row = len(stream) // batch_size

@@ -1,22 +1,22 @@
 """The language-model workbench: train, evaluate and sample the LM variants of the memory backbones.
 
-``python train_rl.py lm train|eval|sample`` (see :func:`main`). A run lives in
-``{log_dir}/{data}__lm-{backbone}__{seed}/``, laid out like an RL run:
+`python train_rl.py lm train|eval|sample` (see `main`). A run lives in
+`{log_dir}/{data}__lm-{backbone}__{seed}/`, laid out like an RL run:
 
-- ``config.yaml``: the resolved :class:`LMConfig`;
-- ``events.out.tfevents.*``: tensorboard (training loss, validation bits per token);
-- ``evaluations.csv``: step, training loss (nats; with ``future_targets``, the multiple-targets
+- `config.yaml`: the resolved `LMConfig`;
+- `events.out.tfevents.*`: tensorboard (training loss, validation bits per token);
+- `evaluations.csv`: step, training loss (nats; with `future_targets`, the multiple-targets
   loss of Al-Rfou et al. 2019 included), validation bits per token (next token only), wall seconds;
   both over the stream's scored tokens (every token, but only the answers of associative recall);
-- ``checkpoints/lm_<step>.pt``: model, optimizer, the memory carried between segments and the
-  step, written atomically, so ``--resume`` continues exactly where a run stopped;
-- ``summary.json`` at the end.
+- `checkpoints/lm_<step>.pt`: model, optimizer, the memory carried between segments and the
+  step, written atomically, so `--resume` continues exactly where a run stopped;
+- `summary.json` at the end.
 
-Training follows Transformer-XL (Dai et al. 2019): ``batch_size`` parallel rows of the stream
+Training follows Transformer-XL (Dai et al. 2019): `batch_size` parallel rows of the stream
 are read segment by segment, each segment attending to the memory the previous one left
 (detached). Evaluation may use a longer memory than training: the position schemes have no
 parameter that depends on the memory length, so the trained weights load into a model with
-another ``memory_length`` (Linformer's projections do depend on it: :func:`load_run` refuses such a run
+another `memory_length` (Linformer's projections do depend on it: `load_run` refuses such a run
 and names them).
 """
 
@@ -72,7 +72,7 @@ EVAL_COLUMNS = ["step", "train_loss", "valid_bits_per_token", "wall_seconds"]
 
 
 def _setting(rule: Rule, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
-    """A field of :class:`LMConfig` whose valid values ``rule`` declares (:func:`check_lm_config`)."""
+    """A field of `LMConfig` whose valid values `rule` declares (`check_lm_config`)."""
     return field(default=default, metadata={"rule": rule}, **kwargs)
 
 
@@ -82,8 +82,8 @@ NON_NEGATIVE = Range(0.0)
 
 @dataclass
 class LMConfig:
-    """Settings of one language-model run (YAML keys and ``-p key=value`` overrides); each field declares the
-    rule of its valid values (:mod:`policies.rules`), checked by :func:`check_lm_config`."""
+    """Settings of one language-model run (YAML keys and `-p key=value` overrides); each field declares the
+    rule of its valid values (`policies.rules`), checked by `check_lm_config`."""
 
     data: str = _setting(OneOf(lambda: DATASETS), "python")
     backbone: str = _setting(OneOf(lambda: BACKBONES), "trxl")
@@ -121,7 +121,7 @@ class LMConfig:
         return Path(self.log_dir) / self.run_name()
 
     def run(self) -> RunDirectory:
-        """The run's directory, its checkpoints ``checkpoints/lm_<step>.pt``."""
+        """The run's directory, its checkpoints `checkpoints/lm_<step>.pt`."""
         return lm_run(self.directory())
 
     def stream(self, split: str) -> TokenStream:
@@ -138,8 +138,8 @@ RESUMABLE = ("steps", "device", "threads", "log_dir", "eval_every", "eval_segmen
 
 
 def build_lm_config(file: str | Path | None = None, overrides: list[str] | None = None) -> LMConfig:
-    """A config from defaults, a YAML file, then ``key=value`` overrides (``backbone_options.d_model=64``), checked
-    by :func:`check_lm_config`.
+    """A config from defaults, a YAML file, then `key=value` overrides (`backbone_options.d_model=64`), checked
+    by `check_lm_config`.
 
     Raises:
         ConfigError: an unknown key, or a value of the wrong type or outside its rule; one line naming the key, the
@@ -171,10 +171,10 @@ def build_lm_config(file: str | Path | None = None, overrides: list[str] | None 
 
 
 def check_lm_config(config: LMConfig) -> None:
-    """Refuse ``config`` (:class:`ConfigError`, one line naming the key, the value and what is valid) where a setting
+    """Refuse `config` (`ConfigError`, one line naming the key, the value and what is valid) where a setting
     breaks its rule, a backbone option is unknown or refused by the backbone's own rules, or the
     model, the synthetic data or its segments cannot be made; before anything is created. The model is built on
-    PyTorch's ``meta`` device: every constructor check runs, no storage is allocated."""
+    PyTorch's `meta` device: every constructor check runs, no storage is allocated."""
     for spec in dataclasses.fields(LMConfig):
         spec.metadata["rule"].check(spec.name, getattr(config, spec.name))
     valid = BACKBONES[config.backbone].options()
@@ -209,7 +209,7 @@ def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> M
 
 
 def lm_run(directory: Path) -> RunDirectory:
-    """The LM run directory at ``directory``."""
+    """The LM run directory at `directory`."""
     return RunDirectory(directory, CHECKPOINT_PREFIX, ".pt")
 
 
@@ -227,7 +227,7 @@ def _save_checkpoint(run: RunDirectory, step: int, model: MemoryLanguageModel, o
 
 
 def _load_checkpoint(path: Path, device: str) -> dict[str, Any]:
-    """A checkpoint's content; :class:`ConfigError` naming the file when it does not load (truncated, damaged)."""
+    """A checkpoint's content; `ConfigError` naming the file when it does not load (truncated, damaged)."""
     try:
         saved = torch.load(path, map_location=device, weights_only=False)
         if not isinstance(saved, dict) or not {"step", "model"} <= set(saved):
@@ -239,7 +239,7 @@ def _load_checkpoint(path: Path, device: str) -> dict[str, Any]:
 
 
 def _check_same_lm_run(config: LMConfig, saved: dict[str, Any], source: str) -> None:
-    """Refuse to resume with settings other than the run's own (``saved``), except those of :data:`RESUMABLE`."""
+    """Refuse to resume with settings other than the run's own (`saved`), except those of `RESUMABLE`."""
     current = dataclasses.asdict(config)
     changed = [f"{key} ({short(repr(saved[key]))} in the run, {short(repr(current[key]))} now)"
                for key in sorted(FIELDS) if key not in RESUMABLE and key in saved and saved[key] != current[key]]
@@ -248,7 +248,7 @@ def _check_same_lm_run(config: LMConfig, saved: dict[str, Any], source: str) -> 
 
 
 def _evaluation_rows(log: Path, step: int) -> list[list[str]]:
-    """The rows of ``evaluations.csv`` at steps up to ``step`` (a resumed run redoes the later ones)."""
+    """The rows of `evaluations.csv` at steps up to `step` (a resumed run redoes the later ones)."""
     if not log.exists():
         return []
     with log.open(newline="") as handle:
@@ -263,8 +263,8 @@ def _write_evaluations(run: RunDirectory, rows: list[list[str]]) -> None:
 
 def evaluation_segments(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int
                         ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-    """The first ``n_segments`` ``(tokens, starts, scored)`` of ``stream`` on the config's device, read as
-    in training, with ``model`` in evaluation mode until the last one has been used."""
+    """The first `n_segments` `(tokens, starts, scored)` of `stream` on the config's device, read as
+    in training, with `model` in evaluation mode until the last one has been used."""
     model.eval()
     batches = segments(stream, config.batch_size, config.segment_length)
     for _ in range(n_segments):
@@ -275,8 +275,8 @@ def evaluation_segments(model: MemoryLanguageModel, stream: TokenStream, config:
 @torch.no_grad()
 def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
                    knn: KNNSettings | None = None) -> float:
-    """Mean next-token cross-entropy in bits over the scored targets (:class:`TokenStream`) of the first
-    ``n_segments`` segments of ``stream``; with ``knn``, of the kNN-LM mixture (:mod:`policies.knn_lm`).
+    """Mean next-token cross-entropy in bits over the scored targets (`TokenStream`) of the first
+    `n_segments` segments of `stream`; with `knn`, of the kNN-LM mixture (`policies.knn_lm`).
 
     Raises:
         ValueError: those segments hold no scored target.
@@ -295,8 +295,8 @@ def bits_per_token(model: MemoryLanguageModel, stream: TokenStream, config: LMCo
 @torch.no_grad()
 def early_exit_bits(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
                     threshold: float) -> tuple[float, float]:
-    """Bits per token and mean layers run per token with depth-adaptive exits at confidence ``threshold``
-    (:meth:`policies.lm.MemoryLanguageModel.early_exit_loss`), over the scored targets as :func:`bits_per_token`."""
+    """Bits per token and mean layers run per token with depth-adaptive exits at confidence `threshold`
+    (`policies.lm.MemoryLanguageModel.early_exit_loss`), over the scored targets as `bits_per_token`."""
 
     def segment(tokens: Tensor, state: State, starts: Tensor, scored: Tensor) -> tuple[tuple[Tensor, ...], State]:
         loss, layers, state = model.early_exit_loss(tokens, state, threshold, starts, scored)
@@ -308,8 +308,8 @@ def early_exit_bits(model: MemoryLanguageModel, stream: TokenStream, config: LMC
 
 def scored_means(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int,
                  segment: Callable[[Tensor, State, Tensor, Tensor], tuple[tuple[Tensor, ...], State]]) -> list[float]:
-    """The means over the scored targets of the first ``n_segments`` segments of ``stream`` of what
-    ``segment(tokens, state, starts, scored)`` returns per segment (means over its own scored targets),
+    """The means over the scored targets of the first `n_segments` segments of `stream` of what
+    `segment(tokens, state, starts, scored)` returns per segment (means over its own scored targets),
     the state carried from segment to segment.
 
     Raises:
@@ -329,7 +329,7 @@ def scored_means(model: MemoryLanguageModel, stream: TokenStream, config: LMConf
 
 @dataclass
 class KNNSettings:
-    """kNN-LM evaluation: the datastore, the neighbours ``k`` and the interpolation weight ``λ``."""
+    """kNN-LM evaluation: the datastore, the neighbours `k` and the interpolation weight `λ`."""
 
     datastore: Datastore
     k: int
@@ -338,7 +338,7 @@ class KNNSettings:
 
 @torch.no_grad()
 def build_datastore(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int) -> Datastore:
-    """The datastore of the first ``n_segments`` segments of ``stream`` (the training split), read as in training."""
+    """The datastore of the first `n_segments` segments of `stream` (the training split), read as in training."""
     state, keys, values = model.initial_state(config.batch_size), [], []
     for tokens, starts, _ in evaluation_segments(model, stream, config, n_segments):
         segment_entries, next_tokens, state = segment_keys(model, tokens, state, starts)
@@ -349,7 +349,7 @@ def build_datastore(model: MemoryLanguageModel, stream: TokenStream, config: LMC
 
 @dataclass
 class SPALMSettings:
-    """SPALM training: the datastore, the neighbours ``k`` and the gate's learning rate."""
+    """SPALM training: the datastore, the neighbours `k` and the gate's learning rate."""
 
     datastore: Datastore
     k: int
@@ -358,14 +358,14 @@ class SPALMSettings:
 
 def fine_tune(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig, n_segments: int, first: int,
               lm_lr: float, spalm: SPALMSettings | None = None) -> tuple[GatedRetrieval | None, list[float]]:
-    """Train on ``n_segments`` segments of ``stream`` from segment ``first`` on (for SPALM: the training split
-    after the datastore's segments), with Adam. With ``spalm``: SPALM's gate (:class:`~policies.spalm.GatedRetrieval`),
-    and the LM with it when ``lm_lr`` > 0 (the paper trains both; 0 keeps the LM frozen). Without: the LM
-    alone on the same segments, the control for SPALM's fine-tuning. Returns the gate (``None`` without
-    ``spalm``) and the training losses (nats per scored target).
+    """Train on `n_segments` segments of `stream` from segment `first` on (for SPALM: the training split
+    after the datastore's segments), with Adam. With `spalm`: SPALM's gate (`GatedRetrieval`),
+    and the LM with it when `lm_lr` > 0 (the paper trains both; 0 keeps the LM frozen). Without: the LM
+    alone on the same segments, the control for SPALM's fine-tuning. Returns the gate (`None` without
+    `spalm`) and the training losses (nats per scored target).
 
     Raises:
-        ValueError: ``n_segments`` is below 1, or there is nothing to train.
+        ValueError: `n_segments` is below 1, or there is nothing to train.
     """
     if n_segments < 1:
         raise ValueError(f"fine-tuning needs at least 1 training segment, got {n_segments}")
@@ -405,8 +405,8 @@ def fine_tune(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig,
 @torch.no_grad()
 def spalm_bits(model: MemoryLanguageModel, retrieval: GatedRetrieval, stream: TokenStream, config: LMConfig,
                n_segments: int, datastore: Datastore, k: int) -> tuple[float, float]:
-    """Bits per token under SPALM (:func:`~policies.spalm.spalm_loss`) and the mean gate (its trust in the
-    LM), over the scored targets as :func:`bits_per_token`."""
+    """Bits per token under SPALM (`spalm_loss`) and the mean gate (its trust in the
+    LM), over the scored targets as `bits_per_token`."""
 
     def segment(tokens: Tensor, state: State, starts: Tensor, scored: Tensor) -> tuple[tuple[Tensor, ...], State]:
         loss, gate, state = spalm_loss(model, retrieval, tokens, state, datastore, k, starts, scored)
@@ -417,13 +417,13 @@ def spalm_bits(model: MemoryLanguageModel, retrieval: GatedRetrieval, stream: To
 
 
 def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> dict[str, Any]:
-    """Train (or, with ``resume``, continue) the run of ``config``; returns its summary.
+    """Train (or, with `resume`, continue) the run of `config`; returns its summary.
 
-    The run directory is an :class:`~experiments.run_dir.RunDirectory`, with an RL run's guarantees: ``config`` is
+    The run directory is an `RunDirectory`, with an RL run's guarantees: `config` is
     checked before anything is created, one process writes it (its lock), a new run refuses a directory that holds
-    one, and every file is written whole. ``resume`` continues from the newest checkpoint, with the settings it was
-    made with (those of :data:`RESUMABLE` may change), dropping the evaluations after it; one that already reaches
-    ``steps`` changes nothing."""
+    one, and every file is written whole. `resume` continues from the newest checkpoint, with the settings it was
+    made with (those of `RESUMABLE` may change), dropping the evaluations after it; one that already reaches
+    `steps` changes nothing."""
     check_lm_config(config)
     torch.set_num_threads(torch_threads(config.threads))
     run = config.run()
@@ -459,7 +459,7 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
 
 
 def _refuse_existing(run: RunDirectory) -> None:
-    """Raise ``ConfigError`` when ``run`` already holds a run: a run directory is never overwritten."""
+    """Raise `ConfigError` when `run` already holds a run: a run directory is never overwritten."""
     if run.holds_run():
         raise ConfigError(f"{str(run.path)!r} already holds a run; pass --resume to continue it or choose "
                           "another --log-dir or seed")
@@ -530,7 +530,7 @@ def _progress_bar(total: int, done: int) -> Any:
 
 def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, MemoryLanguageModel]:
     """The config and the last checkpoint's model of a run, with backbone options overridden
-    (``memory_length`` for evaluation with a longer memory than training)."""
+    (`memory_length` for evaluation with a longer memory than training)."""
     if not (directory / "config.yaml").exists():
         raise ConfigError(f"{str(directory)!r} is not an LM run directory (no config.yaml)")
     config = build_lm_config(directory / "config.yaml")
@@ -550,15 +550,15 @@ def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, Memory
 
 def evaluate_run(directory: Path, memory_length: int | None = None, n_segments: int | None = None
                  ) -> tuple[LMConfig, MemoryLanguageModel, float]:
-    """A run's last checkpoint with ``memory_length`` (default: its own), and its validation bits per token
-    over ``n_segments`` segments (default: the run's ``eval_segments``)."""
+    """A run's last checkpoint with `memory_length` (default: its own), and its validation bits per token
+    over `n_segments` segments (default: the run's `eval_segments`)."""
     config, model = load_run(directory, **({} if memory_length is None else {"memory_length": memory_length}))
     bits = bits_per_token(model, config.stream("validation"), config, n_segments or config.eval_segments)
     return config, model, bits
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The parser of ``train_rl.py lm`` and its commands."""
+    """The parser of `train_rl.py lm` and its commands."""
     parser = OneLineParser(prog=f"{program()} lm", description="Train, evaluate and sample the LM variants.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a language model")
@@ -606,7 +606,7 @@ COMMAND_OPTIONS: dict[str, Rule] = {
 
 
 def check_command_options(args: argparse.Namespace) -> None:
-    """Each option of :data:`COMMAND_OPTIONS` given to the command against its rule (:class:`ConfigError` naming
+    """Each option of `COMMAND_OPTIONS` given to the command against its rule (`ConfigError` naming
     the flag)."""
     for name, rule in COMMAND_OPTIONS.items():
         if getattr(args, name, None) is not None:  # None: not given, or not an option of this command
@@ -614,7 +614,7 @@ def check_command_options(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``train_rl.py lm train|eval|sample``; exit status 2 on bad input, with the valid choices named."""
+    """`train_rl.py lm train|eval|sample`; exit status 2 on bad input, with the valid choices named."""
     parser = make_parser()
     args = parser.parse_args(argv)
     try:

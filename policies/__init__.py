@@ -1,14 +1,14 @@
 """The Transformer memory family and the SB3 policy around it (docs/design.md, "Where things live").
 
-- :mod:`policies.positions`: position schemes (``POSITIONS``), which add score terms or input encodings;
-- :mod:`policies.attention`: key patterns and memory kinds (``ATTENTIONS``), the one attention kernel;
-- :mod:`policies.backbones`: the backbones (Transformer-XL family, Universal Transformer with ACT, reversible,
-  linear, recurrent, MLP baselines), with their blocks and gates; :mod:`policies.registry` names them
-  (``BACKBONES``, ``make_backbone``);
-- :mod:`policies.lm`: the language model and its retrieval (kNN-LM, SPALM);
-- at the root: the memory contract (:mod:`policies.backbone`), the window operations (:mod:`policies.window`),
-  the SB3 policy (:mod:`policies.policy`) and its PopArt value head (:mod:`policies.popart`);
-- the rules of options and their check (:mod:`policies.rules`, :mod:`policies.options`), which import no torch.
+- `policies.positions`: position schemes (`POSITIONS`), which add score terms or input encodings;
+- `policies.attention`: key patterns and memory kinds (`ATTENTIONS`), the one attention kernel;
+- `policies.backbones`: the backbones (Transformer-XL family, Universal Transformer with ACT, reversible,
+  linear, recurrent, MLP baselines), with their blocks and gates; `policies.registry` names them
+  (`BACKBONES`, `make_backbone`);
+- `policies.lm`: the language model and its retrieval (kNN-LM, SPALM);
+- at the root: the memory contract (`policies.backbone`), the window operations (`policies.window`),
+  the SB3 policy (`policies.policy`) and its PopArt value head (`policies.popart`);
+- the rules of options and their check (`policies.rules`, `policies.options`), which import no torch.
 """
 
 from __future__ import annotations

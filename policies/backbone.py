@@ -13,8 +13,8 @@ Aux = dict[str, Tensor]
 
 
 class Sequence(NamedTuple):
-    """What ``forward_sequence`` returns: outputs ``[T, B, output_dim]``, the state after the segment (``None`` when
-    not asked for) and ``aux``."""
+    """What `forward_sequence` returns: outputs `[T, B, output_dim]`, the state after the segment (`None` when
+    not asked for) and `aux`."""
 
     output: Tensor
     state: State | None
@@ -24,19 +24,19 @@ class Sequence(NamedTuple):
 class MemoryBackbone(nn.Module, ABC):
     """A recurrent feature extractor with episode memory.
 
-    - ``initial_state(n_envs)``: the state of ``n_envs`` new episodes;
-    - ``step(x[B, D], state, episode_start[B]) -> (y[B, output_dim], state)``: one time step of a
-      batch of envs (rollouts, evaluation, ``predict``); ``episode_start[i]`` clears env ``i``'s
+    - `initial_state(n_envs)`: the state of `n_envs` new episodes;
+    - `step(x[B, D], state, episode_start[B]) -> (y[B, output_dim], state)`: one time step of a
+      batch of envs (rollouts, evaluation, `predict`); `episode_start[i]` clears env `i`'s
       memory before the step is processed;
-    - ``forward_sequence(x[T, B, D], state, episode_starts[T, B]) -> Sequence(y[T, B, output_dim], state, aux)``:
-      a stored segment at once (training); ``aux`` maps names to per-position values ``[T, B]``
-      (auxiliary losses and statistics). ``aux_loss_coefs`` names the entries that are losses
+    - `forward_sequence(x[T, B, D], state, episode_starts[T, B]) -> Sequence(y[T, B, output_dim], state, aux)`:
+      a stored segment at once (training); `aux` maps names to per-position values `[T, B]`
+      (auxiliary losses and statistics). `aux_loss_coefs` names the entries that are losses
       and their default coefficients; learners add them to their loss and log every entry;
 
-    The state is a window of the last ``memory_length`` per-step records (``[B, M, *record_shape]``)
-    with its validity mask (:mod:`policies.window`), so learners can store, index and
-    concatenate it per env without knowing the backbone. ``step`` is for acting (call it
-    without gradient); ``forward_sequence`` is the differentiable path and gives the same
+    The state is a window of the last `memory_length` per-step records (`[B, M, *record_shape]`)
+    with its validity mask (`policies.window`), so learners can store, index and
+    concatenate it per env without knowing the backbone. `step` is for acting (call it
+    without gradient); `forward_sequence` is the differentiable path and gives the same
     outputs (step equals sequence).
     """
 
@@ -58,31 +58,23 @@ class MemoryBackbone(nn.Module, ABC):
 
     def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
         """One time step for a batch of envs: the windows of envs whose episode starts are reset,
-        the step reads its window (:meth:`_read`), and its record is pushed."""
+        the step reads its window (`_read`), and its record is pushed."""
         valid = reset_window(state["valid"], as_bool(episode_start))
         y, record, derived = self._read(x, state, valid)
         return y, {**advance_window(state["memory"], valid, record), **derived}
 
     def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
-        """Process one step ``x`` ``[B, D]`` with the window ``state["memory"]``, of which ``valid``
-        ``[B, M]`` (already reset at episode starts) says which slots belong to the episode.
-
-        Returns the output ``[B, output_dim]``, the record the step leaves ``[B, *record_shape]``,
-        and derived state entries (``cache_*``, see :mod:`policies.window`; often none). A backbone implements
-        this, or overrides :meth:`step` whole (the window transformers, whose step also refreshes their caches).
-        """
+        """Process step `x` `[B, D]` with window `state["memory"]`: output, record, derived state."""
         raise NotImplementedError(f"{type(self).__name__} implements neither _read nor step")
 
     @abstractmethod
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
-        """A time-major segment ``[T, B, D]`` starting from ``state``. ``final_state=False`` (the learners' update)
-        lets a backbone skip the state after the segment (the Transformers then return ``None`` for it)."""
+        """A time-major segment `[T, B, D]` starting from `state`. `final_state=False` (the learners' update)
+        lets a backbone skip the state after the segment (the Transformers then return `None` for it)."""
 
     def segment_state(self, state: State) -> State:
-        """A stored state in the form ``forward_sequence`` takes: windows ``[N, M, *record]``, rebuilt from shared
-        records (:func:`policies.window.shared_windows`); a backbone that projects each record once keeps them
-        shared (:attr:`policies.backbones.transformer_xl.WindowTransformer.shares_records`)."""
+        """A stored state as `forward_sequence` takes it: windows `[N, M, *record]` rebuilt from records."""
         return as_windows(state)
 
     def forward(self, x: Tensor, state: State, episode_starts: Tensor) -> Sequence:

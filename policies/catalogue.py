@@ -1,6 +1,6 @@
-"""A catalogue of components by name: the registry shape that :data:`policies.POSITIONS` and
-:data:`policies.ATTENTIONS` share. A component registers itself with a decorator in its own module, and the
-package that holds it imports every module it contains (:func:`import_package`), so adding one is one new file.
+"""A catalogue of components by name: the registry shape that `policies.POSITIONS` and
+`policies.ATTENTIONS` share. A component registers itself with a decorator in its own module, and the
+package that holds it imports every module it contains (`import_package`), so adding one is one new file.
 The two catalogues are defined here, below the packages that fill them, so that the attention layer, which
 registers the interfaces and Transformer-XL's relative positions, and the modules that subclass them can import
 them in any order."""
@@ -19,20 +19,20 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
-    """A registered component: its class and a one-line summary (what ``train_rl.py list`` prints)."""
+    """A registered component: its class and a one-line summary (what `train_rl.py list` prints)."""
 
     cls: type[T]
     summary: str
 
     def options(self, shared: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The keyword-only settings of the component's ``__init__`` beyond ``shared``, with their defaults."""
+        """The keyword-only settings of the component's `__init__` beyond `shared`, with their defaults."""
         params = inspect.signature(self.cls.__init__).parameters
         return {name: p.default for name, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in shared}
 
 
 class Catalogue(dict[str, Entry[T]]):
-    """name → :class:`Entry`; ``kind`` ("position", "attention") names the components in messages, ``shared``
+    """name → `Entry`; `kind` ("position", "attention") names the components in messages, `shared`
     the constructor settings every member takes from the backbone (not options a user sets)."""
 
     def __init__(self, kind: str, shared: tuple[str, ...]) -> None:
@@ -40,7 +40,7 @@ class Catalogue(dict[str, Entry[T]]):
         self.kind, self.shared = kind, shared
 
     def register(self, name: str, summary: str) -> Callable[[type[T]], type[T]]:
-        """Class decorator: make a component selectable by ``name``."""
+        """Class decorator: make a component selectable by `name`."""
 
         def register(cls: type[T]) -> type[T]:
             if name in self:
@@ -54,11 +54,11 @@ class Catalogue(dict[str, Entry[T]]):
         return register
 
     def options(self, name: str) -> dict[str, Any]:
-        """The options of ``name`` a user may set, with their defaults."""
+        """The options of `name` a user may set, with their defaults."""
         return self[name].options(self.shared)
 
     def build(self, name: str, options: dict[str, Any] | None, **shared: Any) -> T:
-        """The component ``name`` with the backbone's ``shared`` settings and the user's ``options``.
+        """The component `name` with the backbone's `shared` settings and the user's `options`.
 
         Raises:
             ValueError: unknown name, options that are not a mapping, or an unknown option; the message lists
@@ -79,7 +79,7 @@ class Catalogue(dict[str, Entry[T]]):
 
 
 def import_package(name: str, path: list[str]) -> None:
-    """Import every module of package ``name`` (its ``__path__``): each registers what it defines."""
+    """Import every module of package `name` (its `__path__`): each registers what it defines."""
     for module in pkgutil.iter_modules(path):
         importlib.import_module(f"{name}.{module.name}")
 

@@ -1,18 +1,18 @@
 """Options and their rules, declared once in the constructor that takes them.
 
-A constructor annotates each option with the rule of its valid values (:mod:`policies.rules`) and is decorated
-with :func:`checked`::
+A constructor annotates each option with the rule of its valid values (`policies.rules`) and is decorated
+with `checked`::
 
     class LocalPattern(Pattern):
         @checked()
         def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_distance: int,
                      local_window: CountOrNone = None) -> None:
 
-When the constructor runs, :func:`checked` binds its arguments, checks each against the rule in its annotation,
-then the component's relations between its options (:class:`Relation`), and only then runs its body; a bad value
-raises :class:`~policies.rules.ConfigError` (a ``ValueError``) with one line naming it: ``local_window=0: expected
-an integer >= 1 (or null for the default)``. The command line reads the same declarations (:func:`option_rules`,
-:func:`relations`) and names each key with its section (``gtrxl.attention_options.local_window=0``).
+When the constructor runs, `checked` binds its arguments, checks each against the rule in its annotation,
+then the component's relations between its options (`Relation`), and only then runs its body; a bad value
+raises `ConfigError` (a `ValueError`) with one line naming it: `local_window=0: expected
+an integer >= 1 (or null for the default)`. The command line reads the same declarations (`option_rules`,
+`relations`) and names each key with its section (`gtrxl.attention_options.local_window=0`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ F = TypeVar("F", bound=Callable[..., None])
 
 
 class Options:
-    """The options of one component as a :class:`Relation` reads them: ``options["d_model"]``, and each named
-    with the prefix of its section (``options.name("d_head")`` → ``gtrxl.d_head`` on the command line)."""
+    """The options of one component as a `Relation` reads them: `options["d_model"]`, and each named
+    with the prefix of its section (`options.name("d_head")` → `gtrxl.d_head` on the command line)."""
 
     def __init__(self, values: Mapping[str, Any], prefix: str = "") -> None:
         self.values, self.prefix = values, prefix
@@ -44,14 +44,14 @@ class Options:
         return self.prefix + option
 
     def show(self, option: str) -> str:
-        """``gtrxl.d_model=16``."""
+        """`gtrxl.d_model=16`."""
         return f"{self.name(option)}={shown(self[option])}"
 
 
 @dataclass(frozen=True)
 class Relation:
-    """A rule between options of one component, checked after each option passed its own rule: where ``holds``
-    is false, ``key`` is refused and the message says what was ``expected``. ``needs``: the options it reads."""
+    """A rule between options of one component, checked after each option passed its own rule: where `holds`
+    is false, `key` is refused and the message says what was `expected`. `needs`: the options it reads."""
 
     key: str
     needs: tuple[str, ...]
@@ -59,7 +59,7 @@ class Relation:
     expected: Callable[[Options], str]
 
     def check(self, values: Mapping[str, Any], prefix: str = "") -> None:
-        """Refuse ``values`` (every option of the component) where the relation does not hold; a relation that
+        """Refuse `values` (every option of the component) where the relation does not hold; a relation that
         needs an option the component does not take (a registry entry fixed it) is not checked."""
         options = Options(values, prefix)
         if all(option in values for option in self.needs) and not self.holds(options):
@@ -68,7 +68,7 @@ class Relation:
 
 def checked(*component_relations: Relation) -> Callable[[F], F]:
     """Decorator of a constructor: each call checks its arguments against the rules in their annotations, then
-    ``component_relations``, before the body runs (:class:`ConfigError`, one line naming the option)."""
+    `component_relations`, before the body runs (`ConfigError`, one line naming the option)."""
 
     def decorate(init: F) -> F:
         signature = inspect.signature(init)
@@ -93,7 +93,7 @@ def checked(*component_relations: Relation) -> Callable[[F], F]:
 
 
 def arguments(signature: inspect.Signature, bound: Mapping[str, Any]) -> dict[str, Any]:
-    """Bound arguments with the ``**kwargs`` mapping spread out (its keys are options too)."""
+    """Bound arguments with the `**kwargs` mapping spread out (its keys are options too)."""
     values = {}
     for name, value in bound.items():
         if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
@@ -104,15 +104,15 @@ def arguments(signature: inspect.Signature, bound: Mapping[str, Any]) -> dict[st
 
 
 def is_checked(init: Callable[..., Any]) -> bool:
-    """Whether the constructor ``init`` is decorated with :func:`checked`."""
+    """Whether the constructor `init` is decorated with `checked`."""
     return hasattr(init, "option_relations")
 
 
 @functools.cache
 def option_rules(init: Callable[..., Any], spelled: bool = False) -> dict[str, Rule]:
-    """The rule of each annotated option of the constructor ``init``, by name; a ``**kwargs`` annotated
-    ``Unpack[SomeTypedDict]`` adds the options of that ``TypedDict``. ``spelled``: the rule of the form a
-    configuration file writes (:class:`~policies.rules.Spelled`) where the option has one."""
+    """The rule of each annotated option of the constructor `init`, by name; a `**kwargs` annotated
+    `Unpack[SomeTypedDict]` adds the options of that `TypedDict`. `spelled`: the rule of the form a
+    configuration file writes (`Spelled`) where the option has one."""
     init = inspect.unwrap(init)
     hints = _evaluated(inspect.get_annotations(init), init.__globals__)
     for name, hint in list(hints.items()):
@@ -124,8 +124,8 @@ def option_rules(init: Callable[..., Any], spelled: bool = False) -> dict[str, R
 
 
 def _evaluated(annotations: Mapping[str, Any], namespace: Mapping[str, Any]) -> dict[str, Any]:
-    """Each annotation evaluated in ``namespace`` (the module that wrote it). Only its outer level is evaluated:
-    a rule sits there, and a forward reference inside a library's alias (SB3's ``GymEnv``) need not resolve. An
+    """Each annotation evaluated in `namespace` (the module that wrote it). Only its outer level is evaluated:
+    a rule sits there, and a forward reference inside a library's alias (SB3's `GymEnv`) need not resolve. An
     annotation that names what the module imports only for type checkers is left out: it holds no rule."""
     hints = {}
     for name, annotation in annotations.items():
@@ -152,7 +152,7 @@ def _rules(hints: Mapping[str, Any], spelled: bool) -> dict[str, Rule]:
 
 
 def check_options(init: Callable[..., Any], values: Mapping[str, Any], prefix: str = "") -> None:
-    """Check each of ``values`` that has a rule in ``init``'s annotations; keys are named ``prefix + option``."""
+    """Check each of `values` that has a rule in `init`'s annotations; keys are named `prefix + option`."""
     rules = option_rules(init)
     for name, value in values.items():
         if name in rules:
@@ -160,7 +160,7 @@ def check_options(init: Callable[..., Any], values: Mapping[str, Any], prefix: s
 
 
 def relations(cls: type) -> tuple[Relation, ...]:
-    """The relations between options that the constructors of ``cls`` and of its bases declare (:func:`checked`)."""
+    """The relations between options that the constructors of `cls` and of its bases declare (`checked`)."""
     found: list[Relation] = []
     for klass in cls.__mro__:
         found += getattr(vars(klass).get("__init__"), "option_relations", ())

@@ -1,7 +1,7 @@
 """The SB3 actor-critic policy with a memory backbone between features and heads.
 
 observation → SB3 features extractor (flatten / NatureCNN / combined Dict extractor) →
-memory backbone (episode memory) → SB3 ``MlpExtractor`` → action and value heads.
+memory backbone (episode memory) → SB3 `MlpExtractor` → action and value heads.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ GSDE_REFUSED = ("gSDE (use_sde=True, sde_sample_freq) is not supported by memory
 
 def default_features_extractor(observation_space: spaces.Space, normalize_images: bool
                                ) -> type[BaseFeaturesExtractor]:
-    """The features extractor SB3's policies give ``observation_space``: ``CombinedExtractor`` for a Dict,
-    ``NatureCNN`` for an image as ``is_image_space`` decides it (an already normalised float image counts when
-    ``normalize_images`` is False, as ``NatureCNN`` itself checks), else ``FlattenExtractor`` (Box vectors, and
+    """The features extractor SB3's policies give `observation_space`: `CombinedExtractor` for a Dict,
+    `NatureCNN` for an image as `is_image_space` decides it (an already normalised float image counts when
+    `normalize_images` is False, as `NatureCNN` itself checks), else `FlattenExtractor` (Box vectors, and
     Discrete, MultiDiscrete and MultiBinary one-hot encoded by SB3's preprocessing)."""
     if isinstance(observation_space, spaces.Dict):
         return CombinedExtractor
@@ -80,16 +80,16 @@ def default_features_extractor(observation_space: spaces.Space, normalize_images
 
 
 def memory_options(options: dict[str, Any], share_features_extractor: bool = True) -> dict[str, Any]:
-    """Every option of :data:`MEMORY_OPTIONS`, resolved from ``options`` (which must name ``backbone``; it may hold
-    sb3-contrib's LSTM options, :func:`from_sb3_contrib`):
+    """Every option of `MEMORY_OPTIONS`, resolved from `options` (which must name `backbone`; it may hold
+    sb3-contrib's LSTM options, `from_sb3_contrib`):
 
-    - ``backbone_kwargs``: every option of the backbone, defaults included, so what a model saves never depends on
+    - `backbone_kwargs`: every option of the backbone, defaults included, so what a model saves never depends on
       later defaults and two spellings of one policy compare equal;
-    - ``share_backbone``: unset, it follows ``share_features_extractor``. A critic with a features extractor of its
-      own (``share_features_extractor=False``) feeds its features to a backbone of its own, so it cannot share
+    - `share_backbone`: unset, it follows `share_features_extractor`. A critic with a features extractor of its
+      own (`share_features_extractor=False`) feeds its features to a backbone of its own, so it cannot share
       the actor's;
-    - ``critic_backbone`` and ``critic_backbone_kwargs``: the critic's own backbone when not shared, by default the
-      actor's with the actor's options (``None`` when shared).
+    - `critic_backbone` and `critic_backbone_kwargs`: the critic's own backbone when not shared, by default the
+      actor's with the actor's options (`None` when shared).
 
     Raises:
         ValueError: options that contradict each other, naming them.
@@ -116,20 +116,20 @@ def memory_options(options: dict[str, Any], share_features_extractor: bool = Tru
 
 
 def _resolve(backbone: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """Every option of ``backbone`` (unknown names and backbones are left for ``make_backbone`` to refuse)."""
+    """Every option of `backbone` (unknown names and backbones are left for `make_backbone` to refuse)."""
     return BACKBONES[backbone].resolve(options or {}) if backbone in BACKBONES else dict(options or {})
 
 
 def from_sb3_contrib(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with sb3-contrib's LSTM options (:data:`SB3_CONTRIB_OPTIONS`) in engram's terms, for
-    ``backbone="lstm"`` only: ``lstm_hidden_size`` and ``n_lstm_layers`` become the backbone's ``hidden_size`` and
-    ``n_layers``; ``shared_lstm=True`` (one LSTM for actor and critic) becomes ``share_backbone=True`` (the critic's
-    gradient reaches it too, where sb3-contrib detaches it), ``enable_critic_lstm=True`` (a critic LSTM of its own)
-    ``share_backbone=False``, and ``enable_critic_lstm=False`` without ``shared_lstm`` (a critic without memory) a
-    critic backbone ``mlp`` of one layer as wide as the LSTM.
+    """`options` with sb3-contrib's LSTM options (`SB3_CONTRIB_OPTIONS`) in engram's terms, for
+    `backbone="lstm"` only: `lstm_hidden_size` and `n_lstm_layers` become the backbone's `hidden_size` and
+    `n_layers`; `shared_lstm=True` (one LSTM for actor and critic) becomes `share_backbone=True` (the critic's
+    gradient reaches it too, where sb3-contrib detaches it), `enable_critic_lstm=True` (a critic LSTM of its own)
+    `share_backbone=False`, and `enable_critic_lstm=False` without `shared_lstm` (a critic without memory) a
+    critic backbone `mlp` of one layer as wide as the LSTM.
 
     Raises:
-        ValueError: an sb3-contrib option with another backbone, ``shared_lstm`` with ``enable_critic_lstm``, or an
+        ValueError: an sb3-contrib option with another backbone, `shared_lstm` with `enable_critic_lstm`, or an
             option that contradicts the engram option it sets.
     """
     contrib = {name: options.pop(name) for name in SB3_CONTRIB_OPTIONS if name in options}
@@ -158,7 +158,7 @@ def from_sb3_contrib(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _set(options: dict[str, Any], name: str, value: Any, source: str) -> None:
-    """Set ``options[name]`` from sb3-contrib's option ``source``; a different value already there is refused."""
+    """Set `options[name]` from sb3-contrib's option `source`; a different value already there is refused."""
     current = options.get(name)
     if current is not None and current != value:
         raise ValueError(f"{source} sets {name}={value!r}, which contradicts {name}={current!r}")
@@ -166,7 +166,7 @@ def _set(options: dict[str, Any], name: str, value: Any, source: str) -> None:
 
 
 class LazyCategorical(CategoricalDistribution):
-    """SB3's categorical of a rollout step, its ``torch.distributions`` object built from the logits when first read."""
+    """SB3's categorical of a rollout step, its `torch.distributions` object built from the logits when first read."""
 
     def __init__(self, action_dim: int, logits: Tensor) -> None:
         self.built: Categorical | None = None
@@ -195,33 +195,33 @@ class PolicyStep(NamedTuple):
 
 
 class MemoryActorCriticPolicy(ActorCriticPolicy):
-    """SB3's ``ActorCriticPolicy`` with a recurrent memory backbone (``policies.registry``).
+    """SB3's `ActorCriticPolicy` with a recurrent memory backbone (`policies.registry`).
 
-    The backbone is built in ``_build_mlp_extractor``, outside the modules that SB3's
-    ``ortho_init`` re-initialises, so GTrXL gate biases and attention initialisations are kept,
-    and it is part of ``self.parameters()`` when the optimizer is created. Actor and critic
+    The backbone is built in `_build_mlp_extractor`, outside the modules that SB3's
+    `ortho_init` re-initialises, so GTrXL gate biases and attention initialisations are kept,
+    and it is part of `self.parameters()` when the optimizer is created. Actor and critic
     share the backbone by default (gradients of both losses reach it, as in CleanRL's
-    PPO-TrXL); ``share_backbone=False`` gives the critic a backbone of its own.
+    PPO-TrXL); `share_backbone=False` gives the critic a backbone of its own.
 
     Observations go through SB3's preprocessing and a features extractor chosen as SB3's policies choose it
-    (:func:`default_features_extractor`) unless ``features_extractor_class`` names one.
-    ``share_features_extractor=False`` gives the critic a features extractor of its own and, since the backbone
-    consumes the features, a backbone of its own too (``share_backbone`` then defaults to False).
+    (`default_features_extractor`) unless `features_extractor_class` names one.
+    `share_features_extractor=False` gives the critic a features extractor of its own and, since the backbone
+    consumes the features, a backbone of its own too (`share_backbone` then defaults to False).
 
-    The state is ``{"pi": backbone_state}`` (plus ``"vf"`` with a separate critic backbone).
-    ``predict(obs, state, episode_start)`` takes and returns it as NumPy arrays, like
+    The state is `{"pi": backbone_state}` (plus `"vf"` with a separate critic backbone).
+    `predict(obs, state, episode_start)` takes and returns it as NumPy arrays, like
     sb3-contrib's recurrent policies.
 
-    :param backbone: name in ``policies.registry.BACKBONES``.
-    :param backbone_kwargs: options of that backbone (``make_backbone``).
-    :param share_backbone: one backbone for actor and critic; unset, as ``share_features_extractor``.
-    :param critic_backbone: the critic's own backbone (a name in ``BACKBONES``) when not shared, by default the
+    :param backbone: name in `policies.registry.BACKBONES`.
+    :param backbone_kwargs: options of that backbone (`make_backbone`).
+    :param share_backbone: one backbone for actor and critic; unset, as `share_features_extractor`.
+    :param critic_backbone: the critic's own backbone (a name in `BACKBONES`) when not shared, by default the
         actor's; its output must be as wide as the actor's.
     :param critic_backbone_kwargs: its options, by default the actor's when it is the same backbone.
-    :param popart: a PopArt value head (:mod:`policies.popart`) with statistics step size ``popart_beta``.
-    Other parameters are those of SB3's ``ActorCriticPolicy``, except gSDE (``use_sde``), which is refused;
-    sb3-contrib's ``lstm_hidden_size``, ``n_lstm_layers``, ``enable_critic_lstm`` and ``shared_lstm`` are taken
-    with ``backbone="lstm"`` (:func:`from_sb3_contrib`).
+    :param popart: a PopArt value head (`policies.popart`) with statistics step size `popart_beta`.
+    Other parameters are those of SB3's `ActorCriticPolicy`, except gSDE (`use_sde`), which is refused;
+    sb3-contrib's `lstm_hidden_size`, `n_lstm_layers`, `enable_critic_lstm` and `shared_lstm` are taken
+    with `backbone="lstm"` (`from_sb3_contrib`).
     """
 
     @checked()
@@ -257,8 +257,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     @classmethod
     def resolve_kwargs(cls, policy_kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``policy_kwargs`` of this class as a model saves them: the memory options resolved
-        (:func:`memory_options`) over this class's defaults, so two spellings of one policy compare equal."""
+        """`policy_kwargs` of this class as a model saves them: the memory options resolved
+        (`memory_options`) over this class's defaults, so two spellings of one policy compare equal."""
         kwargs = dict(policy_kwargs)
         chosen = {}
         for klass in reversed(cls.__mro__):  # a subclass's defaults over its bases'
@@ -298,15 +298,15 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                                                                            "vf": self.critic_backbone}
 
     def initial_state(self, n_envs: int) -> PolicyState:
-        """The state of ``n_envs`` new episodes."""
+        """The state of `n_envs` new episodes."""
         return {name: backbone.initial_state(n_envs) for name, backbone in self._backbones().items()}
 
     def records(self, state: PolicyState) -> dict[str, Tensor]:
-        """The record each backbone pushed at the step that produced ``state`` (for the buffer)."""
+        """The record each backbone pushed at the step that produced `state` (for the buffer)."""
         return {name: s["memory"][:, -1] for name, s in state.items() if s["memory"].shape[1] > 0}
 
     def _features(self, obs: PyTorchObs) -> tuple[Tensor, Tensor]:
-        """The actor's and the critic's features of ``obs`` (one tensor twice with a shared features extractor)."""
+        """The actor's and the critic's features of `obs` (one tensor twice with a shared features extractor)."""
         features = self.extract_features(obs)
         return (features, features) if self.share_features_extractor else features
 
@@ -317,7 +317,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     def _latents_step(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor, critic: bool = True
                       ) -> tuple[Tensor, Tensor | None, PolicyState]:
-        """The actor's latent, the critic's (``None`` unless ``critic``) and the next state of one step."""
+        """The actor's latent, the critic's (`None` unless `critic`) and the next state of one step."""
         features = self.extract_features(obs)
         pi_features, vf_features = (features, features) if self.share_features_extractor else features
         latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
@@ -332,7 +332,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     def forward(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor,  # type: ignore[override]
                 deterministic: bool = False) -> PolicyStep:
         """One rollout step: actions, values, log-probabilities, the next state and the distribution (the backbones
-        called here, not through :meth:`_latents_step`, so the score is four frames below)."""
+        called here, not through `_latents_step`, so the score is four frames below)."""
         features = self.extract_features(obs)
         pi_features, vf_features = (features, features) if self.share_features_extractor else features
         latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
@@ -352,15 +352,15 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                           LazyCategorical(int(self.action_space.n), log_pmf))
 
     def _sample_categorical(self, latent_pi: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
-        """Actions ``[B, 1]`` drawn from the action head's logits without ``torch.distributions`` (the same draws as
-        its ``Categorical``: ``a ~ softmax(log π)``, ``log π = l − logsumexp(l)``), and ``log π`` ``[B, n]``."""
+        """Actions `[B, 1]` drawn from the action head's logits without `torch.distributions` (the same draws as
+        its `Categorical`: `a ~ softmax(log π)`, `log π = l − logsumexp(l)`), and `log π` `[B, n]`."""
         logits = self.action_net(latent_pi)
         log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)  # [B, n]
         probs = log_pmf.softmax(dim=-1)
         return probs.argmax(dim=-1, keepdim=True) if deterministic else torch.multinomial(probs, 1, True), log_pmf
 
     def distribution_params(self, distribution: Distribution) -> Tensor:
-        """All parameters of an action distribution as one ``[B, P]`` tensor: logits (categorical,
+        """All parameters of an action distribution as one `[B, P]` tensor: logits (categorical,
         multi-categorical, Bernoulli) or mean and log-std (diagonal Gaussian)."""
         torch_dist = distribution.distribution
         if isinstance(distribution, DiagGaussianDistribution):
@@ -372,8 +372,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         raise ValueError(f"unsupported action distribution {type(distribution).__name__}")
 
     def distribution_from_params(self, params: Tensor) -> Distribution:
-        """The distribution that :meth:`distribution_params` flattened, as a new object (SB3's
-        ``proba_distribution`` overwrites and returns ``self.action_dist``)."""
+        """The distribution that `distribution_params` flattened, as a new object (SB3's
+        `proba_distribution` overwrites and returns `self.action_dist`)."""
         distribution = copy.copy(self.action_dist)
         if isinstance(distribution, DiagGaussianDistribution):
             mean, log_std = params.chunk(2, dim=-1)
@@ -387,19 +387,19 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     def predict_values(self, obs: PyTorchObs, state: PolicyState,  # type: ignore[override]
                        episode_starts: Tensor) -> Tensor:
-        """Values of ``obs`` as the next step of ``state`` (the state itself is not advanced)."""
+        """Values of `obs` as the next step of `state` (the state itself is not advanced)."""
         return self.value_net(self._latents_step(obs, state, episode_starts)[1])
 
     # -- training --------------------------------------------------------------------------
     def evaluate_segments(self, obs: PyTorchObs, actions: Tensor, state: PolicyState, episode_starts: Tensor
                           ) -> tuple[Tensor, Distribution, Aux]:
-        """Recompute ``N`` stored segments of ``T`` steps with gradients.
+        """Recompute `N` stored segments of `T` steps with gradients.
 
-        ``obs`` and ``actions`` are flattened time-major (``[T·N, ...]``), ``episode_starts`` is
-        ``[T, N]`` and ``state`` holds the window entering each segment (as windows or as shared
-        records, :func:`policies.window.shared_windows`). Returns the values
-        ``[T·N]``, the action distribution and the backbones' auxiliary terms (critic
-        backbone entries prefixed ``vf/``).
+        `obs` and `actions` are flattened time-major (`[T·N, ...]`), `episode_starts` is
+        `[T, N]` and `state` holds the window entering each segment (as windows or as shared
+        records, `policies.window.shared_windows`). Returns the values
+        `[T·N]`, the action distribution and the backbones' auxiliary terms (critic
+        backbone entries prefixed `vf/`).
         """
         T, N = episode_starts.shape
         pi_features, vf_features = (features.view(T, N, -1) for features in self._features(obs))
@@ -418,15 +418,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     def evaluate_actions(self, obs: PyTorchObs, actions: Tensor, state: PolicyState,  # type: ignore[override]
                          episode_starts: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """sb3-contrib's ``evaluate_actions(obs, actions, lstm_states, episode_starts)``: the values ``[T·N, 1]``,
-        log-probabilities and entropies ``[T·N]`` of ``actions`` along ``T`` steps of the ``N`` envs whose memory
-        ``state`` holds, recomputed with gradients through the memory (:meth:`evaluate_segments`).
-
-        ``obs`` and ``actions`` (as the distribution takes them) are flattened time-major (row ``t·N + n`` is step
-        ``t`` of env ``n``); ``episode_starts`` is ``[T, N]`` or flattened the same way, and clears env ``n``'s
-        memory before its step ``t``. ``state`` is the memory entering the first step: :meth:`initial_state`, a
-        rollout's, or ``predict``'s as tensors.
-        """
+        """sb3-contrib's `evaluate_actions`: values `[T·N, 1]`, log-probabilities and entropies `[T·N]` of
+        time-major `actions`, recomputed with gradients through the memory (`evaluate_segments`)."""
         n_envs = len(state["pi"]["valid"])
         starts = torch.as_tensor(episode_starts, device=self.device).bool().reshape(-1, n_envs)
         values, distribution, _ = self.evaluate_segments(obs, actions, state, starts)
@@ -436,9 +429,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     def predict(self, observation: np.ndarray | dict[str, np.ndarray],  # type: ignore[override]
                 state: dict[str, dict[str, np.ndarray]] | None = None, episode_start: np.ndarray | None = None,
                 deterministic: bool = False) -> tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]:
-        """Actions for ``observation`` and the next memory state, as in sb3-contrib.
+        """Actions for `observation` and the next memory state, as in sb3-contrib.
 
-        ``state=None`` starts new episodes; ``episode_start[i]`` clears env ``i``'s memory first.
+        `state=None` starts new episodes; `episode_start[i]` clears env `i`'s memory first.
         """
         self.set_training_mode(False)
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
@@ -465,7 +458,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                          for name, s in new_state.items()}
 
     def _as_tensor(self, value: np.ndarray | Tensor) -> Tensor:
-        """A state entry at SB3's ``predict`` boundary as a tensor on the policy's device (NumPy memory shared)."""
+        """A state entry at SB3's `predict` boundary as a tensor on the policy's device (NumPy memory shared)."""
         if isinstance(value, np.ndarray) and self.device.type == "cpu":
             return torch.from_numpy(value)
         return torch.as_tensor(value, device=self.device)

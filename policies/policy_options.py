@@ -1,10 +1,10 @@
-"""The options :class:`policies.policy.MemoryActorCriticPolicy` passes on to SB3's ``ActorCriticPolicy`` or reads
-as sb3-contrib's ``RecurrentActorCriticPolicy`` does, each with its rule (:mod:`policies.rules`).
+"""The options `policies.policy.MemoryActorCriticPolicy` passes on to SB3's `ActorCriticPolicy` or reads
+as sb3-contrib's `RecurrentActorCriticPolicy` does, each with its rule (`policies.rules`).
 
-:class:`ActorCriticOptions` types the policy's ``**kwargs``, so :func:`policies.options.checked` refuses a bad one
-when the policy is built, and the command line reads the same rules for its ``policy`` section. A configuration
-file names two of them where Python passes a class: ``activation_fn`` by a key of :data:`ACTIVATIONS`,
-``features_extractor_class`` by an import path (the :class:`~policies.rules.Spelled` rule of each).
+`ActorCriticOptions` types the policy's `**kwargs`, so `policies.options.checked` refuses a bad one
+when the policy is built, and the command line reads the same rules for its `policy` section. A configuration
+file names two of them where Python passes a class: `activation_fn` by a key of `ACTIVATIONS`,
+`features_extractor_class` by an import path (the `Spelled` rule of each).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 
 
 class ActorCriticOptions(TypedDict, total=False):
-    """SB3's ``ActorCriticPolicy`` options (``net_arch`` ... ``optimizer_kwargs``) and sb3-contrib's LSTM
-    options (``lstm_hidden_size`` ... ``shared_lstm``, taken with ``backbone="lstm"``,
-    :func:`policies.policy.from_sb3_contrib`), each annotated with its rule."""
+    """SB3's `ActorCriticPolicy` options (`net_arch` ... `optimizer_kwargs`) and sb3-contrib's LSTM
+    options (`lstm_hidden_size` ... `shared_lstm`, taken with `backbone="lstm"`,
+    `policies.policy.from_sb3_contrib`), each annotated with its rule."""
 
     net_arch: Annotated[list[int] | dict[str, list[int]] | None, LayerSizes()]
     activation_fn: Annotated[type[nn.Module], Subclass(nn.Module, "torch.nn.Module"),

@@ -15,12 +15,12 @@ PopArtBeta = Annotated[float, Range(0.0, 1.0, low_open=True)]
 
 
 class PopArtValueHead(nn.Module):
-    """A linear value head ``v = σ (w·x + b) + μ`` whose normalised output ``w·x + b`` is trained.
+    """A linear value head `v = σ (w·x + b) + μ` whose normalised output `w·x + b` is trained.
 
-    ``μ`` and ``ν`` (first and second moments of the value targets) follow exponential moving
-    averages with step ``beta``; ``σ = √(ν − μ²)`` is kept in ``[min_scale, max_scale]``
+    `μ` and `ν` (first and second moments of the value targets) follow exponential moving
+    averages with step `beta`; `σ = √(ν − μ²)` is kept in `[min_scale, max_scale]`
     (V-MPO's bounds 1e-2 and 1e6). "Preserving outputs precisely" (Art): after every change of
-    the statistics, ``w ← w σ/σ'`` and ``b ← (σ b + μ − μ')/σ'``, so the unnormalised values do
+    the statistics, `w ← w σ/σ'` and `b ← (σ b + μ − μ')/σ'`, so the unnormalised values do
     not move.
     """
 

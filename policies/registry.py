@@ -1,7 +1,7 @@
-"""Backbones by name: ``make_backbone("gtrxl", input_dim, memory_length=64)``.
+"""Backbones by name: `make_backbone("gtrxl", input_dim, memory_length=64)`.
 
-A saved model or run records every option of its backbone (:meth:`BackboneSpec.resolve`), so a later change
-of a default never changes how it loads or resumes; a file that lacks an option is refused (:func:`saved_options`).
+A saved model or run records every option of its backbone (`BackboneSpec.resolve`), so a later change
+of a default never changes how it loads or resumes; a file that lacks an option is refused (`saved_options`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class BackboneSpec:
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in self.fixed}
 
     def resolve(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Every option: ``options`` over the defaults (unknown names are left for :func:`make_backbone`)."""
+        """Every option: `options` over the defaults (unknown names are left for `make_backbone`)."""
         return {**self.options(), **options}
 
 
@@ -102,7 +102,7 @@ def saved_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:
-    """Build the backbone ``name`` for inputs of width ``input_dim``.
+    """Build the backbone `name` for inputs of width `input_dim`.
 
     Raises:
         ValueError: unknown name or option; the message lists the valid ones.

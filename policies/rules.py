@@ -1,9 +1,9 @@
 """The kinds of rule an option can declare: a range, a set of choices, a flag, a mapping, layer sizes, ...
 
-Each rule is a small frozen dataclass with ``check(key, value)``, which raises :class:`ConfigError` with one line
-naming the key, the bad value and what is valid (``gamma=2.0: expected a number in [0, 1]``), and ``describe()``,
-the valid values in words (for ``--help`` and the docs). A constructor puts them in its annotations
-(:mod:`policies.options`); the aliases at the end (:data:`Count`, :data:`Probability`, ...) are the common ones.
+Each rule is a small frozen dataclass with `check(key, value)`, which raises `ConfigError` with one line
+naming the key, the bad value and what is valid (`gamma=2.0: expected a number in [0, 1]`), and `describe()`,
+the valid values in words (for `--help` and the docs). A constructor puts them in its annotations
+(`policies.options`); the aliases at the end (`Count`, `Probability`, ...) are the common ones.
 This module imports neither torch nor anything of engram, so the command line can read run settings without them.
 """
 
@@ -19,40 +19,39 @@ from typing import Annotated, Any, Protocol, runtime_checkable
 class ConfigError(ValueError, AssertionError):
     """A bad configuration key or value; the message names it and the valid choices.
 
-    A ``ValueError``, and an ``AssertionError`` too, since SB3 signals the same bad constructor arguments with
-    ``assert`` (code that catches SB3's errors catches engram's)."""
+    A `ValueError`, and an `AssertionError` too, since SB3 signals the same bad constructor arguments with
+    `assert` (code that catches SB3's errors catches engram's)."""
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line (messages of libraries may span several)."""
+    """`text` on one line (messages of libraries may span several)."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def short(text: str, width: int = 100) -> str:
-    """``text`` on one line, cut to ``width`` characters (a message shows a value in at most that many)."""
+    """`text` on one line, cut to `width` characters (a message shows a value in at most that many)."""
     text = one_line(text)
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
 @runtime_checkable
 class Rule(Protocol):
-    """The valid values of one option: ``check`` refuses a bad one with :class:`ConfigError`."""
+    """The valid values of one option: `check` refuses a bad one with `ConfigError`."""
 
     def describe(self) -> str:
         """The valid values in words."""
 
     def check(self, key: str, value: Any) -> None:
-        """Raise :class:`ConfigError` naming ``key`` if ``value`` is not valid."""
+        """Raise `ConfigError` naming `key` if `value` is not valid."""
 
 
 def is_linear_schedule(value: Any) -> bool:
-    """Whether ``value`` is a linear schedule (SB3's ``LinearSchedule``: callable, from ``start`` to ``end``)."""
+    """Whether `value` is a linear schedule (SB3's `LinearSchedule`: callable, from `start` to `end`)."""
     return callable(value) and hasattr(value, "start") and hasattr(value, "end")
 
 
 def shown(value: Any) -> str:
-    """``value`` as a message shows it: a linear schedule as ``lin_<start>_<end>``, anything else by its repr, cut
-    to 100 characters (:func:`short`: a message stays one short line whatever it was given)."""
+    """`value` as a message shows it: `lin_<start>_<end>` for a linear schedule, else its `short` repr."""
     return f"lin_{value.start}_{value.end}" if is_linear_schedule(value) else short(repr(value))
 
 
@@ -67,9 +66,9 @@ def _is_number(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Range:
-    """A finite number in an interval; ``integer`` for counts, ``optional`` to allow ``None`` (meaning: the
-    default of the component), ``schedule`` to allow a schedule of the training progress (SB3's: a linear
-    ``lin_<start>_<end>`` must start in the interval and may end at its closed lower bound, a decay to 0)."""
+    """A finite number in an interval; `integer` for counts, `optional` to allow `None` (meaning: the
+    default of the component), `schedule` to allow a schedule of the training progress (SB3's: a linear
+    `lin_<start>_<end>` must start in the interval and may end at its closed lower bound, a decay to 0)."""
 
     low: float | None = None
     high: float | None = None
@@ -129,8 +128,8 @@ class Range:
 
 @dataclass(frozen=True)
 class OneOf:
-    """A value from a list of choices; ``choices`` is called when checking, so registries filled at import time
-    (attentions, gates) are read when they are complete. ``optional``: ``None`` too (the component's default)."""
+    """A value from a list of choices; `choices` is called when checking, so registries filled at import time
+    (attentions, gates) are read when they are complete. `optional`: `None` too (the component's default)."""
 
     choices: Callable[[], Iterable[Any]]
     optional: bool = False
@@ -148,7 +147,7 @@ class OneOf:
 
 @dataclass(frozen=True)
 class Text:
-    """A non-empty string (``empty_ok``: the empty string too)."""
+    """A non-empty string (`empty_ok`: the empty string too)."""
 
     empty_ok: bool = False
     note: str = ""
@@ -168,7 +167,7 @@ class Text:
 
 @dataclass(frozen=True)
 class Flag:
-    """``true`` or ``false`` (``optional``: or ``None``, the component's default)."""
+    """`true` or `false` (`optional`: or `None`, the component's default)."""
 
     optional: bool = False
 
@@ -182,7 +181,7 @@ class Flag:
 
 @dataclass(frozen=True)
 class Entries:
-    """A mapping (or ``None`` when ``optional``) whose values each pass ``each`` (if given)."""
+    """A mapping (or `None` when `optional`) whose values each pass `each` (if given)."""
 
     each: Range | None = None
     optional: bool = True
@@ -203,7 +202,7 @@ class Entries:
 
 @dataclass(frozen=True)
 class Items:
-    """A list whose items each pass ``each``; non-empty unless ``empty_ok``; ``optional``: or ``None``."""
+    """A list whose items each pass `each`; non-empty unless `empty_ok`; `optional`: or `None`."""
 
     each: Rule
     empty_ok: bool = False
@@ -227,7 +226,7 @@ class Items:
 
 @dataclass(frozen=True)
 class LayerSizes:
-    """Hidden layer widths: a list of positive integers, or ``{pi: [...], vf: [...]}`` (SB3's ``net_arch``)."""
+    """Hidden layer widths: a list of positive integers, or `{pi: [...], vf: [...]}` (SB3's `net_arch`)."""
 
     def describe(self) -> str:
         return "a list of positive layer widths, e.g. [64, 64], or {pi: [64], vf: [64]} (or null for the default)"
@@ -244,7 +243,7 @@ class LayerSizes:
 
 @dataclass(frozen=True)
 class Subclass:
-    """A class derived from ``base`` (``name`` names it in messages); ``optional``: or ``None``."""
+    """A class derived from `base` (`name` names it in messages); `optional`: or `None`."""
 
     base: type
     name: str
@@ -260,7 +259,7 @@ class Subclass:
 
 @dataclass(frozen=True)
 class AnyOf:
-    """A value that passes one of ``rules`` (e.g. a count, or a list of seeds)."""
+    """A value that passes one of `rules` (e.g. a count, or a list of seeds)."""
 
     rules: tuple[Rule, ...]
 
@@ -283,9 +282,9 @@ class AnyOf:
 
 @dataclass(frozen=True)
 class Spelled:
-    """How a configuration file writes an option whose Python value is an object (a class): ``rule`` checks the
+    """How a configuration file writes an option whose Python value is an object (a class): `rule` checks the
     written form (a name, an import path), which the command line turns into the object. Beside the option's own
-    rule in its annotation, e.g. ``Annotated[type[nn.Module], Subclass(nn.Module, ...), Spelled(OneOf(...))]``."""
+    rule in its annotation, e.g. `Annotated[type[nn.Module], Subclass(nn.Module, ...), Spelled(OneOf(...))]`."""
 
     rule: Rule
 

@@ -2,24 +2,24 @@
 
 Every backbone's state is a dict of tensors with the env axis first:
 
-- ``memory``: ``[B, M, *record]``, the records of the last ``M`` steps, oldest first. A
+- `memory`: `[B, M, *record]`, the records of the last `M` steps, oldest first. A
   record is what one time step leaves behind for the future: the per-layer inputs of a
-  Transformer-XL (``[L, D]``), the ``(h, c)`` carry of an LSTM (window of one), the raw
+  Transformer-XL (`[L, D]`), the `(h, c)` carry of an LSTM (window of one), the raw
   features of a frame stack.
-- ``valid``: ``[B, M]`` bool, which slots belong to the episode of the most recent step.
-- ``clock`` (backbones with episode-time encodings only): ``[B]`` int, the episode time the next step
-  has if it continues the episode (:func:`episode_clock`).
-- keys starting with ``cache_`` hold values derived from ``memory`` with the current
-  parameters (attention keys and values). They only speed up ``step``; learners drop them
-  when they store a state (:func:`strip_cache`) and backbones rebuild them when missing.
+- `valid`: `[B, M]` bool, which slots belong to the episode of the most recent step.
+- `clock` (backbones with episode-time encodings only): `[B]` int, the episode time the next step
+  has if it continues the episode (`episode_clock`).
+- keys starting with `cache_` hold values derived from `memory` with the current
+  parameters (attention keys and values). They only speed up `step`; learners drop them
+  when they store a state (`strip_cache`) and backbones rebuild them when missing.
 
-Which slots a step sees follows one rule (:func:`in_window`): valid, same episode, at most
-``M`` steps back. A step is processed in three moves, shared by every backbone
-(:meth:`policies.backbone.MemoryBackbone.step`): episode starts invalidate the window
-(:func:`reset_window`), the step reads the valid slots, and its record is pushed
-(:func:`advance_window`). Training rebuilds the window before any step of a stored rollout
-from the window at the rollout start plus the per-step records (:func:`gather_windows`), or hands
-each distinct record once with the slots that point at it (:func:`shared_windows`): no per-step
+Which slots a step sees follows one rule (`in_window`): valid, same episode, at most
+`M` steps back. A step is processed in three moves, shared by every backbone
+(`policies.backbone.MemoryBackbone.step`): episode starts invalidate the window
+(`reset_window`), the step reads the valid slots, and its record is pushed
+(`advance_window`). Training rebuilds the window before any step of a stored rollout
+from the window at the rollout start plus the per-step records (`gather_windows`), or hands
+each distinct record once with the slots that point at it (`shared_windows`): no per-step
 copies of the window are ever stored.
 """
 
@@ -43,7 +43,7 @@ gathering projected records paid at 11 slots per record (1.6-1.9x faster updates
 
 def empty_window(n_envs: int, memory_length: int, record_shape: tuple[int, ...], *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> State:
-    """A window with no valid slot: the state of ``n_envs`` fresh episodes."""
+    """A window with no valid slot: the state of `n_envs` fresh episodes."""
     return {
         "memory": torch.zeros(n_envs, memory_length, *record_shape, device=device, dtype=dtype),
         "valid": torch.zeros(n_envs, memory_length, dtype=torch.bool, device=device),
@@ -52,11 +52,7 @@ def empty_window(n_envs: int, memory_length: int, record_shape: tuple[int, ...],
 
 def in_window(key_valid: Tensor, key_episode: Tensor, query_episode: Tensor, distance: Tensor,
               memory_length: int) -> Tensor:
-    """The memory-window rule, written once: a query sees a key when the key is valid, belongs to
-    the query's episode and lies ``0..memory_length`` steps back (distance 0 is the query itself).
-
-    Every argument is a tensor of per-key or per-query values; they broadcast against each other.
-    """
+    """A query sees a key when it is valid, in the query's episode and `0..memory_length` steps back."""
     return key_valid & (key_episode == query_episode) & (distance >= 0) & (distance <= memory_length)
 
 
@@ -66,13 +62,13 @@ def as_bool(flags: Tensor) -> Tensor:
 
 
 def reset_window(valid: Tensor, episode_start: Tensor) -> Tensor:
-    """Invalidate every slot of the envs whose episode starts now. ``episode_start``: ``[B]``."""
+    """Invalidate every slot of the envs whose episode starts now. `episode_start`: `[B]`."""
     return valid & ~episode_start.bool().view(-1, 1)
 
 
 def advance_window(memory: Tensor, valid: Tensor, record: Tensor) -> State:
-    """The window after a step: the oldest slot of ``memory`` ``[B, M, *record]`` dropped and the step's ``record``
-    ``[B, *record]`` appended as a valid slot; ``valid`` ``[B, M]`` is the window the step read (already reset at
+    """The window after a step: the oldest slot of `memory` `[B, M, *record]` dropped and the step's `record`
+    `[B, *record]` appended as a valid slot; `valid` `[B, M]` is the window the step read (already reset at
     episode starts)."""
     if memory.shape[1] == 0:
         return {"memory": memory, "valid": valid}
@@ -86,18 +82,14 @@ def strip_cache(state: State) -> State:
 
 
 def episode_ids(episode_starts: Tensor) -> Tensor:
-    """Index of the episode each step belongs to, counted from the segment start.
-
-    ``episode_starts``: ``[B, T]``; the result is ``[B, T]`` int, 0 for steps of the episode
-    that was running when the segment began.
-    """
+    """Index `[B, T]` of each step's episode, counted from the segment start (0 for the running one)."""
     return episode_starts.long().cumsum(dim=1)
 
 
 def episode_clock(clock: Tensor, episode_starts: Tensor) -> Tensor:
     """The episode time of every step of a segment: 0 at an episode start, else one more than the step
-    before; ``clock`` ``[B]`` is the time the segment's first step has if it continues its episode (the
-    state's ``clock``). ``episode_starts``: ``[B, T]``; returns ``[B, T]`` int."""
+    before; `clock` `[B]` is the time the segment's first step has if it continues its episode (the
+    state's `clock`). `episode_starts`: `[B, T]`; returns `[B, T]` int."""
     steps = torch.arange(episode_starts.shape[1], device=episode_starts.device)
     last_start = torch.where(episode_starts.bool(), steps, -1).cummax(dim=1).values
     return torch.where(last_start >= 0, steps - last_start, clock.view(-1, 1) + steps)
@@ -106,8 +98,8 @@ def episode_clock(clock: Tensor, episode_starts: Tensor) -> Tensor:
 class WindowHistory(NamedTuple):
     """The window at a segment's start followed by every record of the segment.
 
-    ``memory``: ``[B, M + T, *record]``; ``valid``: ``[B, M + T]`` (the start window's validity,
-    then ``True``); ``episode``: ``[B, M + T]`` episode counter (0 on the start window, then the
+    `memory`: `[B, M + T, *record]`; `valid`: `[B, M + T]` (the start window's validity,
+    then `True`); `episode`: `[B, M + T]` episode counter (0 on the start window, then the
     running count of episode starts). Any window inside the segment is a slice of it.
     """
 
@@ -117,7 +109,7 @@ class WindowHistory(NamedTuple):
 
 
 def window_history(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor) -> WindowHistory:
-    """Concatenate the start window ``[B, M, *record]`` and the records ``[B, T, *record]``."""
+    """Concatenate the start window `[B, M, *record]` and the records `[B, T, *record]`."""
     B, T = episode_starts.shape
     episode = episode_ids(episode_starts)
     return WindowHistory(memory=torch.cat([memory, records.to(memory.dtype)], dim=1),
@@ -126,12 +118,12 @@ def window_history(memory: Tensor, valid: Tensor, records: Tensor, episode_start
 
 
 def window_slots(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> tuple[Tensor, Tensor]:
-    """Where the window entering step ``t[n]`` of env ``env[n]`` lies in the history.
+    """Where the window entering step `t[n]` of env `env[n]` lies in the history.
 
-    Returns ``(slots, valid)``, both ``[N, M]``: ``slots`` indexes the history's records flattened
-    over ``(env, time)``, ``valid`` is the state *before* that step's episode start is applied,
-    exactly what ``step`` received. A slot is valid when its record was valid and no episode started
-    after it, up to and including step ``t - 1``. ``t`` ranges over ``0..T`` (``T`` gives the state
+    Returns `(slots, valid)`, both `[N, M]`: `slots` indexes the history's records flattened
+    over `(env, time)`, `valid` is the state *before* that step's episode start is applied,
+    exactly what `step` received. A slot is valid when its record was valid and no episode started
+    after it, up to and including step `t - 1`. `t` ranges over `0..T` (`T` gives the state
     after the segment).
     """
     times = t.unsqueeze(1) + torch.arange(memory_length, device=t.device)  # [N, M] history indices
@@ -145,23 +137,16 @@ def window_slots(history: WindowHistory, env: Tensor, t: Tensor, memory_length: 
 
 
 def gather_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> tuple[Tensor, Tensor]:
-    """The window entering step ``t[n]`` of env ``env[n]``, rebuilt by index (:func:`window_slots`):
-    ``(memory, valid)`` of shapes ``[N, M, *record]`` and ``[N, M]``."""
+    """The window entering step `t[n]` of env `env[n]`, rebuilt by index (`window_slots`):
+    `(memory, valid)` of shapes `[N, M, *record]` and `[N, M]`."""
     slots, valid = window_slots(history, env, t, memory_length)
     return history.memory.flatten(0, 1)[slots], valid
 
 
 def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> State:
-    """The same windows as :func:`gather_windows` with every distinct record once: a state
-    ``{"records": [R, *record], "slots": [N, M], "valid": [N, M]}`` where window ``n``'s slot ``m``
-    holds ``records[slots[n, m]]``. Windows of nearby steps share most of their records, so a
-    backbone that projects each record once (:attr:`policies.backbones.transformer_xl.WindowTransformer.shares_records`)
-    does up to ``M`` times less work than one projecting every window (:func:`windows` rebuilds them).
-
-    Where the windows share little (fewer than ``SHARED_RECORDS_MIN`` slots per distinct record,
-    e.g. segments of 16 steps with a window of 64), gathering projected records costs more than it saves
-    (``benchmarks/results/update_cost.md``), and the plain windows ``{"memory", "valid"}`` are returned.
-    """
+    """The windows of `gather_windows` with every distinct record once: `{"records", "slots", "valid"}`,
+    slot `m` of window `n` holding `records[slots[n, m]]`; the plain windows `{"memory", "valid"}`
+    when fewer than `SHARED_RECORDS_MIN` slots share each distinct record."""
     slots, valid = window_slots(history, env, t, memory_length)
     records = history.memory.flatten(0, 1)
     distinct, inverse = torch.unique(slots, return_inverse=True)
@@ -171,20 +156,19 @@ def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length
 
 
 def windows(state: State) -> Tensor:
-    """The windows ``[N, M, *record]`` of a state, rebuilt from shared records (:func:`shared_windows`)
-    when the state holds them."""
+    """The windows `[N, M, *record]` of a state, rebuilt from shared records when it holds them."""
     return state["memory"] if "memory" in state else state["records"][state["slots"]]
 
 
 def as_windows(state: State) -> State:
-    """A stored state with its windows ``{"memory", "valid"}``, rebuilt from shared records when it holds them."""
+    """A stored state with its windows `{"memory", "valid"}`, rebuilt from shared records when it holds them."""
     return state if "memory" in state else {"memory": windows(state), "valid": state["valid"]}
 
 
 def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor,
                   t: Tensor) -> tuple[Tensor, Tensor]:
-    """The windows entering steps ``t`` ``[N]`` of a segment, for every env: ``[B, N, M, *record]``
-    and ``[B, N, M]``. ``records``: ``[B, T, *record]``; ``episode_starts``: ``[B, T]``."""
+    """The windows entering steps `t` `[N]` of a segment, for every env: `[B, N, M, *record]`
+    and `[B, N, M]`. `records`: `[B, T, *record]`; `episode_starts`: `[B, T]`."""
     B, M = valid.shape
     N = t.shape[0]
     history = window_history(memory, valid, records, episode_starts)
@@ -194,45 +178,27 @@ def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts
 
 
 def key_distances(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """``[T, K]`` distances from query ``i`` of the segment to key ``j`` of ``[memory; segment]``:
-    ``(K - T) + i - j`` (negative for keys in the future, which the mask hides)."""
+    """`[T, K]` distances from query `i` of the segment to key `j` of `[memory; segment]`:
+    `(K - T) + i - j` (negative for keys in the future, which the mask hides)."""
     queries = torch.arange(n_queries, device=device).view(-1, 1) + (n_keys - n_queries)
     return queries - torch.arange(n_keys, device=device).view(1, -1)
 
 
 def key_times(clock: Tensor, n_keys: int) -> Tensor:
-    """``[B, T, K]`` episode time of each key of ``[memory; segment]`` for the queries at episode times ``clock``
-    ``[B, T]``: a key ``d`` steps before a query at time ``t`` has time ``t − d`` (below 0 for keys before the
-    episode, above ``t`` for later ones: the memory mask hides both)."""
+    """`[B, T, K]` episode time `t − d` of each key of `[memory; segment]`, `d` steps before its query."""
     return clock.unsqueeze(-1) - key_distances(clock.shape[1], n_keys, clock.device)
 
 
 def root_length(max_distance: int) -> int:
-    """``⌈√M⌉`` for a window of ``M = max_distance`` steps, at least 1: the Sparse Transformer's ``l ≈ √n``
-    (Child et al. 2019, Sec. 4.2), the default stride or block length of the patterns that cut the window."""
+    """`⌈√M⌉` (at least 1) for a window of `M = max_distance` steps: the Sparse Transformer's `l ≈ √n`."""
     return max(1, math.ceil(math.sqrt(max_distance)))
 
 
 def attention_mask(valid: Tensor, episode_starts: Tensor, memory_length: int) -> Tensor:
-    """Which keys of ``[memory; segment]`` each query of the segment may attend to.
+    """Which keys of `[memory; segment]` each query may attend to: `[B, T, M_state + T]` bool.
 
-    Query ``i`` (segment step ``i``) sees exactly the window ``step`` would give it: the last
-    ``memory_length`` steps of its own episode, plus itself. With ``M = memory_length``:
-
-    - memory slot ``k`` (time ``k - M``): valid, no episode start in ``0..i``, distance
-      ``M + i - k <= M``;
-    - segment step ``j``: ``j <= i``, same episode, ``i - j <= M``.
-
-    The diagonal is always allowed, so no row is fully masked.
-
-    Args:
-        valid: ``[B, M_state]`` validity of the memory window (``M_state`` is the number of
-            memory slots actually supplied; it may exceed ``memory_length`` for segment
-            training with a longer cache, but is usually equal).
-        episode_starts: ``[B, T]``.
-
-    Returns:
-        ``[B, T, M_state + T]`` bool, ``True`` where attention is allowed.
+    Query `i` sees the last `memory_length` steps of its own episode, plus itself (so no row is
+    fully masked). `valid`: `[B, M_state]` memory validity; `episode_starts`: `[B, T]`.
     """
     B, M_state = valid.shape
     T = episode_starts.shape[1]

@@ -25,7 +25,7 @@ from experiments.cli.parser import OneLineParser, program
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The parser of ``train_rl.py evaluate``."""
+    """The parser of `train_rl.py evaluate`."""
     parser = OneLineParser(prog=f"{program()} evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
@@ -91,7 +91,7 @@ def _summary_line(policy: str, result: Any) -> str:
 
 
 def _show(agent: Any, options: argparse.Namespace, seed: int, deterministic: bool) -> None:
-    """``--render``: text frames of engram's tasks on stdout, a window for gymnasium environments."""
+    """`--render`: text frames of engram's tasks on stdout, a window for gymnasium environments."""
     from envs import env_family
     from experiments.replay import play
 

@@ -27,7 +27,7 @@ from experiments.cli.parser import OneLineParser, program
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The parser of ``train_rl.py inspect``."""
+    """The parser of `train_rl.py inspect`."""
     parser = OneLineParser(prog=f"{program()} inspect", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
@@ -44,7 +44,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check(options: argparse.Namespace) -> None:
-    """:class:`~experiments.config.ConfigError` naming the flag for a count below one, a seed numpy refuses, a path
+    """`ConfigError` naming the flag for a count below one, a seed numpy refuses, a path
     that is no run and an output directory that cannot be written."""
     from experiments.writable import check_output
     from policies.rules import Range
@@ -58,7 +58,7 @@ def _check(options: argparse.Namespace) -> None:
 
 
 def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str, Any]:
-    """One episode on a gymnasium copy of the run's env seeded ``seed``: observations, actions and rewards."""
+    """One episode on a gymnasium copy of the run's env seeded `seed`: observations, actions and rewards."""
     from envs import make_env
 
     config = agent.config
@@ -88,7 +88,7 @@ def events(rewards: list[float]) -> list[int]:
 
 
 def memory_peak(row: np.ndarray, t: int) -> int | None:
-    """The earlier step ``k < t`` a decision's saliency ``row`` is largest at (``None``: it reads none of them)."""
+    """The earlier step `k < t` a decision's saliency `row` is largest at (`None`: it reads none of them)."""
     earlier = row[:t]
     return int(earlier.argmax()) if earlier.size and earlier.max() > 0 else None
 
@@ -113,7 +113,7 @@ def _mark(axes: Any, marked: list[int], rewards: list[float]) -> None:
 
 
 def row_scaled(S: np.ndarray) -> np.ndarray:
-    """Each row of ``S`` over its largest value at an earlier step (the memory's part; the present step, which often
+    """Each row of `S` over its largest value at an earlier step (the memory's part; the present step, which often
     outweighs them, is clipped to 1), or over its own value where no earlier step counts."""
     earlier = np.tril(S, -1).max(axis=1, keepdims=True)
     scale = np.where(earlier > 0, earlier, S.max(axis=1, keepdims=True))
@@ -121,7 +121,7 @@ def row_scaled(S: np.ndarray) -> np.ndarray:
 
 
 def saliency_figure(S: np.ndarray, marked: list[int], rewards: list[float], title: str) -> Any:
-    """The ``t × k`` heat map of one episode (:func:`row_scaled`)."""
+    """The `t × k` heat map of one episode (`row_scaled`)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -141,7 +141,7 @@ def saliency_figure(S: np.ndarray, marked: list[int], rewards: list[float], titl
 
 
 def attention_figure(maps: list[Any], marked: list[int], title: str) -> Any:
-    """One panel per layer call and head: the weights of query step ``t`` (rows) on key step ``k``."""
+    """One panel per layer call and head: the weights of query step `t` (rows) on key step `k`."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -169,7 +169,7 @@ def attention_figure(maps: list[Any], marked: list[int], title: str) -> Any:
 
 
 def inspect_episode(agent: Any, episode: dict[str, Any], index: int, out: Path) -> dict[str, Any]:
-    """The maps of one played episode: figures written to ``out``, and the record for ``inspect.json``."""
+    """The maps of one played episode: figures written to `out`, and the record for `inspect.json`."""
     from experiments.atomic import save_figure
     from experiments.saliency import episode_attention, recall_distance, saliency
 

@@ -1,4 +1,4 @@
-"""``train_rl.py list [WHAT]``: one line per backbone, attention, position scheme, env id, config, learner or
+"""`train_rl.py list [WHAT]`: one line per backbone, attention, position scheme, env id, config, learner or
 hyper-parameter entry."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from experiments.cli.parser import OneLineParser, plain_text, program
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The parser of ``train_rl.py list``."""
+    """The parser of `train_rl.py list`."""
     parser = OneLineParser(prog=f"{program()} list", description=(
         "List what exists, one line each with its summary, from the registries and the shipped configs."))
     # No ``choices=``: on Python 3.11 argparse checks the empty default of ``nargs="*"`` against them, so a bare
@@ -24,7 +24,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def format_table(entries: dict[str, str]) -> list[str]:
-    """``name  summary`` lines, the summaries aligned and in plain text (no docstring markup)."""
+    """`name  summary` lines, the summaries aligned and in plain text (no docstring markup)."""
     width = max((len(name) for name in entries), default=0)
     return [f"{name:<{width}}  {plain_text(text)}".rstrip() for name, text in entries.items()]
 

@@ -23,7 +23,7 @@ DEFAULT_GROUPING = ("algo", "backbone", "task")
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The parser of ``train_rl.py plot``."""
+    """The parser of `train_rl.py plot`."""
     parser = OneLineParser(prog=f"{program()} plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directories, or directories holding runs")
@@ -40,7 +40,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def config_value(run: Run, key: str) -> Any:
-    """``run``'s value of ``key``: ``task`` is the env with its keyword arguments, others are config keys."""
+    """`run`'s value of `key`: `task` is the env with its keyword arguments, others are config keys."""
     if key == "task":
         return task_label(run.config)
     if key not in run.config:
@@ -50,7 +50,7 @@ def config_value(run: Run, key: str) -> Any:
 
 
 def group_runs(runs: list[Run], keys: list[str]) -> dict[str, list[Run]]:
-    """Runs by the values of ``keys`` (a label ``v1 / v2``), in the order first seen."""
+    """Runs by the values of `keys` (a label `v1 / v2`), in the order first seen."""
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         groups[" / ".join(str(config_value(run, key)) for key in keys)].append(run)
@@ -58,14 +58,14 @@ def group_runs(runs: list[Run], keys: list[str]) -> dict[str, list[Run]]:
 
 
 def varying_keys(runs: list[Run], candidates: tuple[str, ...] = DEFAULT_GROUPING) -> list[str]:
-    """The ``candidates`` whose values differ between ``runs`` (``backbone`` when none does)."""
+    """The `candidates` whose values differ between `runs` (`backbone` when none does)."""
     keys = [key for key in candidates if len({str(config_value(run, key)) for run in runs}) > 1]
     return keys or ["backbone"]
 
 
 def main(argv: list[str]) -> int:
-    """Write the figure; exit status 2 when a path holds no run, a grouping key is unknown, ``--reps`` is below one
-    or ``--out`` cannot be written."""
+    """Write the figure; exit status 2 when a path holds no run, a grouping key is unknown, `--reps` is below one
+    or `--out` cannot be written."""
     options = make_parser().parse_args(argv)
     from experiments.config import ConfigError
     from experiments.writable import check_output

@@ -1,4 +1,4 @@
-"""``train_rl.py report DIRECTORY``: ``report.md`` and figures of a study, from the files on disk."""
+"""`train_rl.py report DIRECTORY`: `report.md` and figures of a study, from the files on disk."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from experiments.config import DEFAULT_REPS
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The parser of ``train_rl.py report``."""
+    """The parser of `train_rl.py report`."""
     parser = OneLineParser(prog=f"{program()} report", description=(
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
     parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
@@ -26,7 +26,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """``train_rl.py report DIRECTORY``; exit status 2 when there is no study there or ``--out`` cannot be written."""
+    """`train_rl.py report DIRECTORY`; exit status 2 when there is no study there or `--out` cannot be written."""
     parser = make_parser()
     options = parser.parse_args(argv)
     if options.env and options.out is None:

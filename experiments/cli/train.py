@@ -35,8 +35,8 @@ from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
 
 
 class RegistryKey:
-    """An argparse ``type`` that accepts the keys of a registry, imported on first use: ``--help`` never
-    imports it (argparse's ``choices`` would, to list them), a given value is checked as ``choices`` does."""
+    """An argparse `type` that accepts the keys of a registry, imported on first use: `--help` never
+    imports it (argparse's `choices` would, to list them), a given value is checked as `choices` does."""
 
     def __init__(self, module: str, registry: str) -> None:
         self.module, self.registry = module, registry
@@ -49,7 +49,7 @@ class RegistryKey:
 
 
 def literal(text: str) -> Any:
-    """A flag's value parsed as ``-p`` values are (``{gymnasium.wrappers.TimeLimit: {max_episode_steps: 9}}``)."""
+    """A flag's value parsed as `-p` values are (`{gymnasium.wrappers.TimeLimit: {max_episode_steps: 9}}`)."""
     from experiments.config import parse_value
 
     return parse_value(text)
@@ -84,7 +84,7 @@ LISTED = {"algo": "learners", "backbone": "backbones", "env": "envs", "hyperpara
 
 
 def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
-    """The training parser; with ``study_file``, that of ``train_rl.py study FILE``."""
+    """The training parser; with `study_file`, that of `train_rl.py study FILE`."""
     parser = OneLineParser(prog=f"{program()} study" if study_file else f"{program()} [train]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     if study_file:
@@ -141,7 +141,7 @@ def is_study(args: argparse.Namespace) -> bool:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~experiments.config.RunConfig` of a single run: defaults < hyper-parameter entry < --config <
+    """The `RunConfig` of a single run: defaults < hyper-parameter entry < --config <
     flags < -p overrides; validated (docs/validation.md). The entry applied is named on stderr."""
     from experiments.config import build_config
     from experiments.hyperparams import applied_line
@@ -158,7 +158,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def grid_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~experiments.studies.study.Grid` of a study: flags over the study file (if any); --backbone and
+    """The `Grid` of a study: flags over the study file (if any); --backbone and
     --seed make the grid."""
     from experiments.studies.study import Grid
 
@@ -168,7 +168,7 @@ def grid_from_args(args: argparse.Namespace) -> Any:
 
 
 def progress_bar(args: argparse.Namespace) -> bool:
-    """A progress bar on a terminal, or anywhere with ``--progress`` (not in CI, logs or studies by default)."""
+    """A progress bar on a terminal, or anywhere with `--progress` (not in CI, logs or studies by default)."""
     return args.progress or sys.stdout.isatty()
 
 
@@ -223,11 +223,11 @@ def _run(argv: list[str], study_file: bool) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``train_rl.py [train] [OPTIONS]``: one run, or a study when several backbones or seeds are given."""
+    """`train_rl.py [train] [OPTIONS]`: one run, or a study when several backbones or seeds are given."""
     return _run(argv, study_file=False)
 
 
 def study_main(argv: list[str]) -> int:
-    """``train_rl.py study FILE [OPTIONS]``."""
+    """`train_rl.py study FILE [OPTIONS]`."""
     return _run(argv, study_file=True)
 

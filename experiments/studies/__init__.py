@@ -1,6 +1,6 @@
-"""Studies over many runs: seed studies on a grid of tasks × backbones × seeds (:mod:`.study`) with their launchers
-(:mod:`.launchers`), hyper-parameter search (:mod:`.tune`, :mod:`.tune_space`), and the reports, statistics and
-figures made from run directories (:mod:`.runs`, :mod:`.report`, :mod:`.stats`, :mod:`.suite_scores`,
-:mod:`.plotting`). Above the run core (:mod:`experiments.training`, :mod:`experiments.run_dir`); a report loads
+"""Studies over many runs: seed studies on a grid of tasks × backbones × seeds (`.study`) with their launchers
+(`.launchers`), hyper-parameter search (`.tune`, `.tune_space`), and the reports, statistics and
+figures made from run directories (`.runs`, `.report`, `.stats`, `.suite_scores`,
+`.plotting`). Above the run core (`experiments.training`, `experiments.run_dir`); a report loads
 neither torch nor the learners.
 """

@@ -1,26 +1,26 @@
-"""Launchers: run ``fn(item)`` for every item, each in its own worker, and yield what happens as it
-happens: ``(index, result)`` when an item is done, ``(index, Lost(...))`` when the worker running it
-died before returning (killed, out of memory, its node lost), or ``None`` every ``poll`` seconds
+"""Launchers: run `fn(item)` for every item, each in its own worker, and yield what happens as it
+happens: `(index, result)` when an item is done, `(index, Lost(...))` when the worker running it
+died before returning (killed, out of memory, its node lost), or `None` every `poll` seconds
 while nothing happens (so the caller can refresh a progress display).
 
-A lost item is run again, on any worker still alive, up to ``max_retries`` times; ``renew(item)``
+A lost item is run again, on any worker still alive, up to `max_retries` times; `renew(item)`
 (called here, in the driver) gives the item to run again, e.g. one that resumes from the last
 checkpoint. Only the lost item is retried: the other workers go on. An item lost once more than
-``max_retries`` allows is given up (``Lost.retried`` is false) and the others still finish.
+`max_retries` allows is given up (`Lost.retried` is false) and the others still finish.
 
-- ``local``: worker processes ``spawn``-ed here (torch and ``fork`` do not mix), at most
-  ``workers`` at a time, each serving one item after another. A worker that dies is replaced by
+- `local`: worker processes `spawn`-ed here (torch and `fork` do not mix), at most
+  `workers` at a time, each serving one item after another. A worker that dies is replaced by
   a new one. Each worker watches its parent and exits as soon as it is gone, so killing the
   study, even with SIGKILL, leaves no orphan training on. When the caller stops early (an
   exception, Ctrl-C), the workers are terminated.
-- ``ray``: Ray tasks (``num_cpus=1``) on an existing cluster (``address``) or on a local instance
-  started by ``ray.init()``. Ray is imported only here, only when asked for. A task whose worker
+- `ray`: Ray tasks (`num_cpus=1`) on an existing cluster (`address`) or on a local instance
+  started by `ray.init()`. Ray is imported only here, only when asked for. A task whose worker
   or node dies fails with a system error (not the task's own exception), and is resubmitted;
   Ray schedules it on any live node with a free CPU.
 
-``fn`` must be importable by name in the workers (a module-level function of an installed
+`fn` must be importable by name in the workers (a module-level function of an installed
 package) and return a picklable value; it should catch its own errors (an exception it raises
-stops the launch with :class:`LauncherError`: it is a bug, not a lost worker).
+stops the launch with `LauncherError`: it is a bug, not a lost worker).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Retries:
         self.losses = [0] * len(self.items)
 
     def lost(self, index: int, reason: str) -> Lost:
-        """Count a loss of item ``index``; when it may run again, renew the item to run."""
+        """Count a loss of item `index`; when it may run again, renew the item to run."""
         self.losses[index] += 1
         retried = self.losses[index] <= self.max_retries
         if retried:
@@ -91,9 +91,9 @@ class Retries:
 
 def _exit_with_parent(parent: int) -> None:
     """Worker set-up: one torch thread, and exit when the parent process is gone. On Linux the
-    kernel kills the worker the moment the parent dies (``PR_SET_PDEATHSIG``), so not even a
-    short run can finish in between; elsewhere a thread notices within ``PARENT_POLL_SECONDS``
-    (the children are re-parented, so ``getppid`` changes). Files are written atomically, so
+    kernel kills the worker the moment the parent dies (`PR_SET_PDEATHSIG`), so not even a
+    short run can finish in between; elsewhere a thread notices within `PARENT_POLL_SECONDS`
+    (the children are re-parented, so `getppid` changes). Files are written atomically, so
     exiting at any moment loses nothing written."""
     import torch
 
@@ -110,8 +110,8 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def _serve(connection: Connection, parent: int, fn: Callable[[Any], Any]) -> None:
-    """A local worker's loop: receive an item, send back ``(True, fn(item))`` (or ``(False,
-    message)`` when ``fn`` raised); stop on ``None``."""
+    """A local worker's loop: receive an item, send back `(True, fn(item))` (or `(False,
+    message)` when `fn` raised); stop on `None`."""
     _exit_with_parent(parent)
     while (item := connection.recv()) is not None:
         try:
@@ -133,13 +133,13 @@ class _Worker:
         """the item it runs (``None``: idle)"""
 
     def run(self, index: int, item: Any) -> None:
-        """Send the worker an item; a worker that died while idle shows as lost in :meth:`reply`."""
+        """Send the worker an item; a worker that died while idle shows as lost in `reply`."""
         self.index = index
         with contextlib.suppress(OSError):
             self.connection.send(item)
 
     def reply(self) -> tuple[bool, Any] | str | None:
-        """The worker's reply to its item, a string saying how it died before replying, or ``None``
+        """The worker's reply to its item, a string saying how it died before replying, or `None`
         while it still runs."""
         if self.connection.poll():
             try:
@@ -166,7 +166,7 @@ class _Worker:
 
 def local_launch(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, poll: float,
                  retries: Retries) -> Iterator[Result]:
-    """Run ``fn`` over ``items`` in at most ``workers`` spawned processes; a lost item runs again in a new one."""
+    """Run `fn` over `items` in at most `workers` spawned processes; a lost item runs again in a new one."""
     context = multiprocessing.get_context("spawn")
     queue = deque(range(len(items)))
     pool: list[_Worker] = []
@@ -208,13 +208,13 @@ def local_launch(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, p
 
 
 def _first_sentences(text: str, count: int = 2) -> str:
-    """The first ``count`` sentences of a message (Ray's go on with advice on debugging)."""
+    """The first `count` sentences of a message (Ray's go on with advice on debugging)."""
     return ". ".join(text.strip().splitlines()[0].split(". ")[:count]).rstrip(".")
 
 
 def ray_launch(fn: Callable[[Any], Any], items: Sequence[Any], address: str | None, poll: float,
                retries: Retries) -> Iterator[Result]:
-    """Run ``fn`` over ``items`` as Ray tasks of one CPU each (on ``address``, else a local Ray);
+    """Run `fn` over `items` as Ray tasks of one CPU each (on `address`, else a local Ray);
     a task lost with its worker or node is submitted again."""
     import ray
 
@@ -248,8 +248,8 @@ def ray_launch(fn: Callable[[Any], Any], items: Sequence[Any], address: str | No
 def launch(fn: Callable[[Any], Any], items: Sequence[Any], launcher: str = "local", workers: int | None = None,
            address: str | None = None, poll: float = 5.0, max_retries: int = DEFAULT_MAX_RETRIES,
            renew: Callable[[Any], Any] | None = None) -> Iterator[Result]:
-    """Dispatch to :func:`local_launch` or :func:`ray_launch`; a lost item runs again (``renew(item)``)
-    up to ``max_retries`` times."""
+    """Dispatch to `local_launch` or `ray_launch`; a lost item runs again (`renew(item)`)
+    up to `max_retries` times."""
     retries = Retries(items, max_retries, renew)
     if launcher == "local":
         return local_launch(fn, items, workers or default_workers(len(items)), poll, retries)

@@ -1,8 +1,8 @@
-"""Learning-curve figures, shared by the study report (:mod:`experiments.studies.report`) and ``train_rl.py plot``.
+"""Learning-curve figures, shared by the study report (`experiments.studies.report`) and `train_rl.py plot`.
 
 A figure shows groups of runs (by backbone, env, ...): each run's evaluation curve as a thin line
 (dashed and ending in a cross for a run that diverged or failed), and per group the mean over its
-finished runs with a pointwise 95 % bootstrap band (:func:`experiments.studies.stats.curve_band`).
+finished runs with a pointwise 95 % bootstrap band (`experiments.studies.stats.curve_band`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def plot_curves(groups: Mapping[str, Sequence[Run]], success: bool, title: str, 
                 stochastic: bool = False) -> None:
     """Each group's mean learning curve over its finished runs with a bootstrap band; every run as a thin line.
 
-    ``success``: plot success rates (else mean returns); ``stochastic``: the sampling policy's evaluations.
+    `success`: plot success rates (else mean returns); `stochastic`: the sampling policy's evaluations.
     The mean is taken at the evaluation steps that all finished runs of a group share.
     """
     figure = Figure(figsize=(7, 4.2), layout="constrained")

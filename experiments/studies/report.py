@@ -1,28 +1,28 @@
 """The report of a seed study, from the run directories on disk alone (any launcher, any moment).
 
-``build_report(study_dir)`` writes ``report.md`` and PNG figures next to it:
+`build_report(study_dir)` writes `report.md` and PNG figures next to it:
 
 - per task, learning curves per backbone (mean over finished runs with a 95 % bootstrap band,
-  each seed as a thin line, runs that diverged or failed dashed) — ``curves_<task>.png``;
+  each seed as a thin line, runs that diverged or failed dashed) — `curves_<task>.png`;
 - per task (and over all tasks when they share a [0, 1] success score), final scores: mean, std,
   median and IQM with 95 % stratified bootstrap CIs, every run's score, and the probability of
-  improvement between each pair of backbones — ``scores_<task>.png``, ``improvement_<task>.png``;
+  improvement between each pair of backbones — `scores_<task>.png`, `improvement_<task>.png`;
 - per task, reliability: share of runs that solve the task, runs that solved it and then lost it (an evaluation
   at or above the threshold, the final one below), runs that diverged or failed, and the dispersion (IQR) and risk
   (CVaR of the worst 25 %) of the final scores (Chan et al. 2020);
 - per task, the final and best (POPGym's MMER) deterministic evaluations of every finished run, with the
-  normalised score (:mod:`experiments.studies.suite_scores`: ``0.5·R + 0.5`` for POPGym, the success rate where a task
+  normalised score (`experiments.studies.suite_scores`: `0.5·R + 0.5` for POPGym, the success rate where a task
   reports one);
 - over the suite of tasks that have a normalised score (of a partial study, those every compared backbone has
   finished a run on): the normalised MMER per task and backbone, its IQM, mean and median per backbone with
   95 % stratified bootstrap CIs, and P(X > Y), GTrXL against each other backbone first —
-  ``scores_suite.png``, ``improvement_suite.png``.
+  `scores_suite.png`, `improvement_suite.png`.
 
 The score of a run is its final evaluation's success rate where the task reports success, else
-its final mean return (the final model's, ``model.zip``; never ``best_model.zip``'s); a run that diverged or
+its final mean return (the final model's, `model.zip`; never `best_model.zip`'s); a run that diverged or
 failed is scored by its last evaluation before it stopped (left out of the scores when it has none) and never
-counts as solved. Each run's outcome (:func:`outcome`) and best evaluation are listed beside its final score. See
-:mod:`experiments.studies.stats` for the definitions.
+counts as solved. Each run's outcome (`outcome`) and best evaluation are listed beside its final score. See
+`experiments.studies.stats` for the definitions.
 """
 
 from __future__ import annotations
@@ -143,9 +143,9 @@ def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
 
 
 def outcome(run: Run, success: bool, threshold: float) -> str:
-    """What became of a run: :data:`SOLVED` (finished, its final score ≥ ``threshold``), :data:`SOLVED_THEN_LOST`
-    (finished below it after an evaluation of ``evaluations.csv`` at or above it), :data:`NOT_SOLVED`, or, for a run
-    that is not finished, its state (``diverged``, ``failed``, ``unfinished``, ``pending``)."""
+    """What became of a run: `SOLVED` (finished, its final score ≥ `threshold`), `SOLVED_THEN_LOST`
+    (finished below it after an evaluation of `evaluations.csv` at or above it), `NOT_SOLVED`, or, for a run
+    that is not finished, its state (`diverged`, `failed`, `unfinished`, `pending`)."""
     state = run.state()
     if state != FINISHED:
         return STATE_NAMES.get(state, state)
@@ -157,7 +157,7 @@ def outcome(run: Run, success: bool, threshold: float) -> str:
 
 
 def best_score(run: Run, success: bool) -> float | None:
-    """The run's best deterministic evaluation (success rate or mean return), its final one included; ``None``
+    """The run's best deterministic evaluation (success rate or mean return), its final one included; `None`
     when it has none."""
     _, values = run.curve(success)
     final = run.score(success) if run.state() == FINISHED else None
@@ -166,7 +166,7 @@ def best_score(run: Run, success: bool) -> float | None:
 
 
 def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
-    """Outcomes (:func:`outcome`), runs solved (finished runs scoring ≥ ``threshold``) and dispersion of one group
+    """Outcomes (`outcome`), runs solved (finished runs scoring ≥ `threshold`) and dispersion of one group
     of runs."""
     states = [run.state() for run in runs]
     scores = _score_matrix(runs, success).ravel()
@@ -206,9 +206,9 @@ class Study:
     @classmethod
     def analyse(cls, directory: Path, reps: int = DEFAULT_REPS, threshold: float | None = None,
                 seed: int = 0, envs: list[str] | None = None) -> Study:
-        """Read every run below ``directory`` and compute the statistics. ``threshold`` (the score
-        that counts as solving a task) defaults to the runs' ``success_threshold``; ``envs``, shell
-        patterns of env ids (``popgym-*``), keeps the runs of the envs that match one."""
+        """Read every run below `directory` and compute the statistics. `threshold` (the score
+        that counts as solving a task) defaults to the runs' `success_threshold`; `envs`, shell
+        patterns of env ids (`popgym-*`), keeps the runs of the envs that match one."""
         directory = Path(directory)
         record = read_study_record(directory)
         runs = _readable(_ordered_runs(directory, record.get("runs", [])))
@@ -237,7 +237,7 @@ class Study:
 
 
 def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
-    """The runs in ``study.yaml``'s order (the grid's), then any other run directory found."""
+    """The runs in `study.yaml`'s order (the grid's), then any other run directory found."""
     found = {run.directory.relative_to(directory).as_posix(): run for run in find_runs(directory)}
     order = [name for name in listed if name in found] + [name for name in found if name not in listed]
     return [found[name] for name in order]
@@ -289,7 +289,7 @@ def _suite(tasks: list[Task]) -> Suite | None:
 
 def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path) -> None:
     """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run;
-    ``score_name`` says which score (``final success rate``)."""
+    `score_name` says which score (`final success rate`)."""
     names = list(score_stats.scores)
     colors = group_colors(names)
     figure = Figure(figsize=(12, 0.5 * len(names) + 1.8), layout="constrained")
@@ -354,8 +354,8 @@ def _format_number(value: float) -> str:
 
 
 def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: str, directory: Path) -> list[str]:
-    """Score table, P(improvement) table and their figures; ``score_name`` says which score (``final success
-    rate``)."""
+    """Score table, P(improvement) table and their figures; `score_name` says which score (`final success
+    rate`)."""
     if not score_stats.scores:
         return ["No run has a score yet.", ""]
     plot_scores(title, score_stats, score_name, directory / f"scores_{key}.png")
@@ -399,12 +399,12 @@ def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str
 
 
 def _mean_std(values: list[float]) -> str:
-    """``mean ± std`` (the standard deviation over seeds, ``ddof=0`` as everywhere in the report)."""
+    """`mean ± std` (the standard deviation over seeds, `ddof=0` as everywhere in the report)."""
     return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
 
 
 def _seed_values(scores: list[RunScores], value: Callable[[RunScores], float | None]) -> str:
-    """``mean ± std (seed: value, ...)`` over the finished runs; – when none has a value."""
+    """`mean ± std (seed: value, ...)` over the finished runs; – when none has a value."""
     values = {s.seed: v for s in scores if (v := value(s)) is not None}
     if not values:
         return "–"
@@ -413,7 +413,7 @@ def _seed_values(scores: list[RunScores], value: Callable[[RunScores], float | N
 
 
 def _runs_in(task: Task, backbone: str) -> str:
-    """``finished/runs`` of one backbone on one task."""
+    """`finished/runs` of one backbone on one task."""
     return f"{len(task.finished.get(backbone, []))}/{len(task.runs.get(backbone, []))}"
 
 
@@ -475,7 +475,7 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
 
 
 def _mean_std_cell(task: Task, backbone: str) -> str:
-    """``mean ± std (finished/runs)`` of the normalised MMER of one backbone's finished runs on one task."""
+    """`mean ± std (finished/runs)` of the normalised MMER of one backbone's finished runs on one task."""
     values = [v for s in task.finished[backbone] if (v := s.normalised(task.env)) is not None]
     return (f"{_mean_std(values)} " if values else "") + f"({_runs_in(task, backbone)})"
 
@@ -493,7 +493,7 @@ def _unscored_lines(study: Study) -> list[str]:
 
 
 def retries(run: Run) -> int:
-    """Times the run was retried after its worker or node was lost (``status.json``, written by a study)."""
+    """Times the run was retried after its worker or node was lost (`status.json`, written by a study)."""
     return int((run.status or {}).get("retries", 0))
 
 
@@ -517,7 +517,7 @@ def _runs_section(study: Study) -> list[str]:
 
 
 def _retries_sentence(runs: list[Run]) -> str:
-    """`` N retries of M runs after a lost worker or node.`` (empty when none was retried)."""
+    """` N retries of M runs after a lost worker or node.` (empty when none was retried)."""
     counts = [retries(run) for run in runs if retries(run)]
     if not counts:
         return ""
@@ -526,7 +526,7 @@ def _retries_sentence(runs: list[Run]) -> str:
 
 
 def render(study: Study, directory: Path, seed: int = 0) -> str:
-    """The markdown of ``report.md``; writes the figures into ``directory``."""
+    """The markdown of `report.md`; writes the figures into `directory`."""
     states = [run.state() for run in study.runs]
     counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
     name = study.record.get("name", study.directory.name)
@@ -566,9 +566,9 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
 
 def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps: int = DEFAULT_REPS,
                  threshold: float | None = None, seed: int = 0, envs: list[str] | None = None) -> Path:
-    """Analyse ``study_dir`` (the runs of ``envs`` only, if given: see :meth:`Study.analyse`) and write
-    ``report.md`` and its figures to ``out_dir`` (default: the study directory; required with ``envs``, so
-    that a report of some tasks never replaces the study's own). Returns the path of ``report.md``."""
+    """Analyse `study_dir` (the runs of `envs` only, if given: see `Study.analyse`) and write
+    `report.md` and its figures to `out_dir` (default: the study directory; required with `envs`, so
+    that a report of some tasks never replaces the study's own). Returns the path of `report.md`."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise FileNotFoundError(f"study directory {str(study_dir)!r} does not exist")

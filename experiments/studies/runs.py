@@ -1,17 +1,17 @@
 """Runs as studies and reports read them: each run's state, score and learning curve, from the files its
-:class:`~experiments.run_dir.RunDirectory` holds and the ``status.json`` a study's worker writes around it.
+`RunDirectory` holds and the `status.json` a study's worker writes around it.
 
 Any launcher (process pool, Ray, a shell loop) and any moment (a study still running, or killed) gives the same
 answer:
 
-- ``finished``: ``summary.json`` exists (and, when a step target is given, reaches it);
-- ``diverged`` / ``failed``: ``status.json`` says so (a non-finite loss, gradient or parameter, or any other
+- `finished`: `summary.json` exists (and, when a step target is given, reaches it);
+- `diverged` / `failed`: `status.json` says so (a non-finite loss, gradient or parameter, or any other
   exception, with its message);
-- ``interrupted``: a checkpoint exists but no summary, so the run resumes from it;
-- ``new``: nothing to resume from.
+- `interrupted`: a checkpoint exists but no summary, so the run resumes from it;
+- `new`: nothing to resume from.
 
-A study puts the runs of each task in a folder named after the task (:func:`task_folder`) when two tasks share an
-environment id, and keeps its record in ``study.yaml`` (:data:`STUDY_FILE`).
+A study puts the runs of each task in a folder named after the task (`task_folder`) when two tasks share an
+environment id, and keeps its record in `study.yaml` (`STUDY_FILE`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ UNSUCCESSFUL = (DIVERGED, FAILED)
 
 
 def task_label(config: dict[str, Any]) -> str:
-    """The task of a run configuration, as reports name it: ``env (key=value, ...)``, followed by its wrappers
-    (``+ MaskVelocity``, ``+ TimeLimit(max_episode_steps=100)``) where it has some."""
+    """The task of a run configuration, as reports name it: `env (key=value, ...)`, followed by its wrappers
+    (`+ MaskVelocity`, `+ TimeLimit(max_episode_steps=100)`) where it has some."""
     kwargs = ", ".join(f"{k}={v}" for k, v in sorted((config.get("env_kwargs") or {}).items()))
     label = f"{config.get('env', '?')} ({kwargs})" if kwargs else str(config.get("env", "?"))
     for wrapper in parse_env_wrapper(config.get("env_wrapper")):
@@ -54,7 +54,7 @@ def task_label(config: dict[str, Any]) -> str:
 
 
 def slug(text: str) -> str:
-    """``text`` as a file or folder name (letters, digits, dots and underscores)."""
+    """`text` as a file or folder name (letters, digits, dots and underscores)."""
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
 
 
@@ -64,13 +64,13 @@ def task_folder(config: dict[str, Any]) -> str:
 
 
 def read_study_record(directory: Path) -> dict[str, Any]:
-    """A study directory's ``study.yaml`` (name, grid, runs, commands); empty when there is none."""
+    """A study directory's `study.yaml` (name, grid, runs, commands); empty when there is none."""
     path = Path(directory) / STUDY_FILE
     return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
 
 
 def write_status(directory: Path, state: str, **fields: Any) -> None:
-    """Record a run's state in its ``status.json`` (atomically) with the writing process and host."""
+    """Record a run's state in its `status.json` (atomically) with the writing process and host."""
     directory.mkdir(parents=True, exist_ok=True)
     record = {"state": state, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), **fields}
     RunDirectory(directory).write(STATUS_FILE, json.dumps(record, indent=2))
@@ -84,7 +84,7 @@ class Run:
 
     @classmethod
     def of(cls, config: RunConfig) -> Run:
-        """The run ``config`` describes."""
+        """The run `config` describes."""
         return cls(RunDirectory.of(config).path)
 
     @property
@@ -108,10 +108,10 @@ class Run:
         return read_json(self.files / STATUS_FILE)
 
     def state(self, total_timesteps: int | None = None) -> str:
-        """``finished``, ``diverged``, ``failed``, ``interrupted`` or ``new`` (see the module doc).
+        """`finished`, `diverged`, `failed`, `interrupted` or `new` (see the module doc).
 
         A finished run whose summary holds a non-finite score counts as diverged; one that stopped short of
-        ``total_timesteps`` as interrupted, unless it stopped there solved (``stop_when_solved``).
+        `total_timesteps` as interrupted, unless it stopped there solved (`stop_when_solved`).
         """
         if self.summary is not None:
             if not all(math.isfinite(self.summary[k]) for k in ("final_mean_return", "final_std_return")):
@@ -144,15 +144,15 @@ class Run:
         return bool(self.evaluations) and all(row["success_rate"] != "" for row in self.evaluations)
 
     def curve(self, success: bool, stochastic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Evaluation timesteps and scores (success rate or mean return) from ``evaluations.csv``, of the
-        deterministic policy or, with ``stochastic``, the sampling one."""
+        """Evaluation timesteps and scores (success rate or mean return) from `evaluations.csv`, of the
+        deterministic policy or, with `stochastic`, the sampling one."""
         column = _score_column(success, stochastic)
         rows = [r for r in self.evaluations if r.get(column)]
         steps = np.array([int(float(r["timesteps"])) for r in rows], dtype=np.int64)
         return steps, np.array([float(r[column]) for r in rows], dtype=np.float64)
 
     def lowest_after_solving(self, success: bool, threshold: float, stochastic: bool = False) -> float | None:
-        """The lowest evaluation from the first one scoring ≥ ``threshold`` on, the final one included; ``None``
+        """The lowest evaluation from the first one scoring ≥ `threshold` on, the final one included; `None`
         for a run that never reached it."""
         _, values = self.curve(success, stochastic)
         final = None
@@ -165,7 +165,7 @@ class Run:
 
     def score(self, success: bool) -> float | None:
         """The final score: the summary's final evaluation; for a run that diverged or failed, its last evaluation
-        before it stopped; ``None`` when there is none."""
+        before it stopped; `None` when there is none."""
         state = self.state()
         if state == FINISHED:
             assert self.summary is not None
@@ -182,7 +182,7 @@ class Run:
 
     def problem(self) -> str | None:
         """Why a report cannot read this run (a configuration that is not a mapping, evaluation steps that repeat
-        or go back, a summary without its scores), else ``None``."""
+        or go back, a summary without its scores), else `None`."""
         try:
             if not isinstance(self.config, dict):
                 return "config.yaml is not a mapping"
@@ -202,7 +202,7 @@ class Run:
 
 
 def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float) -> float | None:
-    """The lowest of ``values`` from the first one ≥ ``threshold`` on; ``None`` if none reaches it."""
+    """The lowest of `values` from the first one ≥ `threshold` on; `None` if none reaches it."""
     values = np.asarray(values, dtype=np.float64)
     reached = np.flatnonzero(values >= threshold)
     return float(values[reached[0]:].min()) if reached.size else None
@@ -213,5 +213,5 @@ def _score_column(success: bool, stochastic: bool) -> str:
 
 
 def find_runs(directory: Path) -> list[Run]:
-    """Every run directory (one holding ``config.yaml``) at or below ``directory``, sorted."""
+    """Every run directory (one holding `config.yaml`) at or below `directory`, sorted."""
     return [Run(path.parent) for path in sorted(Path(directory).rglob("config.yaml"))]

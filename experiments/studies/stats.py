@@ -1,26 +1,26 @@
 """Statistics of a seed study: aggregate scores with bootstrap confidence intervals and the
 reliability measures of Chan et al. 2020. Pure numpy / rliable; no files.
 
-Scores are arranged as rliable wants them: one ``(runs × tasks)`` matrix per backbone.
+Scores are arranged as rliable wants them: one `(runs × tasks)` matrix per backbone.
 
 - **IQM** (Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice"): the mean of
-  the middle 50 % of all scores, ``mean(sorted(x)[⌊n/4⌋ : n − ⌊n/4⌋])`` (rliable's
-  ``aggregate_iqm``, scipy's 25 % trimmed mean) — robust to outlier runs, yet more efficient than
+  the middle 50 % of all scores, `mean(sorted(x)[⌊n/4⌋ : n − ⌊n/4⌋])` (rliable's
+  `aggregate_iqm`, scipy's 25 % trimmed mean) — robust to outlier runs, yet more efficient than
   the median.
 - **Stratified bootstrap CIs** (ibid.): resample runs with replacement *within* each task, recompute
   the statistic, and take the 2.5 / 97.5 percentiles of the replicates (95 % percentile interval).
 - **Probability of improvement** P(X > Y) (ibid.): the Mann–Whitney U statistic over all run pairs,
-  ``(#{x_i > y_j} + ½ #{x_i = y_j}) / (n m)``, averaged over tasks.
+  `(#{x_i > y_j} + ½ #{x_i = y_j}) / (n m)`, averaged over tasks.
 - **Dispersion across runs** (Chan et al. 2020, "Measuring the Reliability of RL Algorithms"): the
-  interquartile range ``P75 − P25`` of the final scores.
+  interquartile range `P75 − P25` of the final scores.
 - **Risk across runs** (ibid.): the conditional value at risk of the lower tail of the final scores,
-  the mean of their worst α = 25 % (see :func:`cvar`).
+  the mean of their worst α = 25 % (see `cvar`).
 
-rliable pitfalls handled here: ``metrics.aggregate_median`` is the median over *tasks* of the per-task
-means (so with one task it is the mean), hence :func:`median` pools all scores instead; and the
-bootstrap draws from numpy's *global* generator (its ``random_state`` is not used for the indices),
-hence :func:`seeded`. IQM and P(X > Y) are computed in numpy with rliable's definitions: scipy's
-``trim_mean`` and ``mannwhitneyu`` cost about a millisecond per call in argument checking, and the
+rliable pitfalls handled here: `metrics.aggregate_median` is the median over *tasks* of the per-task
+means (so with one task it is the mean), hence `median` pools all scores instead; and the
+bootstrap draws from numpy's *global* generator (its `random_state` is not used for the indices),
+hence `seeded`. IQM and P(X > Y) are computed in numpy with rliable's definitions: scipy's
+`trim_mean` and `mannwhitneyu` cost about a millisecond per call in argument checking, and the
 bootstrap calls them thousands of times.
 """
 
@@ -68,16 +68,16 @@ def iqm(scores: np.ndarray) -> float:
 
 
 def iqr(scores: np.ndarray) -> float:
-    """Interquartile range ``P75 − P25`` (Chan et al. 2020's dispersion across runs)."""
+    """Interquartile range `P75 − P25` (Chan et al. 2020's dispersion across runs)."""
     low, high = np.percentile(scores, [25, 75])
     return float(high - low)
 
 
 def cvar(scores: np.ndarray, alpha: float = CVAR_ALPHA) -> float:
     """Conditional value at risk (Chan et al. 2020's risk across runs): the mean of the worst α
-    fraction of the scores, ``(x₍₁₎ + … + x₍ₖ₎ + (αn − k) x₍ₖ₊₁₎) / (αn)`` with ``k = ⌊αn⌋`` over the
+    fraction of the scores, `(x₍₁₎ + … + x₍ₖ₎ + (αn − k) x₍ₖ₊₁₎) / (αn)` with `k = ⌊αn⌋` over the
     sorted scores (the empirical expected shortfall of Acerbi & Tasche 2002: part of the next run
-    counts when αn is not whole). Unlike ``mean{x ≤ VaRα}``, it stays a tail mean when scores tie,
+    counts when αn is not whole). Unlike `mean{x ≤ VaRα}`, it stays a tail mean when scores tie,
     as success rates often do: for 0.5, 1, 1, 1, 1 it is 0.6, not the mean 0.9."""
     values = np.sort(np.asarray(scores, dtype=np.float64), axis=None)
     size = alpha * values.size
@@ -88,7 +88,7 @@ def cvar(scores: np.ndarray, alpha: float = CVAR_ALPHA) -> float:
 
 def probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
     """P(X > Y): per task, the share of run pairs where X scores higher (ties count ½); averaged
-    over tasks. ``scores_x`` is ``(n × tasks)``, ``scores_y`` is ``(m × tasks)``."""
+    over tasks. `scores_x` is `(n × tasks)`, `scores_y` is `(m × tasks)`."""
     x, y = scores_x[:, None, :], scores_y[None, :, :]
     return float(((x > y) + 0.5 * (x == y)).mean(axis=(0, 1)).mean())
 
@@ -112,7 +112,7 @@ class Estimate:
 def aggregate_estimates(score_dict: Mapping[str, np.ndarray], reps: int,
                         seed: int = 0) -> dict[str, dict[str, Estimate]]:
     """Mean, median and IQM per backbone with 95 % stratified bootstrap CIs (one bootstrap for all
-    three). ``score_dict`` maps a backbone to its ``(runs × tasks)`` scores."""
+    three). `score_dict` maps a backbone to its `(runs × tasks)` scores."""
     with seeded(seed):
         points, intervals = rly.get_interval_estimates(dict(score_dict), _aggregates, reps=reps,
                                                        confidence_interval_size=CONFIDENCE)
@@ -142,7 +142,7 @@ def improvement_probabilities(score_dict: Mapping[str, np.ndarray], reps: int,
 
 
 def curve_band(curves: np.ndarray, reps: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean learning curve over runs with a pointwise 95 % bootstrap band; ``curves`` is ``(runs × T)``."""
+    """Mean learning curve over runs with a pointwise 95 % bootstrap band; `curves` is `(runs × T)`."""
     with seeded(seed):
         points, intervals = rly.get_interval_estimates({"curve": curves[:, None, :]},
                                                        lambda s: s.mean(axis=(0, 1)), reps=reps,

@@ -1,24 +1,24 @@
 """Seed studies: every combination of tasks × backbones × seeds as an independent run, in parallel
-(:mod:`experiments.studies.launchers`), resumable, with a report at the end (:mod:`experiments.studies.report`).
+(`experiments.studies.launchers`), resumable, with a report at the end (`experiments.studies.report`).
 
-A study lives in ``{log_dir}/{name}/``: one run directory per run, in the layout of single runs
-(``{env}__{algo}-{backbone}__{seed}/``; under a per-task folder when two tasks share an
-environment id), ``study.yaml`` (the grid, the runs and every command that ran the study),
-``report.md`` and the figures. Every run trains with one torch thread.
+A study lives in `{log_dir}/{name}/`: one run directory per run, in the layout of single runs
+(`{env}__{algo}-{backbone}__{seed}/`; under a per-task folder when two tasks share an
+environment id), `study.yaml` (the grid, the runs and every command that ran the study),
+`report.md` and the figures. Every run trains with one torch thread.
 
-Rerunning a study skips finished runs (and, unless ``retry_failed``, runs that diverged or failed:
+Rerunning a study skips finished runs (and, unless `retry_failed`, runs that diverged or failed:
 they are results too), resumes interrupted ones from their last checkpoint and starts the others
-afresh. A run that raises does not stop the study: its ``status.json`` records ``diverged`` (a
-non-finite loss, gradient or parameter) or ``failed`` with the message, and the report counts it.
+afresh. A run that raises does not stop the study: its `status.json` records `diverged` (a
+non-finite loss, gradient or parameter) or `failed` with the message, and the report counts it.
 Killing the study at any moment loses nothing already written (every file is written atomically).
 
 A run whose worker dies under it (a killed process, a lost Ray node) is retried while the other
 runs go on: it resumes from its last checkpoint (or starts afresh if it had none), on any worker
-still alive, up to ``max_retries`` times per study command; ``status.json`` counts its
-``retries`` over its whole life, and the report shows them. A run lost more often is recorded as
-``failed`` (``--retry-failed`` reruns it).
+still alive, up to `max_retries` times per study command; `status.json` counts its
+`retries` over its whole life, and the report shows them. A run lost more often is recorded as
+`failed` (`--retry-failed` reruns it).
 
-A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is optional::
+A study file (`train_rl.py study FILE.yaml`) holds the grid; every key is optional::
 
     name: memory              # the study directory under log_dir (default: the file's name)
     config: ../base.yaml      # a run configuration file (relative to this file), as --config
@@ -34,10 +34,10 @@ A study file (``train_rl.py study FILE.yaml``) holds the grid; every key is opti
     backbones: [gtrxl, trxl-i, trxl, lstm, mlp]
     seeds: [0, 1, 2, 3, 4]    # or a count: 5
 
-Precedence, lowest first: defaults, the hyper-parameter entry of each run's env (:mod:`experiments.hyperparams`;
-``hyperparams: none`` in ``settings`` or a task, or ``--hyperparams none``, turns it off), ``config`` (a task's own
-``config`` replaces it; both are relative to the study file), ``settings``, the task's keys, command-line flags,
-``-p`` overrides; ``--backbone`` and ``--seed`` replace the file's lists. Each run's ``config.yaml`` records the
+Precedence, lowest first: defaults, the hyper-parameter entry of each run's env (`experiments.hyperparams`;
+`hyperparams: none` in `settings` or a task, or `--hyperparams none`, turns it off), `config` (a task's own
+`config` replaces it; both are relative to the study file), `settings`, the task's keys, command-line flags,
+`-p` overrides; `--backbone` and `--seed` replace the file's lists. Each run's `config.yaml` records the
 entry it started from, and a rerun refuses runs made from another.
 """
 
@@ -105,7 +105,7 @@ LOST_WORKER_WAIT_SECONDS = 60.0
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """``update`` over ``base``, merging nested mappings (``env_kwargs``, ``ppo``, ...)."""
+    """`update` over `base`, merging nested mappings (`env_kwargs`, `ppo`, ...)."""
     merged = dict(base)
     for key, value in update.items():
         old = merged.get(key)
@@ -138,7 +138,7 @@ class Grid:
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> Grid:
-        """A grid from a study file (see the module doc); non-empty ``overrides`` replace its fields."""
+        """A grid from a study file (see the module doc); non-empty `overrides` replace its fields."""
         path = Path(path)
         data = load_yaml(path)
         unknown = sorted(set(data) - set(STUDY_KEYS))
@@ -182,7 +182,7 @@ class Grid:
 
     def study_configs(self) -> tuple[Path, list[RunConfig]]:
         """The study directory and the run configurations placed in it: one torch thread each, or the
-        ``threads`` given as a flag (a study's workers share the machine, so a config file's count is not used)."""
+        `threads` given as a flag (a study's workers share the machine, so a config file's count is not used)."""
         configs = self.configs()
         first = configs[0]
         directory = Path(first.log_dir) / (self.name or f"{env_slug(first.env)}__{first.algo}")
@@ -223,7 +223,7 @@ class RunTask:
 
 
 def _alive(pid: int) -> bool:
-    """Whether process ``pid`` (of this host) exists and is not a zombie."""
+    """Whether process `pid` (of this host) exists and is not a zombie."""
     try:
         os.kill(pid, 0)
         stat = Path(f"/proc/{pid}/stat")
@@ -235,9 +235,9 @@ def _alive(pid: int) -> bool:
 
 
 def wait_for_lost_worker(directory: Path, session: str, timeout: float = LOST_WORKER_WAIT_SECONDS) -> None:
-    """Before a retry trains: when ``status.json`` says another process of this study session,
+    """Before a retry trains: when `status.json` says another process of this study session,
     on this host, is training the run (the lost worker: a Ray worker notices its raylet's death
-    only a moment after the node is declared dead), wait up to ``timeout`` seconds for it to be
+    only a moment after the node is declared dead), wait up to `timeout` seconds for it to be
     gone, so two processes never write one run directory (and a lock it held is released)."""
     status = Run(directory).status or {}
     pid = status.get("pid")
@@ -250,7 +250,7 @@ def wait_for_lost_worker(directory: Path, session: str, timeout: float = LOST_WO
 
 
 def execute(task: RunTask) -> dict[str, Any]:
-    """Train one run (in a worker) and record its outcome in ``status.json``; never raises for a
+    """Train one run (in a worker) and record its outcome in `status.json`; never raises for a
     run that fails, so the study goes on."""
     directory = RunDirectory.of(task.config).path
     wait_for_lost_worker(directory, task.session)
@@ -273,8 +273,8 @@ def execute(task: RunTask) -> dict[str, Any]:
 
 
 def check_consistency(configs: list[RunConfig]) -> None:
-    """Refuse a study whose existing run directories hold other configurations (in their ``config.yaml`` or
-    recorded in their checkpoints: :meth:`experiments.run_dir.RunDirectory.check_same_run`)."""
+    """Refuse a study whose existing run directories hold other configurations (in their `config.yaml` or
+    recorded in their checkpoints: `experiments.run_dir.RunDirectory.check_same_run`)."""
     for config in configs:
         run = RunDirectory.of(config)
         directory = run.path
@@ -303,7 +303,7 @@ def plan(configs: list[RunConfig], session: str, retry_failed: bool = False,
 
 
 class Progress:
-    """A compact progress line on ``stream``, from the run directories: runs done / running /
+    """A compact progress line on `stream`, from the run directories: runs done / running /
     failed / queued, environment steps and their rate over this session."""
 
     def __init__(self, tasks: list[RunTask], stream: TextIO | None = None, every: float = 10.0) -> None:
@@ -338,7 +338,7 @@ class Progress:
                 + ("" if eta is None else f", about {_duration(eta)} left"))
 
     def update(self, results: dict[int, dict[str, Any]]) -> None:
-        """Print the line when the counts changed, or every ``every`` seconds."""
+        """Print the line when the counts changed, or every `every` seconds."""
         counts = self.counts(results)
         if counts != self.last_counts or time.time() - self.last_time >= self.every:
             print(self.line(counts), file=self.stream, flush=True)
@@ -366,7 +366,7 @@ class Progress:
 
 
 def give_up(task: RunTask, lost: Lost) -> dict[str, Any]:
-    """Record a run lost once more than the retries allow as ``failed`` (its checkpoints are kept)."""
+    """Record a run lost once more than the retries allow as `failed` (its checkpoints are kept)."""
     error = f"its worker was lost {lost.losses} time{'s' if lost.losses > 1 else ''}, last: {lost.reason}"
     write_status(RunDirectory.of(task.config).path, FAILED, session=task.session,
                  retries=task.retries + lost.losses - 1,
@@ -409,12 +409,12 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def _union(earlier: list[Any], now: list[Any]) -> list[Any]:
-    """``earlier``, then the items of ``now`` it lacks, in order (items may be dicts, so not a set)."""
+    """`earlier`, then the items of `now` it lacks, in order (items may be dicts, so not a set)."""
     return [*earlier, *(item for item in now if item not in earlier)]
 
 
 def _write_record(directory: Path, name: str, grid: Grid, configs: list[RunConfig], command: str) -> None:
-    """Update ``study.yaml``: the grid (every task, backbone and seed any command ran: a rerun on a subset
+    """Update `study.yaml`: the grid (every task, backbone and seed any command ran: a rerun on a subset
     adds to it), every run (in grid order, earlier ones kept), and the commands, each with its own grid."""
     record = read_study_record(directory)
     runs = [RunDirectory.of(c).path.relative_to(directory).as_posix() for c in configs]
@@ -431,7 +431,7 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
               reps: int = DEFAULT_REPS, verbose: int = 0, stream: TextIO | None = None,
               max_retries: int = DEFAULT_MAX_RETRIES) -> int:
     """Run (or resume) the study and write its report; a run whose worker is lost is retried up to
-    ``max_retries`` times. Returns the exit status: 0 when every run finished, 3 when some
+    `max_retries` times. Returns the exit status: 0 when every run finished, 3 when some
     diverged or failed (or were lost too often), 130 when interrupted (rerun to resume)."""
     stream = stream or sys.stderr
     directory, configs = grid.study_configs()

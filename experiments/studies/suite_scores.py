@@ -3,16 +3,16 @@ suite on one [0, 1] scale, and the (runs × tasks) matrices of a possibly partia
 
 - **MMER** (Morad et al. 2023, POPGym): the *maximum mean episodic reward*, the highest mean episode return of
   any of the run's evaluations. Here it is taken over the deterministic evaluations a run logs during training
-  (``evaluations.csv``) and its final one (``summary.json``); POPGym took it over the stochastic policy's
+  (`evaluations.csv`) and its final one (`summary.json`); POPGym took it over the stochastic policy's
   training episodes. Like POPGym's, it is the maximum of noisy estimates, so it is biased upwards by the
   evaluation noise (32 episodes in the POPGym suite study): read it beside the final return.
 - **Normalised score**, what the suite aggregates:
 
-  - POPGym tasks (``popgym-*`` ids; episode returns in [-1, 1]): ``0.5·R + 0.5``, so [-1, 1] maps to [0, 1]
+  - POPGym tasks (`popgym-*` ids; episode returns in [-1, 1]): `0.5·R + 0.5`, so [-1, 1] maps to [0, 1]
     and the numbers read against the POPGym paper's. PositionOnlyCartPole's returns lie in [0, 1], so its
     normalised score lies in [0.5, 1].
   - Tasks that report a success rate (MiniGrid Memory, T-Maze): the success rate itself, not the return.
-    MiniGrid's return is already in [0, 1] but it is ``1 − 0.9·steps/max_steps`` on success, so a perfect
+    MiniGrid's return is already in [0, 1] but it is `1 − 0.9·steps/max_steps` on success, so a perfect
     agent scores below 1 by an amount that depends on the maze and the step limit; the success rate is the
     share of episodes solved, reaches 1 when every episode is, and is the score the MiniGrid target of the
     suite study (success ≥ 0.9) and engram's other studies use. Its best over the evaluations is the MMER's
@@ -20,10 +20,10 @@ suite on one [0, 1] scale, and the (runs × tasks) matrices of a possibly partia
   - Any other task (engram's return-scored tasks, Memory Gym): no normalised score; a suite leaves it out.
 
 - **A partial study** (runs still landing): the aggregate compares only the backbones with at least one
-  finished run, over the tasks where each of them has at least one (:func:`suite_matrices` names the tasks left
+  finished run, over the tasks where each of them has at least one (`suite_matrices` names the tasks left
   out and why). rliable's stratified bootstrap needs, per backbone, the same number of runs on every task, which
-  also weighs every task the same: a backbone's matrix keeps its ``k`` lowest-seeded finished runs per task,
-  ``k`` the fewest it has on any included task. Runs that are not finished (pending, unfinished, diverged,
+  also weighs every task the same: a backbone's matrix keeps its `k` lowest-seeded finished runs per task,
+  `k` the fewest it has on any included task. Runs that are not finished (pending, unfinished, diverged,
   failed) are never scored.
 """
 
@@ -41,25 +41,25 @@ POPGYM_PREFIX = "popgym-"
 
 
 def is_popgym(env_id: str) -> bool:
-    """Whether ``env_id`` is a POPGym task, whose episode returns lie in [-1, 1]."""
+    """Whether `env_id` is a POPGym task, whose episode returns lie in [-1, 1]."""
     return env_id.startswith(POPGYM_PREFIX)
 
 
 def popgym_normalised(episode_return: float) -> float:
-    """POPGym's normalisation of a return in [-1, 1] to [0, 1]: ``0.5·R + 0.5`` (Morad et al. 2023)."""
+    """POPGym's normalisation of a return in [-1, 1] to [0, 1]: `0.5·R + 0.5` (Morad et al. 2023)."""
     return 0.5 * episode_return + 0.5
 
 
 def normalised_score(env_id: str, episode_return: float, success_rate: float | None) -> float | None:
-    """The [0, 1] score of one evaluation (or of the best of a run's): ``0.5·R + 0.5`` for a POPGym task, the
-    success rate for a task that reports one, else ``None`` (see the module doc)."""
+    """The [0, 1] score of one evaluation (or of the best of a run's): `0.5·R + 0.5` for a POPGym task, the
+    success rate for a task that reports one, else `None` (see the module doc)."""
     if is_popgym(env_id):
         return popgym_normalised(episode_return)
     return success_rate
 
 
 def normalisation_name(env_id: str, success: bool) -> str | None:
-    """What :func:`normalised_score` is for a task, as the report names it; ``None`` where there is none."""
+    """What `normalised_score` is for a task, as the report names it; `None` where there is none."""
     if is_popgym(env_id):
         return "0.5·MMER + 0.5"
     return "best success rate" if success else None
@@ -80,7 +80,7 @@ class RunScores:
     """the highest success rate of any evaluation, the final one included"""
 
     def normalised(self, env_id: str) -> float | None:
-        """The run's normalised MMER (:func:`normalised_score` of its best evaluation)."""
+        """The run's normalised MMER (`normalised_score` of its best evaluation)."""
         return normalised_score(env_id, self.best_return, self.best_success)
 
 
@@ -90,7 +90,7 @@ def _best(logged: np.ndarray, final: float) -> float:
 
 
 def run_scores(run: Run) -> RunScores | None:
-    """The scores of a finished run (:class:`RunScores`); ``None`` for a run that is not finished."""
+    """The scores of a finished run (`RunScores`); `None` for a run that is not finished."""
     if run.state() != FINISHED:
         return None
     assert run.summary is not None
@@ -120,12 +120,12 @@ class Suite:
 
 
 def suite_matrices(normalised: Mapping[str, Mapping[str, Sequence[tuple[int, float]]] | None]) -> Suite:
-    """The suite's score matrices from ``task → backbone → [(seed, normalised MMER) of each finished run]``
-    (``None`` for a task without a normalised score; a backbone with no finished run may be absent or empty).
+    """The suite's score matrices from `task → backbone → [(seed, normalised MMER) of each finished run]`
+    (`None` for a task without a normalised score; a backbone with no finished run may be absent or empty).
 
     The compared backbones are those with a finished run on some task that has a normalised score; a task is
     included when every compared backbone has a finished run on it; each backbone keeps, per included task,
-    its ``k`` lowest-seeded runs, ``k`` the fewest it has on an included task (see the module doc)."""
+    its `k` lowest-seeded runs, `k` the fewest it has on an included task (see the module doc)."""
     scored = {task: {b: sorted(runs) for b, runs in by_backbone.items() if runs}
               for task, by_backbone in normalised.items() if by_backbone is not None}
     backbones = list(dict.fromkeys(b for by_backbone in scored.values() for b in by_backbone))

@@ -109,8 +109,8 @@ class TuneSettings:
 
 
 def score(row: dict[str, Any], metric: str) -> float:
-    """A run's score from an evaluation row or a summary (``success_rate`` / ``mean_return`` or their
-    ``final_`` forms): the success rate (``success``; ``auto`` where the task reports one) or the mean return."""
+    """A run's score from an evaluation row or a summary (`success_rate` / `mean_return` or their
+    `final_` forms): the success rate (`success`; `auto` where the task reports one) or the mean return."""
     rate = row.get("final_success_rate", row.get("success_rate"))
     rate = None if rate in (None, "") else float(rate)
     if metric == "success" and rate is None:
@@ -121,7 +121,7 @@ def score(row: dict[str, Any], metric: str) -> float:
 
 
 class ReportEvaluations(BaseCallback):
-    """Report each new evaluation of a run (``evaluations.csv``) to an Optuna trial at ``offset`` + its step, and
+    """Report each new evaluation of a run (`evaluations.csv`) to an Optuna trial at `offset` + its step, and
     stop the run once the pruner says so."""
 
     def __init__(self, trial: optuna.Trial, log: EvalLog, metric: str, offset: int) -> None:
@@ -146,7 +146,7 @@ class ReportEvaluations(BaseCallback):
 
 
 def with_values(base: RunConfig, values: dict[str, Any]) -> RunConfig:
-    """A copy of ``base`` with the dotted ``values`` applied."""
+    """A copy of `base` with the dotted `values` applied."""
     config = copy.deepcopy(base)
     for key, value in values.items():
         apply(config, key, value)
@@ -154,7 +154,7 @@ def with_values(base: RunConfig, values: dict[str, Any]) -> RunConfig:
 
 
 def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Path) -> list[RunConfig]:
-    """The runs of a trial: every task × seed, with ``values`` applied, under ``trial_dir``."""
+    """The runs of a trial: every task × seed, with `values` applied, under `trial_dir`."""
     configs = []
     for base in settings.base:
         for seed in settings.seeds:
@@ -199,7 +199,7 @@ def make_pruner(settings: TuneSettings) -> optuna.pruners.BasePruner:
 
 
 def open_study(settings: TuneSettings, sampler_seed: int | None = None) -> optuna.Study:
-    """The study in ``study.db`` (created on first use), sampled by TPE seeded with ``sampler_seed``. Trials whose
+    """The study in `study.db` (created on first use), sampled by TPE seeded with `sampler_seed`. Trials whose
     process stopped beating are failed after two minutes and enqueued again (Optuna's heartbeat)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -223,8 +223,8 @@ def claimed(study: optuna.Study) -> int:
 
 
 def one_ask_at_a_time(study: optuna.Study, lock: Path) -> None:
-    """Make ``study.ask`` (how ``optimize`` takes each trial) hold an exclusive lock on the file ``lock``. Optuna's
-    storage takes a waiting (``--enqueue``) trial by reading its state, then writing it; SQLite does not lock the
+    """Make `study.ask` (how `optimize` takes each trial) hold an exclusive lock on the file `lock`. Optuna's
+    storage takes a waiting (`--enqueue`) trial by reading its state, then writing it; SQLite does not lock the
     row in between, so two workers on a busy machine could both take the same trial and run it twice."""
     ask = study.ask
 
@@ -237,7 +237,7 @@ def one_ask_at_a_time(study: optuna.Study, lock: Path) -> None:
 
 
 def work(settings: TuneSettings, worker: int) -> None:
-    """One worker: trials until the study holds ``settings.trials`` finished or pruned ones (or the timeout).
+    """One worker: trials until the study holds `settings.trials` finished or pruned ones (or the timeout).
 
     The sampler's seed moves with the trials already in the study and the worker, so a resumed or parallel
     worker does not draw the same random start-up trials again."""
@@ -259,7 +259,7 @@ def work(settings: TuneSettings, worker: int) -> None:
 
 
 def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """Stop the study once :data:`MAX_FAILURES` trials in a row have failed (a setting that no sampled value
+    """Stop the study once `MAX_FAILURES` trials in a row have failed (a setting that no sampled value
     can fix, rather than one bad draw)."""
     last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
     if len(last) == MAX_FAILURES and all(t.state == optuna.trial.TrialState.FAIL for t in last):
@@ -275,10 +275,10 @@ def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
 
 
 def run_workers(settings: TuneSettings, workers: int) -> int:
-    """``workers`` processes on the same storage (one in this process when 1); the number that failed.
+    """`workers` processes on the same storage (one in this process when 1); the number that failed.
 
-    The study (and its tables) is created and the ``--enqueue`` trials queued here, once, before any worker
-    starts: workers that each queued them raced past ``skip_if_exists`` and ran the same trial twice."""
+    The study (and its tables) is created and the `--enqueue` trials queued here, once, before any worker
+    starts: workers that each queued them raced past `skip_if_exists` and ran the same trial twice."""
     study = open_study(settings)
     for values in settings.enqueue:
         study.enqueue_trial(values, skip_if_exists=True)
@@ -296,8 +296,8 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
 
 
 def write_outputs(settings: TuneSettings) -> dict[str, Path]:
-    """``trials.csv``, ``best.yaml``, ``importance.png`` and ``history.png`` of the study (those it can make), each
-    written whole (:mod:`experiments.atomic`)."""
+    """`trials.csv`, `best.yaml`, `importance.png` and `history.png` of the study (those it can make), each
+    written whole (`experiments.atomic`)."""
     study = open_study(settings)
     paths = {"trials": settings.directory / "trials.csv"}
     write_atomic(paths["trials"], study.trials_dataframe().to_csv(index=False))
@@ -398,7 +398,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def base_configs(args: argparse.Namespace) -> list[RunConfig]:
-    """The base configuration of each task: the suite's tasks (or the single one) over flags and ``-p``."""
+    """The base configuration of each task: the suite's tasks (or the single one) over flags and `-p`."""
     flags: dict[str, Any] = {key: value for key, value in (
         ("algo", args.algo), ("backbone", args.backbone), ("env", args.env), ("total_timesteps", args.total_timesteps),
         ("env_wrapper", args.env_wrapper), ("gym_packages", args.gym_packages), ("vec_env", args.vec_env),
@@ -414,7 +414,7 @@ def base_configs(args: argparse.Namespace) -> list[RunConfig]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Each option of :data:`TUNE_OPTIONS` given against its rule (:class:`ConfigError` naming the flag)."""
+    """Each option of `TUNE_OPTIONS` given against its rule (`ConfigError` naming the flag)."""
     for name, rule in TUNE_OPTIONS.items():
         if getattr(args, name) is not None:  # None: not given (no --timeout)
             rule.check(f"--{name.replace('_', '-')}", getattr(args, name))
@@ -442,7 +442,7 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
 
 
 def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
-    """The values of an ``--enqueue`` trial; keys outside the space raise :class:`ConfigError`."""
+    """The values of an `--enqueue` trial; keys outside the space raise `ConfigError`."""
     values = dict(map(parse_override, texts))
     keys = [param.key for param in space.params]
     unknown = sorted(set(values) - set(keys))
@@ -469,7 +469,7 @@ def summary_lines(settings: TuneSettings, paths: dict[str, Path]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """``train_rl.py tune ...``; exit status 0 done, 2 bad input."""
+    """`train_rl.py tune ...`; exit status 0 done, 2 bad input."""
     args = make_parser().parse_args(argv)
     try:
         settings = settings_from_args(args, shlex.join([*invocation(), "tune", *argv]))

@@ -1,7 +1,7 @@
-"""Search spaces of ``train_rl.py tune``, declared in YAML (``configs/tune/*.yaml``).
+"""Search spaces of `train_rl.py tune`, declared in YAML (`configs/tune/*.yaml`).
 
-Each key is a dotted configuration key, as ``-p`` takes it, and each value says how Optuna samples it (the
-sampler functions of rl-zoo3's ``hyperparams_opt.py`` written as data)::
+Each key is a dotted configuration key, as `-p` takes it, and each value says how Optuna samples it (the
+sampler functions of rl-zoo3's `hyperparams_opt.py` written as data)::
 
     ppo.learning_rate: {type: log_uniform, low: 1.0e-4, high: 3.0e-3, template: "lin_{}"}
     ppo.ent_coef: {type: log_uniform, low: 1.0e-4, high: 0.03}
@@ -9,13 +9,13 @@ sampler functions of rl-zoo3's ``hyperparams_opt.py`` written as data)::
     ppo.n_epochs: {type: int, low: 2, high: 10}
     ppo.gae_lambda: {type: categorical, choices: [0.9, 0.95, 0.98, 0.99]}
 
-Types: ``log_uniform`` and ``uniform`` (floats in [low, high]), ``int`` (integers in [low, high], optional
-``step`` or ``log: true``) and ``categorical`` (one of ``choices``). ``template`` turns the sampled value into
-the configured one (``"lin_{}"``: a learning rate that decays linearly from the sampled value).
+Types: `log_uniform` and `uniform` (floats in [low, high]), `int` (integers in [low, high], optional
+`step` or `log: true`) and `categorical` (one of `choices`). `template` turns the sampled value into
+the configured one (`"lin_{}"`: a learning rate that decays linearly from the sampled value).
 
 Before any trial runs, every value a space can give (both ends of a range, every category) is checked against the
-rule of its setting, as the training command checks it (:func:`experiments.validation.check_settings`): a space
-reaching ``ppo.gamma=1.5`` is refused, naming the file, the key and the value.
+rule of its setting, as the training command checks it (`experiments.validation.check_settings`): a space
+reaching `ppo.gamma=1.5` is refused, naming the file, the key and the value.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Param:
     """the space file that declares it"""
 
     def suggest(self, trial: Any) -> Any:
-        """The value of this key in an Optuna ``trial`` (after ``template``)."""
+        """The value of this key in an Optuna `trial` (after `template`)."""
         if self.type == "categorical":
             value = trial.suggest_categorical(self.key, list(self.choices))
         elif self.type == "int":
@@ -62,7 +62,7 @@ class Param:
         return self.template.format(value) if self.template else value
 
     def examples(self) -> dict[str, Any]:
-        """Every value a category gives and both ends of a range, by where they come from (``low``, ``choice 2``),
+        """Every value a category gives and both ends of a range, by where they come from (`low`, `choice 2`),
         as the configuration takes them."""
         if self.type == "categorical":
             return {f"choice {index + 1} of {len(self.choices)}": self.configured(choice)
@@ -78,12 +78,12 @@ class SearchSpace:
     params: list[Param] = field(default_factory=list)
 
     def suggest(self, trial: Any) -> dict[str, Any]:
-        """The configured value of every key for ``trial``."""
+        """The configured value of every key for `trial`."""
         return {param.key: param.suggest(trial) for param in self.params}
 
     def check(self, base: RunConfig) -> None:
-        """Raise :class:`ConfigError` (naming the space file, the key and the value) if a key is not a setting of
-        ``base`` or a value the space can give (:meth:`Param.examples`) breaks the rule of its setting."""
+        """Raise `ConfigError` (naming the space file, the key and the value) if a key is not a setting of
+        `base` or a value the space can give (`Param.examples`) breaks the rule of its setting."""
         from experiments.validation import check_settings
 
         for param in self.params:
@@ -96,13 +96,13 @@ class SearchSpace:
                     raise ConfigError(f"search space {param.source!r}, {param.key} ({where}): {error}") from None
 
     def configured(self, values: dict[str, Any]) -> dict[str, Any]:
-        """Optuna's sampled values (``trial.params``) as the configuration takes them."""
+        """Optuna's sampled values (`trial.params`) as the configuration takes them."""
         by_key = {param.key: param for param in self.params}
         return {key: by_key[key].configured(value) if key in by_key else value for key, value in values.items()}
 
 
 def parse_param(key: str, spec: Any, source: str) -> Param:
-    """One entry of a space file; a bad one raises :class:`ConfigError` naming the key and the valid values."""
+    """One entry of a space file; a bad one raises `ConfigError` naming the key and the valid values."""
     where = f"{source}: {key}"
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}={short(repr(spec))}: expected a mapping such as "
@@ -138,7 +138,7 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
 
 
 def load_space(paths: list[str | Path]) -> SearchSpace:
-    """The union of the space files ``paths``; a key in a later file replaces the same key in an earlier one."""
+    """The union of the space files `paths`; a key in a later file replaces the same key in an earlier one."""
     params: dict[str, Param] = {}
     for path in paths:
         for key, spec in load_yaml(path).items():
@@ -149,5 +149,5 @@ def load_space(paths: list[str | Path]) -> SearchSpace:
 
 
 def default_space_files(algo: str, backbone: str, directory: Path) -> list[Path]:
-    """``{directory}/{algo}.yaml`` and ``{directory}/{backbone}.yaml``, those that exist."""
+    """`{directory}/{algo}.yaml` and `{directory}/{backbone}.yaml`, those that exist."""
     return [path for path in (directory / f"{algo}.yaml", directory / f"{backbone}.yaml") if path.is_file()]

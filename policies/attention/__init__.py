@@ -1,10 +1,10 @@
-"""Key patterns and memory kinds, registered by name in :data:`ATTENTIONS`: which keys a query sees and how
+"""Key patterns and memory kinds, registered by name in `ATTENTIONS`: which keys a query sees and how
 they exist. A pattern narrows the window's mask or adds a soft bias; a memory kind decides which keys exist
-(retrieved, compressed, hashed, projected). Both are :class:`~policies.attention.layer.Pattern` subclasses
-and read through the one kernel (:func:`policies.attention.layer.attend`); the position scheme is the other
-axis (:mod:`policies.positions`), and :class:`~policies.attention.layer.MultiHeadAttention` joins the two.
+(retrieved, compressed, hashed, projected). Both are `Pattern` subclasses
+and read through the one kernel (`policies.attention.layer.attend`); the position scheme is the other
+axis (`policies.positions`), and `MultiHeadAttention` joins the two.
 
-Adding one is one module in this package with a class decorated ``@ATTENTIONS.register(name, summary)``:
+Adding one is one module in this package with a class decorated `@ATTENTIONS.register(name, summary)`:
 the package imports every module it holds.
 """
 

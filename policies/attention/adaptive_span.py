@@ -1,4 +1,4 @@
-"""Adaptive attention span (Sukhbaatar et al. 2019), registered as ``adaptive-span``."""
+"""Adaptive attention span (Sukhbaatar et al. 2019), registered as `adaptive-span`."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ SPAN_LOSS_COEF = 1e-3
 @ATTENTIONS.register("adaptive-span", "a soft window per head whose span is learned (Sukhbaatar et al. 2019)")
 class AdaptiveSpanPattern(Pattern):
     """A soft window per head that learns how far back it looks (Sukhbaatar et al. 2019, Sec. 3): the weight
-    of a key ``d`` steps back is multiplied by the soft mask
+    of a key `d` steps back is multiplied by the soft mask
 
-        ``m_z(d) = clamp((R + z − d) / R, 0, 1)``,  ``a_ij = m_z(d_ij) exp(s_ij) / Σ_k m_z(d_ik) exp(s_ik)``,
+        `m_z(d) = clamp((R + z − d) / R, 0, 1)`,  `a_ij = m_z(d_ij) exp(s_ij) / Σ_k m_z(d_ik) exp(s_ik)`,
 
-    done as the score bias ``log m_z(d)`` (floored far below any score beyond ``z + R``).
-    ``z = clamp(ζ, 0, 1) · M`` per head, ``ζ`` initialised to 1: a fresh pattern spans the whole
-    memory and equals the full window. The span penalty ``mean_h z_h / M`` goes to the
-    loss through the backbone's ``aux`` (``span``, coefficient :data:`SPAN_LOSS_COEF`), shrinking
+    done as the score bias `log m_z(d)` (floored far below any score beyond `z + R`).
+    `z = clamp(ζ, 0, 1) · M` per head, `ζ` initialised to 1: a fresh pattern spans the whole
+    memory and equals the full window. The span penalty `mean_h z_h / M` goes to the
+    loss through the backbone's `aux` (`span`, coefficient `SPAN_LOSS_COEF`), shrinking
     the spans that the task does not need.
     """
 
@@ -44,16 +44,16 @@ class AdaptiveSpanPattern(Pattern):
         return None
 
     def spans(self) -> Tensor:
-        """The learned span ``z_h`` of every head, in steps, ``[H]``."""
+        """The learned span `z_h` of every head, in steps, `[H]`."""
         return self.span_fraction.clamp(0.0, 1.0) * self.max_distance
 
     def soft_mask(self, distance: Tensor) -> Tensor:
-        """``m_z(d)`` per head for distances ``[...]``: ``[H, ...]``."""
+        """`m_z(d)` per head for distances `[...]`: `[H, ...]`."""
         z = self.spans().view(-1, *([1] * distance.dim()))
         return ((self.ramp + z - distance) / self.ramp).clamp(0.0, 1.0)
 
     def bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """``log m_z(d)``, ``[1, H, T, K]``."""
+        """`log m_z(d)`, `[1, H, T, K]`."""
         distance = key_distances(q.shape[2], k.shape[2], q.device).clamp(min=0).to(q.dtype)  # future keys: masked
         # log of the mask, floored at the smallest normal number instead of log 0: a key beyond the
         # span weighs e^-87 (float32) and no 0·∞ turns the span's gradient into NaN

@@ -1,4 +1,4 @@
-"""BigBird's sparse attention (Zaheer et al. 2020), causal and in episode time, registered as ``bigbird``."""
+"""BigBird's sparse attention (Zaheer et al. 2020), causal and in episode time, registered as `bigbird`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ MULTIPLIER = 0x45D9F3B
 
 
 def mix(x: Tensor) -> Tensor:
-    """An integer hash of the low 32 bits of each element of ``x`` (int64): two xor-shift-multiply rounds and a
+    """An integer hash of the low 32 bits of each element of `x` (int64): two xor-shift-multiply rounds and a
     final xor-shift, a bijection of 32-bit words that spreads every input bit over the output."""
     x = x & WORD
     for _ in range(2):
@@ -30,13 +30,9 @@ def mix(x: Tensor) -> Tensor:
 
 
 def random_blocks(block: Tensor, r: int, seed: int) -> Tensor:
-    """``[..., r]``: the ``r`` distinct earlier blocks ``R(b) ⊆ {0, …, b − 1}`` that the queries of each block
-    ``b`` of ``block`` (int64, ``b ≥ 0``) see, all of them when ``b ≤ r`` (the slots left over hold −1).
+    """`[..., r]`: `r` distinct earlier blocks `R(b) ⊆ {0, …, b − 1}` for each block `b` (−1 pads).
 
-    Floyd's sampling of ``r`` of ``n = b`` items (Bentley & Floyd 1987), one draw per ``k = 0, …, r − 1`` for all
-    blocks at once: with ``j = b − r + k``, draw ``t = mix(mix(r·b + k) ⊕ seed) mod (j + 1)`` and take ``t``, or
-    ``j`` when ``t`` was taken before (``j < 0``: nothing). The draws are a hash of ``(b, k, seed)``, not a random
-    generator's state, so a block's choice is the same in rollouts, training segments and after loading.
+    Floyd's sampling with draws hashed from `(b, k, seed)`, so a block's choice is reproducible.
     """
     chosen = block.new_empty((*block.shape, 0))
     for k in range(r):
@@ -51,26 +47,26 @@ def random_blocks(block: Tensor, r: int, seed: int) -> Tensor:
                                 "(Zaheer et al. 2020)")
 class BigBirdPattern(Pattern):
     """BigBird's sparse pattern (Zaheer et al. 2020, Sec. 2, the ITC variant),
-    made causal: a query at episode time ``i`` sees key ``j ≤ i`` when ``j ∈ A(i)``::
+    made causal: a query at episode time `i` sees key `j ≤ i` when `j ∈ A(i)`::
 
         A(i) = { j : i − j ≤ W }                        window: the last W steps and itself
              ∪ { j : j < g }                            global: the episode's first g steps
              ∪ { j : ⌊j / l⌋ ∈ R(⌊i / l⌋) }             random: r earlier blocks of l steps
 
-    ``W = window`` (default ``max(1, ⌊M/8⌋)``, ``local``'s window, ``M = max_distance``); ``g = global_steps``
-    (default 1); ``l = block_length`` (default ``⌈√M⌉``); ``R(b)``: ``r = random_blocks`` (default 2) distinct
-    blocks among ``0, …, b − 1`` (all of them when ``b ≤ r``), drawn by :func:`random_blocks` from a hash of the
-    block and ``seed`` (default 0). With ``g = r = 0`` it is ``local``'s sliding window.
+    `W = window` (default `max(1, ⌊M/8⌋)`, `local`'s window, `M = max_distance`); `g = global_steps`
+    (default 1); `l = block_length` (default `⌈√M⌉`); `R(b)`: `r = random_blocks` (default 2) distinct
+    blocks among `0, …, b − 1` (all of them when `b ≤ r`), drawn by `random_blocks` from a hash of the
+    block and `seed` (default 0). With `g = r = 0` it is `local`'s sliding window.
 
     Causal adaptation: BigBird-ITC's global tokens attend to every token and every token to them; in a stream a
-    token can only be read by later queries, so the global-to-local direction is left out and the ``g`` global
+    token can only be read by later queries, so the global-to-local direction is left out and the `g` global
     tokens are the episode's first steps, read-only for every later step. The random blocks are earlier blocks
     only, and a query's own block counts through the window. The paper draws the random blocks per head; here one
     draw serves all heads.
 
-    As for ``fixed``, ``i`` and ``j`` are the steps' **episode times**, so rollout steps and training segments
-    see the same keys (step equals sequence), and the memory window still cuts keys more than ``M`` steps back
-    (:attr:`reach`). The pattern masks dense scores (no block-sparse kernel), so it saves no time here.
+    As for `fixed`, `i` and `j` are the steps' **episode times**, so rollout steps and training segments
+    see the same keys (step equals sequence), and the memory window still cuts keys more than `M` steps back
+    (`reach`). The pattern masks dense scores (no block-sparse kernel), so it saves no time here.
     """
 
     complexity = "O(n·(W + g + r·l))"
@@ -90,12 +86,12 @@ class BigBirdPattern(Pattern):
 
     @property
     def reach(self) -> int:
-        """``M``: a global step or a random block can lie any number of steps back (``W`` without either)."""
+        """`M`: a global step or a random block can lie any number of steps back (`W` without either)."""
         return self.max_distance if self.global_steps or self.random_blocks else self.window
 
     def episode_pattern(self, clock: Tensor, n_keys: int) -> Tensor:
-        """``[B, T, K]``: which keys of ``[memory; segment]`` lie in ``A(i)`` for the queries at episode times
-        ``clock`` ``[B, T]`` (later keys and those of earlier episodes come out either way; the causal episode
+        """`[B, T, K]`: which keys of `[memory; segment]` lie in `A(i)` for the queries at episode times
+        `clock` `[B, T]` (later keys and those of earlier episodes come out either way; the causal episode
         mask hides them)."""
         query, key = clock.unsqueeze(-1), key_times(clock, n_keys)  # [B, T, 1], [B, T, K]
         l = self.block_length  # noqa: E741 (the paper's symbol)

@@ -1,4 +1,4 @@
-"""Compressive memory (Rae et al. 2020) over the episode window, registered as ``compressive``."""
+"""Compressive memory (Rae et al. 2020) over the episode window, registered as `compressive`."""
 
 from __future__ import annotations
 
@@ -31,23 +31,23 @@ RECONSTRUCTION_LOSS_COEF = 1.0
 class CompressiveMemory(Pattern):
     """Attention over a FIFO memory plus a compressed memory (Rae et al. 2020, Sec. 3).
 
-    A query sees the last ``n_m = fifo_length`` steps one by one, and the ``n_cm`` older blocks of
-    ``c = compression_rate`` steps each as one slot. ``compression`` picks the function ``f_c`` that
-    makes a slot's key and value from its block's: ``mean`` pooling, or ``conv``, the paper's best, a
-    learned 1D convolution with kernel and stride ``c``, ``f_c(x) = (c / n) Σ_s W_s x_s`` per head over
-    the block's ``n`` visible steps (``W_s = I / c`` at the start, which is the mean). The convolution is
-    trained only by the attention-reconstruction loss (Sec. 3.2), ``‖attn(q, old) − attn(q, f_c(old))‖²``
+    A query sees the last `n_m = fifo_length` steps one by one, and the `n_cm` older blocks of
+    `c = compression_rate` steps each as one slot. `compression` picks the function `f_c` that
+    makes a slot's key and value from its block's: `mean` pooling, or `conv`, the paper's best, a
+    learned 1D convolution with kernel and stride `c`, `f_c(x) = (c / n) Σ_s W_s x_s` per head over
+    the block's `n` visible steps (`W_s = I / c` at the start, which is the mean). The convolution is
+    trained only by the attention-reconstruction loss (Sec. 3.2), `‖attn(q, old) − attn(q, f_c(old))‖²`
     between content attention over each query's compressed steps and over its slots, with every input
-    but ``f_c`` detached; the main loss does not reach ``W`` and the loss does not reach the model. It goes
-    to the backbone's ``aux`` as ``reconstruction``. Everything is one softmax over
-    ``[compressed slots; FIFO; segment]`` in the kernel (:class:`~policies.attention.layer.Slots`); a compressed
-    slot is scored as a key at the distance ``d`` of its block's middle step (with ``relative`` positions
-    ``(q+u)ᵀk̄ + (q+v)ᵀW_kR R_d``), so with ``c = 1`` this is plain attention over ``n_m + n_cm`` steps.
-    A position scheme must score a key from its distance alone (:meth:`refuses`). The window
-    ``max_distance = n_m + c·n_cm`` bounds the reach.
+    but `f_c` detached; the main loss does not reach `W` and the loss does not reach the model. It goes
+    to the backbone's `aux` as `reconstruction`. Everything is one softmax over
+    `[compressed slots; FIFO; segment]` in the kernel (`Slots`); a compressed
+    slot is scored as a key at the distance `d` of its block's middle step (with `relative` positions
+    `(q+u)ᵀk̄ + (q+v)ᵀW_kR R_d`), so with `c = 1` this is plain attention over `n_m + n_cm` steps.
+    A position scheme must score a key from its distance alone (`refuses`). The window
+    `max_distance = n_m + c·n_cm` bounds the reach.
 
-    Where this differs from the paper, and why: blocks are cut relative to each query (block ``j``
-    holds the steps ``n_m + j·c + 1 .. n_m + (j+1)·c`` back) instead of once when steps leave the FIFO.
+    Where this differs from the paper, and why: blocks are cut relative to each query (block `j`
+    holds the steps `n_m + j·c + 1 .. n_m + (j+1)·c` back) instead of once when steps leave the FIFO.
     The compressed memory is then a function of the window of records, so a rollout step and a
     training segment see the same memories without new state, and the episode boundary clears it
     with the window (step equals sequence; episode isolation). The convolution compresses keys and values per head, not
@@ -81,18 +81,14 @@ class CompressiveMemory(Pattern):
         return None
 
     def slot_distances(self, device: torch.device) -> Tensor:
-        """The distance each compressed slot's position term is taken at (its block's middle step), ``[n_cm]``."""
+        """The distance each compressed slot's position term is taken at (its block's middle step), `[n_cm]`."""
         c = self.compression_rate
         middle = self.fifo_length + torch.arange(self.n_compressed, device=device) * c + (c + 1) // 2
         return middle.clamp(max=self.max_distance)
 
     def blocks(self, q: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Every query's compressed blocks: the key index of the newest step of each ``[T, n_cm]``, and
-        the first key each query may see ``[B, T]``. Block ``j`` holds keys ``newest − c + 1 .. newest``.
-
-        The steps a query may see form one run of keys (the window's invalid slots are its oldest,
-        an episode start hides everything before it), so visibility is ``index ≥ first``.
-        """
+        """Each query's compressed blocks: the newest key index of each `[T, n_cm]`, and the first key
+        each query may see `[B, T]` (visibility is `index ≥ first`)."""
         T, K = q.shape[2], mask.shape[-1]
         first = mask[:, 0].float().argmax(dim=-1)  # [B, T]: the oldest visible key of each query
         query_index = torch.arange(T, device=q.device) + (K - T)  # the query's own key index
@@ -101,8 +97,8 @@ class CompressiveMemory(Pattern):
 
     def compress(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *,
                  detached: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """``f_c`` of every query's compressed blocks: keys and values ``[B, H, T, n_cm, d]`` each, and
-        which slots hold at least one visible step ``[B, 1, T, n_cm]``. ``detached``: the convolution's
+        """`f_c` of every query's compressed blocks: keys and values `[B, H, T, n_cm, d]` each, and
+        which slots hold at least one visible step `[B, 1, T, n_cm]`. `detached`: the convolution's
         weights without gradient (the main attention's use, Rae et al.'s stop-gradient)."""
         B, H, T, _ = q.shape
         K, c = k.shape[2], self.compression_rate
@@ -136,7 +132,7 @@ class CompressiveMemory(Pattern):
     def reconstruction_loss(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Rae et al.'s attention-reconstruction loss: the squared error between content attention over
         each query's compressed steps one by one and over its slots, averaged over the queries that have
-        any; only ``f_c`` gets its gradient."""
+        any; only `f_c` gets its gradient."""
         q, k, v = q.detach(), k.detach(), v.detach()
         region = mask & (key_distances(q.shape[2], k.shape[2], q.device) > self.fifo_length)  # [B, 1, T, K]
         k_c, v_c, visible = self.compress(q, k, v, mask)
@@ -148,15 +144,15 @@ class CompressiveMemory(Pattern):
         return (error * has_old).sum() / (has_old.sum() * q.shape[1]).clamp(min=1)
 
     def aux_terms(self) -> dict[str, Tensor]:
-        """The reconstruction loss of the training passes since the last call (``conv`` only; 0 when none ran)."""
+        """The reconstruction loss of the training passes since the last call (`conv` only; 0 when none ran)."""
         if self.compression != "conv":
             return {}
         losses, self._reconstruction = self._reconstruction, []
         return {"reconstruction": torch.stack(losses).mean() if losses else self.compress_keys.new_zeros(())}
 
     def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: Kernel) -> Tensor:
-        """One softmax over ``[compressed slots; FIFO; segment]``: the window's keys at most ``n_m`` steps back
-        and every query's ``n_cm`` compressed slots, scored at their blocks' middle distances."""
+        """One softmax over `[compressed slots; FIFO; segment]`: the window's keys at most `n_m` steps back
+        and every query's `n_cm` compressed slots, scored at their blocks' middle distances."""
         fifo = mask & (key_distances(q.shape[2], k.shape[2], q.device) <= self.fifo_length)
         k_c, v_c, visible = self.compress(q, k, v, mask, detached=True)
         if self.compression == "conv" and self.training and torch.is_grad_enabled():

@@ -1,5 +1,5 @@
 """Memorizing Transformer attention (Wu et al. 2022): a local window plus top-k retrieval from the
-older part of the episode, mixed by a learned gate; registered as ``knn``."""
+older part of the episode, mixed by a learned gate; registered as `knn`."""
 
 from __future__ import annotations
 
@@ -17,13 +17,10 @@ DEFAULT_TOP_K = 8
 
 
 def top_k_keys(scores: Tensor, allowed: Tensor, k: int) -> Tensor:
-    """The ``k`` allowed keys with the highest scores in every row of ``scores`` ``[..., K]`` (all
-    allowed keys when there are at most ``k``).
+    """The `k` allowed keys with the highest scores in every row of `scores` `[..., K]` (all
+    allowed keys when there are at most `k`).
 
-    Exactly ``k``: equal scores are ranked by their place on the key axis, older first (a stable sort),
-    so a run of identical keys cannot flood the retrieval. In T-Maze every corridor step stores the
-    same record; keeping all the keys tied at the ``k``-th place dilutes the one key that differs, the
-    cue, in proportion to the corridor's length (docs/attention.md).
+    Exactly `k`: ties are ranked by key position, older first (a stable sort).
     """
     if k >= scores.shape[-1]:
         return allowed
@@ -39,15 +36,15 @@ class KNNMemory(LocalPattern):
     """The kNN-augmented attention layer of Memorizing Transformers (Wu et al. 2022, Sec. 3).
 
     Each query attends twice. Locally, with the layer's position scheme, to the keys at most
-    ``W = local_window`` steps back (the ``local`` pattern): output ``V_c``. And to the ``k`` keys with the
-    highest content scores ``q·k/√d`` among the older keys of the episode, ``W < i − j ≤ max_distance``
-    (exact kNN over the store, no position terms): output ``V_m``. A learned scalar gate per head mixes them,
-    ``V_a = V_m ⊙ g + V_c ⊙ (1 − g)``, ``g = σ(b_g)`` (``b_g`` initialised to 0). A query with no older key
-    yet uses ``V_c`` alone.
+    `W = local_window` steps back (the `local` pattern): output `V_c`. And to the `k` keys with the
+    highest content scores `q·k/√d` among the older keys of the episode, `W < i − j ≤ max_distance`
+    (exact kNN over the store, no position terms): output `V_m`. A learned scalar gate per head mixes them,
+    `V_a = V_m ⊙ g + V_c ⊙ (1 − g)`, `g = σ(b_g)` (`b_g` initialised to 0). A query with no older key
+    yet uses `V_c` alone.
 
-    In engram the store is the episode memory (``memory_length`` of the backbone): the per-step
-    records of the last ``max_distance`` steps of the episode, which the episode boundary clears
-    and no other env reads (the window rule of :mod:`policies.window`), so episode isolation holds by
+    In engram the store is the episode memory (`memory_length` of the backbone): the per-step
+    records of the last `max_distance` steps of the episode, which the episode boundary clears
+    and no other env reads (the window rule of `policies.window`), so episode isolation holds by
     construction. The paper's store holds stale keys without gradient; here training recomputes
     them from the stored records like every other memory key.
     """
@@ -67,7 +64,7 @@ class KNNMemory(LocalPattern):
         return self.max_distance  # retrieval covers the whole store
 
     def gate(self) -> Tensor:
-        """``g = σ(b_g)`` per head, ``[H]``: the weight of the retrieved memories."""
+        """`g = σ(b_g)` per head, `[H]`: the weight of the retrieved memories."""
         return torch.sigmoid(self.gate_logit)
 
     def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: Kernel) -> Tensor:

@@ -1,4 +1,4 @@
-"""Sliding-window (local) attention, registered as ``local``."""
+"""Sliding-window (local) attention, registered as `local`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ LOCAL_FRACTION = 8
 
 
 def local_window_length(max_distance: int, local_window: int | None, option: str = "local_window") -> int:
-    """The window ``W`` a local band keeps: ``local_window``, by default ``max(1, ⌊M/8⌋)``, within ``1..M``."""
+    """The window `W` a local band keeps: `local_window`, by default `max(1, ⌊M/8⌋)`, within `1..M`."""
     window = max(1, max_distance // LOCAL_FRACTION) if local_window is None else local_window
     if not 1 <= window <= max_distance:
         raise ValueError(f"{option} must be in 1..{max_distance} (the memory length), got {window}")
@@ -24,13 +24,13 @@ def local_window_length(max_distance: int, local_window: int | None, option: str
 
 @ATTENTIONS.register("local", "a sliding window of the last W steps (Parmar et al. 2018; Beltagy et al. 2020)")
 class LocalPattern(Pattern):
-    """The keys at most ``W = local_window`` steps back: the 1D local attention of the Image Transformer
+    """The keys at most `W = local_window` steps back: the 1D local attention of the Image Transformer
     (Parmar et al. 2018, Sec. 3.2) and the sliding window of Longformer (Beltagy et al. 2020), as a band of
     the causal mask.
 
     The window only depends on the distance, so a rollout step and a training segment see the same
-    keys (step equals sequence). The memory still holds ``max_distance`` steps:
-    :class:`~policies.attention.knn.KNNMemory` retrieves from the steps beyond the window.
+    keys (step equals sequence). The memory still holds `max_distance` steps:
+    `KNNMemory` retrieves from the steps beyond the window.
     """
 
     complexity = "O(n·W), W the window"
@@ -46,5 +46,5 @@ class LocalPattern(Pattern):
         return self.local_window
 
     def mask(self, n_queries: int, n_keys: int, like: Tensor) -> Tensor:
-        """``[T, K]``: which keys of ``[memory; segment]`` lie within the window of each query."""
+        """`[T, K]`: which keys of `[memory; segment]` lie within the window of each query."""
         return key_distances(n_queries, n_keys, like.device) <= self.local_window

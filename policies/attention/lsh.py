@@ -1,4 +1,4 @@
-"""Reformer's locality-sensitive-hashing attention (Kitaev et al. 2020), registered as ``lsh``."""
+"""Reformer's locality-sensitive-hashing attention (Kitaev et al. 2020), registered as `lsh`."""
 
 from __future__ import annotations
 
@@ -24,17 +24,17 @@ Buckets = Annotated[int, AnyOf((OneOf(lambda: [1]), Range(2, integer=True, multi
 @ATTENTIONS.register("lsh", "Reformer's shared-QK attention within LSH buckets (Kitaev et al. 2020)")
 class LSHBuckets(Pattern):
     """LSH attention of the Reformer (Kitaev et al. 2020, Sec. 2): queries and keys share one
-    projection, ``k_j = q_j / ‖q_j‖`` (shared-QK, ``shared_qk``: the layer's key projection is the query's),
-    and each round ``r`` hashes a vector ``x`` to
-    ``h_r(x) = argmax([xR_r ; −xR_r])`` with a fixed random rotation ``R_r`` ``[d_head, n_buckets/2]``
-    per head (angular LSH). Query ``i`` attends to key ``j`` of its window only when ``h_r(q_i) =
-    h_r(k_j)`` in some round, and not to itself unless no other key is left (with shared QK a
+    projection, `k_j = q_j / ‖q_j‖` (shared-QK, `shared_qk`: the layer's key projection is the query's),
+    and each round `r` hashes a vector `x` to
+    `h_r(x) = argmax([xR_r ; −xR_r])` with a fixed random rotation `R_r` `[d_head, n_buckets/2]`
+    per head (angular LSH). Query `i` attends to key `j` of its window only when `h_r(q_i) =
+    h_r(k_j)` in some round, and not to itself unless no other key is left (with shared QK a
     position's own key would dominate its scores).
 
     The rotations are fixed buffers saved with the model; the hashes depend on content only, so a
     rollout step and a training segment see the same keys (step equals sequence). The bucket pattern masks
     dense scores here (no sorting into chunks), so it saves no time: it is the reference semantics.
-    ``n_buckets = 1`` is full shared-QK attention.
+    `n_buckets = 1` is full shared-QK attention.
     """
 
     complexity = "O(n log n)"
@@ -49,7 +49,7 @@ class LSHBuckets(Pattern):
         self.register_buffer("rotations", torch.randn(n_rounds, n_heads, d_head, max(1, n_buckets // 2)))
 
     def buckets(self, x: Tensor) -> Tensor:
-        """The bucket of every vector ``x`` ``[B, H, N, d_head]`` in every round: ``[n_rounds, B, H, N]``."""
+        """The bucket of every vector `x` `[B, H, N, d_head]` in every round: `[n_rounds, B, H, N]`."""
         if self.n_buckets == 1:
             return torch.zeros(self.n_rounds, *x.shape[:-1], dtype=torch.long, device=x.device)
         rotated = torch.einsum("bhnd,rhdc->rbhnc", x, self.rotations.to(x.dtype))

@@ -1,4 +1,4 @@
-"""The strided pattern of the Sparse Transformer (Child et al. 2019), registered as ``strided``."""
+"""The strided pattern of the Sparse Transformer (Child et al. 2019), registered as `strided`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from policies.window import key_distances, root_length
 @ATTENTIONS.register("strided", "the Sparse Transformer's strided pattern, the last l steps and every l-th "
                                 "(Child et al. 2019)")
 class StridedPattern(Pattern):
-    """The strided pattern of Child et al. (2019, Sec. 4.2): query ``i`` sees key ``j`` when ``i − j < l``
-    (the last ``l`` steps) or ``(i − j) mod l = 0`` (every ``l``-th step before), with stride
-    ``l = ⌈√max_distance⌉``, the paper's ``l ≈ √n``.
+    """The strided pattern of Child et al. (2019, Sec. 4.2): query `i` sees key `j` when `i − j < l`
+    (the last `l` steps) or `(i − j) mod l = 0` (every `l`-th step before), with stride
+    `l = ⌈√max_distance⌉`, the paper's `l ≈ √n`.
 
     Both conditions depend on the distance only, so rollout steps and training segments see the
-    same keys (step equals sequence); the memory window still bounds the distance by ``max_distance``.
+    same keys (step equals sequence); the memory window still bounds the distance by `max_distance`.
     """
 
     complexity = "O(n·√n)"
@@ -28,7 +28,7 @@ class StridedPattern(Pattern):
         self.stride = root_length(max_distance)
 
     def allowed(self, distance: Tensor) -> Tensor:
-        """Whether the pattern lets a query see a key ``distance`` steps back."""
+        """Whether the pattern lets a query see a key `distance` steps back."""
         return (distance < self.stride) | (distance % self.stride == 0)
 
     def mask(self, n_queries: int, n_keys: int, like: Tensor) -> Tensor:

@@ -1,14 +1,14 @@
 """Adaptive Computation Time (Graves 2016) per position, as used by the Universal Transformer.
 
-At ponder step ``n`` each position emits a halting probability ``p_n = σ(w·s_n + b)`` from the
-state entering the step. A position halts at the first step ``N`` where the cumulative
-probability would exceed ``1 − ε``, or at ``max_steps``; its halting weights are ``p_n`` for
-``n < N`` and the remainder ``R = 1 − Σ_{n<N} p_n`` at ``N``, so they sum to 1. The state is
-updated as ``s ← w_n·F_n(s) + (1 − w_n)·s`` (Dehghani et al. 2019), so a halted position keeps
-its state, and the ponder cost is ``ρ = N + R`` (gradients flow through ``R`` only, ``N`` is
+At ponder step `n` each position emits a halting probability `p_n = σ(w·s_n + b)` from the
+state entering the step. A position halts at the first step `N` where the cumulative
+probability would exceed `1 − ε`, or at `max_steps`; its halting weights are `p_n` for
+`n < N` and the remainder `R = 1 − Σ_{n<N} p_n` at `N`, so they sum to 1. The state is
+updated as `s ← w_n·F_n(s) + (1 − w_n)·s` (Dehghani et al. 2019), so a halted position keeps
+its state, and the ponder cost is `ρ = N + R` (gradients flow through `R` only, `N` is
 piecewise constant).
 
-The loop always runs ``max_steps`` steps with masks, never a data-dependent number.
+The loop always runs `max_steps` steps with masks, never a data-dependent number.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ Epsilon = Annotated[float, Range(0.0, 1.0, low_open=True, high_open=True)]
 
 @dataclass
 class Ponder:
-    """What ACT reports per position ``[B, T]``: steps taken ``N``, remainder ``R``, and the
-    halting weight of every ponder step ``[max_steps, B, T]``."""
+    """What ACT reports per position `[B, T]`: steps taken `N`, remainder `R`, and the
+    halting weight of every ponder step `[max_steps, B, T]`."""
 
     steps: Tensor
     remainder: Tensor
@@ -38,7 +38,7 @@ class Ponder:
 
     @property
     def cost(self) -> Tensor:
-        """Ponder cost ``ρ = N + R`` per position."""
+        """Ponder cost `ρ = N + R` per position."""
         return self.steps + self.remainder
 
 
@@ -51,9 +51,9 @@ class AdaptiveComputationTime(nn.Module):
     Args:
         dim: width of the state.
         max_steps: the most ponder steps a position may take.
-        epsilon: a position halts once its cumulative halting probability exceeds ``1 − ε``.
-        halting_bias: initial ``b`` of the halting unit (1.0 as in tensor2tensor, so
-            ``σ(1) ≈ 0.73`` and most positions halt after two steps at initialisation).
+        epsilon: a position halts once its cumulative halting probability exceeds `1 − ε`.
+        halting_bias: initial `b` of the halting unit (1.0 as in tensor2tensor, so
+            `σ(1) ≈ 0.73` and most positions halt after two steps at initialisation).
     """
 
     @checked()
@@ -64,10 +64,10 @@ class AdaptiveComputationTime(nn.Module):
         nn.init.constant_(self.halting.bias, halting_bias)
 
     def forward(self, state: Tensor, ponder_step: PonderStep) -> tuple[Tensor, Ponder]:
-        """Ponder on ``state`` ``[B, T, D]``.
+        """Ponder on `state` `[B, T, D]`.
 
-        ``ponder_step(n, state)`` returns ``(halting_input, transformed)``: the tensor the halting
-        unit reads at step ``n`` and the transition ``F_n(state)``.
+        `ponder_step(n, state)` returns `(halting_input, transformed)`: the tensor the halting
+        unit reads at step `n` and the transition `F_n(state)`.
         """
         shape = state.shape[:-1]
         cumulative = state.new_zeros(shape)

@@ -1,4 +1,4 @@
-"""The ``ffm`` backbone: Fast and Forgetful Memory (Morad et al., NeurIPS 2023)."""
+"""The `ffm` backbone: Fast and Forgetful Memory (Morad et al., NeurIPS 2023)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ class FastForgetfulMemory(CarryMemory):
         z_t = W_z [Re S_t; Im S_t]
         y_t = LN(z_t) ⊙ σ(W_o x_t) + (W_s x_t) ⊙ (1 − σ(W_o x_t))    output gate over a skip path
 
-    Each of the ``m`` input channels is kept under ``c`` contexts: a decay ``α_j > 0`` (how fast it is forgotten)
-    and a frequency ``ω_k`` (the phase tells how long ago it was seen). The aggregator is a diagonal linear
-    recurrence, ``S_{k+n} = γⁿ ⊙ S_k + Σ_j γ^{n−j} ⊙ x̃_{k+j}``, run as one
-    :func:`~policies.backbones.scan.linear_scan` with ``γ`` zeroed at episode starts.
+    Each of the `m` input channels is kept under `c` contexts: a decay `α_j > 0` (how fast it is forgotten)
+    and a frequency `ω_k` (the phase tells how long ago it was seen). The aggregator is a diagonal linear
+    recurrence, `S_{k+n} = γⁿ ⊙ S_k + Σ_j γ^{n−j} ⊙ x̃_{k+j}`, run as one
+    `linear_scan` with `γ` zeroed at episode starts.
 
-    Initialisation (the official code's): decays evenly spaced from ``ln 2 − 0.02`` (a half-life of about a step)
-    down to ``ln(100) / max_period`` (a memory falls to 1 % after ``max_period`` steps), and periods ``2π/ω``
-    evenly spaced over ``[1, max_period]``; the LayerNorm has no affine parameters. Defaults: the paper's POPGym
-    setting, ``m = 32`` and ``c = 4`` (a state of 256 reals), ``max_period`` 1024, with the output as wide as the
-    ``gru`` backbone's (128; POPGym used 256 for every memory). The carry is ``S``, ``[m, c, 2]`` (real and
+    Initialisation (the official code's): decays evenly spaced from `ln 2 − 0.02` (a half-life of about a step)
+    down to `ln(100) / max_period` (a memory falls to 1 % after `max_period` steps), and periods `2π/ω`
+    evenly spaced over `[1, max_period]`; the LayerNorm has no affine parameters. Defaults: the paper's POPGym
+    setting, `m = 32` and `c = 4` (a state of 256 reals), `max_period` 1024, with the output as wide as the
+    `gru` backbone's (128; POPGym used 256 for every memory). The carry is `S`, `[m, c, 2]` (real and
     imaginary parts).
     """
 
@@ -50,7 +50,7 @@ class FastForgetfulMemory(CarryMemory):
         self.record_shape = (m, c, 2)
 
     def gamma(self) -> Tensor:
-        """``γ`` ``[m, c]``, complex: ``|γ| < 1`` whatever the decays learn."""
+        """`γ` `[m, c]`, complex: `|γ| < 1` whatever the decays learn."""
         alpha = self.decay.clamp(min=1e-8)
         return torch.exp(torch.complex(-alpha.unsqueeze(1), self.frequency.unsqueeze(0).expand(len(alpha), -1)))
 

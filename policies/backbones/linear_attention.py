@@ -1,15 +1,15 @@
 """Causal linear attention (Katharopoulos et al. 2020): a Transformer that is an RNN.
 
-With a positive feature map ``φ`` (``elu(x) + 1`` by default) the attention output of query ``i`` is
+With a positive feature map `φ` (`elu(x) + 1` by default) the attention output of query `i` is
 
-    ``y_i = φ(q_i)ᵀ S_i / (φ(q_i)ᵀ z_i)``,  ``S_i = Σ_{j≤i} φ(k_j) v_jᵀ``,  ``z_i = Σ_{j≤i} φ(k_j)``
+    `y_i = φ(q_i)ᵀ S_i / (φ(q_i)ᵀ z_i)`,  `S_i = Σ_{j≤i} φ(k_j) v_jᵀ`,  `z_i = Σ_{j≤i} φ(k_j)`
 
-(Sec. 3.2 and 3.4 of the paper). The sums are the whole memory: a carry of ``H·m·(d+1)`` numbers
-(``m`` features) per layer that grows with nothing, so a step costs O(1) in the episode length and no cue is ever
+(Sec. 3.2 and 3.4 of the paper). The sums are the whole memory: a carry of `H·m·(d+1)` numbers
+(`m` features) per layer that grows with nothing, so a step costs O(1) in the episode length and no cue is ever
 pushed out of a window. Two forms compute it and must agree (step equals sequence): the recurrent form,
-``S ← S + φ(k_t) v_tᵀ``, for rollouts, and the parallel form, a causal matrix product over a
-segment plus the carry it started from, for training. ``feature_map="favor"`` uses the Performer's
-positive random features instead (:mod:`policies.backbones.random_features`), which estimate softmax attention.
+`S ← S + φ(k_t) v_tᵀ`, for rollouts, and the parallel form, a causal matrix product over a
+segment plus the carry it started from, for training. `feature_map="favor"` uses the Performer's
+positive random features instead (`policies.backbones.random_features`), which estimate softmax attention.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ EPSILON = 1e-6
 
 
 def feature_map(x: Tensor) -> Tensor:
-    """``φ(x) = elu(x) + 1``, positive everywhere (Katharopoulos et al. 2020, Eq. 7)."""
+    """`φ(x) = elu(x) + 1`, positive everywhere (Katharopoulos et al. 2020, Eq. 7)."""
     return F.elu(x) + 1.0
 
 
 class EluFeatures(nn.Module):
-    """:func:`feature_map` as a module: ``m = d_head`` features."""
+    """`feature_map` as a module: `m = d_head` features."""
 
     def __init__(self, n_heads: int, d_head: int, n_features: int | None = None) -> None:
         super().__init__()
@@ -56,13 +56,13 @@ FEATURE_MAPS: dict[str, type[nn.Module]] = {"elu": EluFeatures, "favor": Positiv
 
 
 class CausalLinearAttention(HeadProjections):
-    """Linear attention of a segment over its own episode, from a carry ``[B, H, m, d + 1]``
-    (``S`` in the first ``d`` columns, ``z`` in the last) left by the steps before the segment;
-    ``feature_map`` names ``φ`` in :data:`FEATURE_MAPS`, with ``m`` = ``n_features`` (``favor``) or ``d_head``.
+    """Linear attention of a segment over its own episode, from a carry `[B, H, m, d + 1]`
+    (`S` in the first `d` columns, `z` in the last) left by the steps before the segment;
+    `feature_map` names `φ` in `FEATURE_MAPS`, with `m` = `n_features` (`favor`) or `d_head`.
 
-    ``forward(h, carry, episode_starts)``: ``h`` ``[B, T, D]``; ``episode_starts`` ``[B, T]``; a
-    start at step ``t`` hides the carry and every earlier step of the segment from steps ``≥ t``.
-    Returns the output ``[B, T, D]`` and the carry after the segment (that of its last episode).
+    `forward(h, carry, episode_starts)`: `h` `[B, T, D]`; `episode_starts` `[B, T]`; a
+    start at step `t` hides the carry and every earlier step of the segment from steps `≥ t`.
+    Returns the output `[B, T, D]` and the carry after the segment (that of its last episode).
     """
 
     complexity = "O(n)"

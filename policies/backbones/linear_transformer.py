@@ -1,4 +1,4 @@
-"""The ``linear`` backbone: gated Transformer blocks over causal linear attention (Katharopoulos
+"""The `linear` backbone: gated Transformer blocks over causal linear attention (Katharopoulos
 et al. 2020), a memory that reaches back to the episode's first step at O(1) cost per step."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from policies.window import State, as_bool
 
 
 class LinearTransformer(MemoryBackbone):
-    """A stack of ``n_layers`` identity-map blocks (GTrXL gates by default, Parisotto et al. 2020)
-    whose attention is :class:`~policies.backbones.linear_attention.CausalLinearAttention`.
+    """A stack of `n_layers` identity-map blocks (GTrXL gates by default, Parisotto et al. 2020)
+    whose attention is `CausalLinearAttention`.
 
     The state window holds one record, the carry after the previous step: per layer the sums
-    ``S`` and ``z`` of every key and value of the episode so far, ``[n_layers, H, m, d_head + 1]``
-    (``m = d_head`` features of ``elu(x) + 1``, or ``n_features`` Performer features with ``feature_map="favor"``).
-    An episode start invalidates it, which feeds zero sums. ``step`` uses the recurrent form,
-    ``forward_sequence`` the parallel form over the segment; both give the same outputs.
+    `S` and `z` of every key and value of the episode so far, `[n_layers, H, m, d_head + 1]`
+    (`m = d_head` features of `elu(x) + 1`, or `n_features` Performer features with `feature_map="favor"`).
+    An episode start invalidates it, which feeds zero sums. `step` uses the recurrent form,
+    `forward_sequence` the parallel form over the segment; both give the same outputs.
 
     Examples:
         >>> backbone = LinearTransformer(8, d_model=32, n_layers=2, n_heads=2)
@@ -52,7 +52,7 @@ class LinearTransformer(MemoryBackbone):
         self.record_shape = (n_layers, n_heads, self.layers[0].attn.n_features, d_head + 1)
 
     def _run(self, h: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
-        """Every layer on ``h`` ``[B, T, D]`` from ``carry`` ``[B, n_layers, H, d, d+1]``."""
+        """Every layer on `h` `[B, T, D]` from `carry` `[B, n_layers, H, d, d+1]`."""
         carried = []
         for n, layer in enumerate(self.layers):
             h, layer_carry = layer(h, carry[:, n], episode_starts)

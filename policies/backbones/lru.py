@@ -1,11 +1,11 @@
-"""The ``lru`` backbone: the Linear Recurrent Unit (Orvieto et al., ICML 2023, "Resurrecting Recurrent Neural
+"""The `lru` backbone: the Linear Recurrent Unit (Orvieto et al., ICML 2023, "Resurrecting Recurrent Neural
 Networks for Long Sequences").
 
 The LRU rather than S5 (Smith et al. 2023): both are diagonal complex linear recurrences scanned in parallel, but
-the LRU learns its eigenvalues ``λ`` directly, with no discretisation step ``Δ`` and no HiPPO initialisation to
+the LRU learns its eigenvalues `λ` directly, with no discretisation step `Δ` and no HiPPO initialisation to
 carry over (S5's continuous-time parameters suit irregularly sampled signals; an environment steps at a fixed
-rate). Its ring initialisation sets the range of memory horizons by two numbers, ``r_min ≤ |λ| ≤ r_max``, the knob
-a memory task needs, and its ``γ`` normalisation keeps the state's scale fixed when ``|λ| → 1``.
+rate). Its ring initialisation sets the range of memory horizons by two numbers, `r_min ≤ |λ| ≤ r_max`, the knob
+a memory task needs, and its `γ` normalisation keeps the state's scale fixed when `|λ| → 1`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ class LRULayer(nn.Module):
         y_t = Re(C x_t) + D ⊙ u_t
         h'_t = h_t + GLU(GELU(y_t)),       GLU(y) = (W₁ y) ⊙ σ(W₂ y)
 
-    ``λ`` is drawn uniformly on the ring ``r_min ≤ |λ| ≤ r_max`` with phases in ``[0, max_phase]``; ``B`` and
-    ``C`` are complex with entries of variance ``1/(2 d)`` and ``1/N``, ``D`` standard normal.
+    `λ` is drawn uniformly on the ring `r_min ≤ |λ| ≤ r_max` with phases in `[0, max_phase]`; `B` and
+    `C` are complex with entries of variance `1/(2 d)` and `1/N`, `D` standard normal.
     """
 
     def __init__(self, d_model: int, d_state: int, r_min: float, r_max: float, max_phase: float) -> None:
@@ -54,7 +54,7 @@ class LRULayer(nn.Module):
         self.glu = nn.Linear(d_model, 2 * d_model)
 
     def forward(self, h: Tensor, carry: Tensor, keep_carry: Tensor) -> tuple[Tensor, Tensor]:
-        """``h`` ``[T, B, d]``, ``carry`` ``x_{−1}`` ``[B, N]`` complex, ``keep_carry`` ``[T, B]``."""
+        """`h` `[T, B, d]`, `carry` `x_{−1}` `[B, N]` complex, `keep_carry` `[T, B]`."""
         u = self.norm(h)
         bu_re, bu_im = F.linear(u, self.B).chunk(2, dim=-1)  # [T, B, N] each
         gamma = torch.exp(self.gamma_log)
@@ -66,16 +66,16 @@ class LRULayer(nn.Module):
 
 
 class LinearRecurrentUnit(CarryMemory):
-    """An input projection to ``d_model`` and ``n_layers`` :class:`LRULayer` blocks (Orvieto et al. 2023).
+    """An input projection to `d_model` and `n_layers` `LRULayer` blocks (Orvieto et al. 2023).
 
-    Each block's state is ``x ∈ ℂ^N`` (``N = d_state``), a diagonal linear recurrence run in training as one
-    :func:`~policies.backbones.scan.linear_scan` with ``λ`` zeroed at episode starts. The carry is every block's
-    ``x``, ``[n_layers, N, 2]`` (real and imaginary parts).
+    Each block's state is `x ∈ ℂ^N` (`N = d_state`), a diagonal linear recurrence run in training as one
+    `linear_scan` with `λ` zeroed at episode starts. The carry is every block's
+    `x`, `[n_layers, N, 2]` (real and imaginary parts).
 
-    Defaults: the paper has no RL setting. The ring ``0.9 ≤ |λ| ≤ 0.999`` with phases up to ``π/10`` gives slow,
+    Defaults: the paper has no RL setting. The ring `0.9 ≤ |λ| ≤ 0.999` with phases up to `π/10` gives slow,
     slowly turning eigenvalues, the direction the paper takes for long-range dependencies: timescales from ten to a
-    thousand steps, which cover a memory task's horizons. One block of width 128 with ``N = 64`` states, about the
-    ``gru`` backbone's size and cost.
+    thousand steps, which cover a memory task's horizons. One block of width 128 with `N = 64` states, about the
+    `gru` backbone's size and cost.
     """
 
     @checked(RING)

@@ -1,4 +1,4 @@
-"""The ``mamba`` backbone: the selective state space model of Mamba (Gu & Dao 2023, "Mamba: Linear-Time Sequence
+"""The `mamba` backbone: the selective state space model of Mamba (Gu & Dao 2023, "Mamba: Linear-Time Sequence
 Modeling with Selective State Spaces"), in plain PyTorch."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from policies.rules import Count
 
 
 class MambaLayer(nn.Module):
-    """One Mamba residual block (Gu & Dao 2023, Sec. 3 and Fig. 3), ``E = expand · d_model`` channels of ``N``
+    """One Mamba residual block (Gu & Dao 2023, Sec. 3 and Fig. 3), `E = expand · d_model` channels of `N`
     states each::
 
         [u; z] = W_in LN(h_t)                                       two branches of E
@@ -25,9 +25,9 @@ class MambaLayer(nn.Module):
         y_t = s_t C_t + D ⊙ u'_t
         h'_t = h_t + W_out (y_t ⊙ SiLU(z_t))
 
-    Initialisation (the paper's): ``A`` row ``−(1, …, N)`` (S4D-real), ``D = 1``, ``Δ``'s bias the inverse
-    softplus of a log-uniform draw from ``[0.001, 0.1]``, ``W_Δ`` uniform in ``±r^{−1/2}`` with rank
-    ``r = ⌈d_model/16⌉``. The state carried between steps is ``s`` and the conv's last ``k − 1`` inputs, which an
+    Initialisation (the paper's): `A` row `−(1, …, N)` (S4D-real), `D = 1`, `Δ`'s bias the inverse
+    softplus of a log-uniform draw from `[0.001, 0.1]`, `W_Δ` uniform in `±r^{−1/2}` with rank
+    `r = ⌈d_model/16⌉`. The state carried between steps is `s` and the conv's last `k − 1` inputs, which an
     episode start clears (the conv then sees zeros, its padding at a sequence's start).
     """
 
@@ -49,8 +49,8 @@ class MambaLayer(nn.Module):
         self.out_proj = nn.Linear(E, d_model, bias=False)
 
     def causal_conv(self, u: Tensor, window: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
-        """The depthwise conv of ``u`` ``[T, B, E]`` after the ``k − 1`` earlier inputs ``window``
-        ``[k−1, B, E]``, where no tap reaches across an episode start; and the window after the segment."""
+        """The depthwise conv of `u` `[T, B, E]` after the `k − 1` earlier inputs `window`
+        `[k−1, B, E]`, where no tap reaches across an episode start; and the window after the segment."""
         T, k = u.shape[0], self.sizes[3]
         padded = torch.cat([window, u])  # [k−1+T, B, E]
         count = torch.cat([starts.new_zeros(k - 1, starts.shape[1]), starts]).cumsum(0)  # starts up to each step
@@ -61,8 +61,8 @@ class MambaLayer(nn.Module):
         return out, padded[T:] * same_episode
 
     def forward(self, h: Tensor, carry: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
-        """``h`` ``[T, B, d]``, ``carry`` ``[B, E·N + (k−1)·E]`` (``s`` then the conv window), ``starts``
-        ``[T, B]`` bool."""
+        """`h` `[T, B, d]`, `carry` `[B, E·N + (k−1)·E]` (`s` then the conv window), `starts`
+        `[T, B]` bool."""
         E, N, rank, k = self.sizes
         T, B = starts.shape
         s, window = carry.split([E * N, (k - 1) * E], dim=-1)
@@ -80,16 +80,16 @@ class MambaLayer(nn.Module):
 
 
 class Mamba(CarryMemory):
-    """An input projection to ``d_model``, ``n_layers`` :class:`MambaLayer` blocks and a final LayerNorm
+    """An input projection to `d_model`, `n_layers` `MambaLayer` blocks and a final LayerNorm
     (Gu & Dao 2023; LayerNorm is the normalisation the paper names, Sec. 3.4).
 
-    Each block's selective scan is one :func:`~policies.backbones.scan.linear_scan` over ``[T, B, E, N]`` with
-    ``exp(Δ_t A)`` zeroed at episode starts; no custom kernel (at these widths the plain scan's few large ops cost
-    less than a kernel launch would save). The carry is, per block, ``s`` and the conv window,
-    ``[n_layers, E·N + (k−1)·E]``.
+    Each block's selective scan is one `linear_scan` over `[T, B, E, N]` with
+    `exp(Δ_t A)` zeroed at episode starts; no custom kernel (at these widths the plain scan's few large ops cost
+    less than a kernel launch would save). The carry is, per block, `s` and the conv window,
+    `[n_layers, E·N + (k−1)·E]`.
 
-    Defaults: the paper's block (``d_state`` 16, ``d_conv`` 4, ``expand`` 2); it has no RL setting, so one block
-    of width 64 (128 channels), about the ``gru`` backbone's cost per step.
+    Defaults: the paper's block (`d_state` 16, `d_conv` 4, `expand` 2); it has no RL setting, so one block
+    of width 64 (128 channels), about the `gru` backbone's cost per step.
     """
 
     @checked()

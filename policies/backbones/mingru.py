@@ -1,4 +1,4 @@
-"""The ``mingru`` backbone: minGRU (Feng et al. 2024, "Were RNNs All We Needed?")."""
+"""The `mingru` backbone: minGRU (Feng et al. 2024, "Were RNNs All We Needed?")."""
 
 from __future__ import annotations
 
@@ -14,23 +14,23 @@ from policies.rules import Count, Range
 
 
 class MinGRU(CarryMemory):
-    """A stack of ``n_layers`` minGRU layers (Feng et al. 2024, Sec. 3.1), each reading the previous one's outputs::
+    """A stack of `n_layers` minGRU layers (Feng et al. 2024, Sec. 3.1), each reading the previous one's outputs::
 
         z_t = σ(W_z x_t + b_z),   h̃_t = W_h x_t + b_h,   h_t = (1 − z_t) ⊙ h_{t−1} + z_t ⊙ h̃_t
 
-    The GRU without its reset gate, and with gates that read the input only, not ``h_{t−1}``: the recurrence is
-    diagonal and linear in ``h``, so a segment is one :func:`~policies.backbones.scan.linear_scan` per layer with
-    ``a_t = 1 − z_t`` (0 at an episode start) and ``b_t = z_t ⊙ h̃_t``. The paper scans in log space with
-    ``h̃ = g(W_h x)`` kept positive; this scan multiplies directly, so ``h̃`` is the plain projection.
+    The GRU without its reset gate, and with gates that read the input only, not `h_{t−1}`: the recurrence is
+    diagonal and linear in `h`, so a segment is one `linear_scan` per layer with
+    `a_t = 1 − z_t` (0 at an episode start) and `b_t = z_t ⊙ h̃_t`. The paper scans in log space with
+    `h̃ = g(W_h x)` kept positive; this scan multiplies directly, so `h̃` is the plain projection.
 
-    The carry is ``h`` of every layer, ``[n_layers, hidden_size]``. The paper has no POPGym or online-RL setting;
-    the defaults are two layers of 128 (the ``gru`` backbone's width). Two because one layer's gates read only the
+    The carry is `h` of every layer, `[n_layers, hidden_size]`. The paper has no POPGym or online-RL setting;
+    the defaults are two layers of 128 (the `gru` backbone's width). Two because one layer's gates read only the
     present input, while a second layer's read the first one's state, which gives the stack state-dependent
-    gating: on T-Maze-20 (``configs/demo.yaml``, seed 0) one layer stayed at a
+    gating: on T-Maze-20 (`configs/demo.yaml`, seed 0) one layer stayed at a
     memoryless policy's success of one half through 150k steps, two layers solved seeds 0–2 by 90k. The bias of
-    ``z`` is drawn uniformly in ``±log(T_max − 1)``: half of the channels pass the present input through
-    (``z > ½``), the others keep what they saw over timescales ``1/z`` up to ``T_max`` (where a bias of 0 keeps
-    ``0.5ⁿ`` of a step ``n`` back, ``10⁻⁶`` of a cue 20 steps back).
+    `z` is drawn uniformly in `±log(T_max − 1)`: half of the channels pass the present input through
+    (`z > ½`), the others keep what they saw over timescales `1/z` up to `T_max` (where a bias of 0 keeps
+    `0.5ⁿ` of a step `n` back, `10⁻⁶` of a cue 20 steps back).
     """
 
     @checked()

@@ -12,7 +12,7 @@ from policies.window import State, as_bool, window_before
 
 
 def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:
-    """``n_layers`` of ``Linear → ReLU`` of width ``hidden_size``."""
+    """`n_layers` of `Linear → ReLU` of width `hidden_size`."""
     layers: list[nn.Module] = []
     for i in range(n_layers):
         layers += [nn.Linear(input_dim if i == 0 else hidden_size, hidden_size), nn.ReLU()]
@@ -20,12 +20,12 @@ def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:
 
 
 class FrameStack(MemoryBackbone):
-    """An MLP over the current and the last ``k - 1`` inputs of the episode.
+    """An MLP over the current and the last `k - 1` inputs of the episode.
 
     The frame-stacking baseline for POMDPs that SB3's maintainers recommend starting with.
     Slots from before the episode start are zeroed and flagged (their validity bits are
     part of the MLP input), so a short episode prefix is distinguishable from zero inputs.
-    ``k = 1`` is the memoryless MLP.
+    `k = 1` is the memoryless MLP.
     """
 
     @checked()
@@ -37,7 +37,7 @@ class FrameStack(MemoryBackbone):
         self.net = mlp(k * input_dim + k - 1, hidden_size, n_layers)
 
     def _features(self, x: Tensor, window: Tensor, valid: Tensor) -> Tensor:
-        """``x`` ``[..., D]``, ``window`` ``[..., k-1, D]``, ``valid`` ``[..., k-1]``."""
+        """`x` `[..., D]`, `window` `[..., k-1, D]`, `valid` `[..., k-1]`."""
         masked = window * valid.unsqueeze(-1).to(window.dtype)
         return torch.cat([masked.flatten(-2), valid.to(x.dtype), x], dim=-1)
 
@@ -57,7 +57,7 @@ class FrameStack(MemoryBackbone):
 
 
 class MLPMemoryless(FrameStack):
-    """The memoryless baseline: an MLP of the current input only (``FrameStack`` with ``k = 1``)."""
+    """The memoryless baseline: an MLP of the current input only (`FrameStack` with `k = 1`)."""
 
     @checked()
     def __init__(self, input_dim: int, *, hidden_size: Count = 128, n_layers: Count = 2) -> None:

@@ -1,4 +1,4 @@
-"""The ``mlstm`` backbone: the matrix-memory LSTM of xLSTM (Beck et al., NeurIPS 2024, "xLSTM: Extended Long
+"""The `mlstm` backbone: the matrix-memory LSTM of xLSTM (Beck et al., NeurIPS 2024, "xLSTM: Extended Long
 Short-Term Memory")."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from policies.rules import Count, CountOrNone
 
 def mlstm_chunk(q: Tensor, k: Tensor, v: Tensor, i_tilde: Tensor, log_f: Tensor, starts: Tensor,
                 carry: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
-    """The stabilised mLSTM over ``L`` steps at once from the carry ``(C̃, ñ, m)``: what ``L`` recurrent steps give.
+    """The stabilised mLSTM over `L` steps at once from the carry `(C̃, ñ, m)`: what `L` recurrent steps give.
 
-    ``q``, ``k``, ``v`` ``[B, H, L, d]``; ``i_tilde`` and ``log_f`` ``[B, H, L]``; ``starts`` ``[B, L]`` bool;
-    ``C̃`` ``[B, H, d, d]``, ``ñ`` ``[B, H, d]``, ``m`` ``[B, H]`` (the true ``C = C̃ eᵐ``). Unrolling the
-    recurrence, step ``t`` weighs step ``s ≤ t`` of its episode by ``D_ts = Σ_{s<r≤t} log f_r + ĩ_s`` and the carry
-    by ``g_t = Σ_{r≤t} log f_r + m`` (an episode that starts at ``r`` begins from ``m = 0``:
-    ``g_t = Σ_{r≤j≤t} log f_j``); the stabiliser is ``m_t = max(g_t, max_s D_ts)``.
+    `q`, `k`, `v` `[B, H, L, d]`; `i_tilde` and `log_f` `[B, H, L]`; `starts` `[B, L]` bool;
+    `C̃` `[B, H, d, d]`, `ñ` `[B, H, d]`, `m` `[B, H]` (the true `C = C̃ eᵐ`). Unrolling the
+    recurrence, step `t` weighs step `s ≤ t` of its episode by `D_ts = Σ_{s<r≤t} log f_r + ĩ_s` and the carry
+    by `g_t = Σ_{r≤t} log f_r + m` (an episode that starts at `r` begins from `m = 0`:
+    `g_t = Σ_{r≤j≤t} log f_j`); the stabiliser is `m_t = max(g_t, max_s D_ts)`.
     """
     L = q.shape[2]
     C, n, m = carry
@@ -48,8 +48,8 @@ def mlstm_chunk(q: Tensor, k: Tensor, v: Tensor, i_tilde: Tensor, log_f: Tensor,
 
 def mlstm_step(q: Tensor, k: Tensor, v: Tensor, i_tilde: Tensor, log_f: Tensor, keep_carry: Tensor,
                carry: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
-    """One recurrent step of the stabilised mLSTM (a rollout step), ``[B, H, …]`` without time; ``keep_carry``
-    ``[B, 1]`` is 0 where an episode starts (the carry then is ``(0, 0, 0)``, a fresh state)::
+    """One recurrent step of the stabilised mLSTM (a rollout step), `[B, H, …]` without time; `keep_carry`
+    `[B, 1]` is 0 where an episode starts (the carry then is `(0, 0, 0)`, a fresh state)::
 
         m_t = max(log f_t + m_{t−1}, ĩ_t),   f' = exp(log f_t + m_{t−1} − m_t),   i' = exp(ĩ_t − m_t)
         C̃_t = f' C̃_{t−1} + i' v_t k_tᵀ,   ñ_t = f' ñ_{t−1} + i' k_t,   h̃_t = C̃_t q_t / max(|ñ_tᵀ q_t|, exp(−m_t))
@@ -66,7 +66,7 @@ def mlstm_step(q: Tensor, k: Tensor, v: Tensor, i_tilde: Tensor, log_f: Tensor, 
 
 
 class MLSTMLayer(nn.Module):
-    """One mLSTM cell (Beck et al. 2024, Sec. 2.3) in a pre-LayerNorm residual block, ``H`` heads of width ``d``::
+    """One mLSTM cell (Beck et al. 2024, Sec. 2.3) in a pre-LayerNorm residual block, `H` heads of width `d`::
 
         u_t = LN(h_t);  q_t = W_q u_t,  k_t = W_k u_t / √d,  v_t = W_v u_t,  o_t = σ(W_o u_t)
         i_t = exp(ĩ_t),  f_t = σ(f̃_t),  [ĩ_t; f̃_t] = W_g u_t + b_g       one input and forget gate per head
@@ -74,9 +74,9 @@ class MLSTMLayer(nn.Module):
         h̃_t = C_t q_t / max(|n_tᵀ q_t|, 1)
         h'_t = h_t + W_out (o_t ⊙ h̃_t)
 
-    computed stabilised (``m_t = max(log f_t + m_{t−1}, ĩ_t)``, :func:`mlstm_chunk`). Initialisation (xLSTM's):
-    gate weights 0, forget biases evenly spaced over ``[3, 6]`` across heads (``f ≈ 0.95 … 0.998``), input biases
-    ``N(0, 0.1²)``.
+    computed stabilised (`m_t = max(log f_t + m_{t−1}, ĩ_t)`, `mlstm_chunk`). Initialisation (xLSTM's):
+    gate weights 0, forget biases evenly spaced over `[3, 6]` across heads (`f ≈ 0.95 … 0.998`), input biases
+    `N(0, 0.1²)`.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, chunk_size: int) -> None:
@@ -93,7 +93,7 @@ class MLSTMLayer(nn.Module):
         self.out = nn.Linear(n_heads * d_head, d_model)
 
     def forward(self, h: Tensor, carry: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
-        """``h`` ``[T, B, D]``, ``carry`` ``[B, H·(d² + d + 1)]`` (``C̃``, ``ñ``, ``m``), ``starts`` ``[T, B]``."""
+        """`h` `[T, B, D]`, `carry` `[B, H·(d² + d + 1)]` (`C̃`, `ñ`, `m`), `starts` `[T, B]`."""
         H, d, chunk = self.sizes
         T, B = starts.shape
         u = self.norm(h)
@@ -121,14 +121,14 @@ class MLSTMLayer(nn.Module):
 
 
 class MatrixLSTM(CarryMemory):
-    """An input projection to ``d_model`` and ``n_layers`` :class:`MLSTMLayer` blocks (Beck et al. 2024).
+    """An input projection to `d_model` and `n_layers` `MLSTMLayer` blocks (Beck et al. 2024).
 
-    Training runs the parallel form chunk by chunk: within a chunk of ``chunk_size`` steps, linear attention with a
+    Training runs the parallel form chunk by chunk: within a chunk of `chunk_size` steps, linear attention with a
     cumulative log-forget decay matrix; between chunks, the stabilised carry. The carry is every block's
-    ``(C̃, ñ, m)``, ``[n_layers, H·(d² + d + 1)]``.
+    `(C̃, ñ, m)`, `[n_layers, H·(d² + d + 1)]`.
 
     Defaults: xLSTM has no RL setting; four heads (its mLSTM default) over a width of 64, and two blocks, so that
-    the second block's gates and keys read the first one's memory: on T-Maze-20 (``configs/demo.yaml``, seed 0) one
+    the second block's gates and keys read the first one's memory: on T-Maze-20 (`configs/demo.yaml`, seed 0) one
     block stayed near a memoryless policy's success of one half through 150k steps, two solved it by 70k. Chunks
     of 64 steps cover a training segment at once.
     """

@@ -19,10 +19,10 @@ Cell = Annotated[str, OneOf(lambda: CELLS)]
 class RecurrentMemory(MemoryBackbone):
     """A multi-layer LSTM (Hochreiter & Schmidhuber 1997) or GRU (Cho et al. 2014).
 
-    The state window holds one record, the carry after the previous step: ``(h, c)`` for the
-    LSTM, ``h`` for the GRU, stacked as ``[n_carry, n_layers, hidden_size]``. An episode
+    The state window holds one record, the carry after the previous step: `(h, c)` for the
+    LSTM, `h` for the GRU, stacked as `[n_carry, n_layers, hidden_size]`. An episode
     start invalidates it, which feeds a zero carry, the usual fresh RNN state.
-    ``forward_sequence`` runs cuDNN-style whole chunks between the time steps where some
+    `forward_sequence` runs cuDNN-style whole chunks between the time steps where some
     env starts an episode, instead of a Python loop over every step.
     """
 
@@ -36,11 +36,11 @@ class RecurrentMemory(MemoryBackbone):
         self.record_shape = (2 if self.is_lstm else 1, n_layers, hidden_size)
 
     def _carry(self, memory: Tensor, valid: Tensor) -> Tensor:
-        """``[n_carry, n_layers, B, H]`` carry, zero where the window is invalid."""
+        """`[n_carry, n_layers, B, H]` carry, zero where the window is invalid."""
         return (memory[:, 0] * valid[:, 0].view(-1, 1, 1, 1)).permute(1, 2, 0, 3).contiguous()
 
     def _run(self, x: Tensor, carry: Tensor) -> tuple[Tensor, Tensor]:
-        """``x`` ``[T, B, D]`` from ``carry``; returns outputs and the new carry (same layout)."""
+        """`x` `[T, B, D]` from `carry`; returns outputs and the new carry (same layout)."""
         y, new = self.rnn(x, (carry[0], carry[1]) if self.is_lstm else carry[0])
         return y, torch.stack(new) if self.is_lstm else new.unsqueeze(0)
 

@@ -1,18 +1,18 @@
 """Reversible residual layers (RevNet, Gomez et al. 2017; Reformer, Kitaev et al. 2020, Sec. 3).
 
 A reversible layer carries the stream as two halves and couples them with the two submodules of an
-identity-map Transformer-XL block (:meth:`~policies.backbones.transformer_xl.TransformerXLBlock.attention_branch` and
-:meth:`~policies.backbones.transformer_xl.TransformerXLBlock.feedforward_branch`, Parisotto et al. 2020):
+identity-map Transformer-XL block (`attention_branch` and
+`feedforward_branch`, Parisotto et al. 2020):
 
     Y₁ = X₁ + F(X₂),  F(x) = ReLU(MHA(LN([SG(m); x])))   (the layer's memory m is a constant input)
     Y₂ = X₂ + G(Y₁),  G(x) = ReLU(f(LN(x)))
 
-and its inputs follow from its outputs: ``X₂ = Y₂ − G(Y₁)``, ``X₁ = Y₁ − F(X₂)``. So a stack of them
-need not keep any layer's activations for backward: :func:`reversible_stack` keeps the stack's outputs
+and its inputs follow from its outputs: `X₂ = Y₂ − G(Y₁)`, `X₁ = Y₁ − F(X₂)`. So a stack of them
+need not keep any layer's activations for backward: `reversible_stack` keeps the stack's outputs
 and the layers' constant inputs only, and its backward walks down the stack reconstructing each
 layer's inputs from its outputs while recomputing each branch once with gradient (Gomez et al. 2017,
 Alg. 1). Recomputation needs the forward's random numbers, so the branches must be deterministic
-(no dropout). :func:`run_layers` is the same computation with plain autograd, which keeps everything.
+(no dropout). `run_layers` is the same computation with plain autograd, which keeps everything.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ LayerContext = tuple[Tensor, Tensor, Tensor, Tensor | None]
 
 def _undo_residual(branch: Callable[..., Tensor], y: Tensor, x_in: Tensor, extra: Sequence[Tensor | None],
                    grad_y: Tensor | None, wrt: Sequence[Tensor]) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-    """``x = y − branch(x_in, *extra)``, the stream before the residual ``y = x + branch(x_in, *extra)``.
+    """`x = y − branch(x_in, *extra)`, the stream before the residual `y = x + branch(x_in, *extra)`.
 
-    With ``grad_y``, the branch is recomputed with gradient and the gradients of ``⟨grad_y, branch⟩``
-    with respect to ``x_in`` and then to each tensor of ``wrt`` are returned too (``None`` where unused).
+    With `grad_y`, the branch is recomputed with gradient and the gradients of `⟨grad_y, branch⟩`
+    with respect to `x_in` and then to each tensor of `wrt` are returned too (`None` where unused).
     """
     with torch.set_grad_enabled(grad_y is not None):
         x_in = x_in.detach().requires_grad_(grad_y is not None)
@@ -48,13 +48,13 @@ def _needs_grad(t: Tensor | None) -> bool:
 
 
 class ReversibleLayer(nn.Module):
-    """``Y₁ = X₁ + F(X₂)``, ``Y₂ = X₂ + G(Y₁)`` with the attention and feed-forward branches of ``block``
+    """`Y₁ = X₁ + F(X₂)`, `Y₂ = X₂ + G(Y₁)` with the attention and feed-forward branches of `block`
     (RevNet's additive coupling, Gomez et al. 2017, Sec. 3; Reformer's reversible Transformer layer,
-    Kitaev et al. 2020, Sec. 3, with TrXL-I's submodules). ``X₂`` is the attention's input, so it is
+    Kitaev et al. 2020, Sec. 3, with TrXL-I's submodules). `X₂` is the attention's input, so it is
     what the layer's memory records.
 
     The coupling replaces the block's merges: the block must have the identity-map layout with residual
-    connections. A GTrXL gate ``g(x, y)`` cannot be solved for the stream ``x`` by a subtraction, and the
+    connections. A GTrXL gate `g(x, y)` cannot be solved for the stream `x` by a subtraction, and the
     post-LN layout normalises after the merge, which loses the scale of the stream. Backward recomputes
     both branches, so they must not draw random numbers: the block's dropout must be 0.
     """
@@ -72,7 +72,7 @@ class ReversibleLayer(nn.Module):
 
     def attention(self, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
                   terms: Tensor | None) -> tuple[Tensor, KeysValues]:
-        """``F(x)`` and the keys and values of ``[memory; segment]``."""
+        """`F(x)` and the keys and values of `[memory; segment]`."""
         return self.block.attention_branch(x, (keys, values), mask, terms)
 
     def _f(self, x: Tensor, *context: Tensor | None) -> Tensor:
@@ -84,7 +84,7 @@ class ReversibleLayer(nn.Module):
         return y1, x2 + self.block.feedforward_branch(y1), window_kv
 
     def inverse(self, y1: Tensor, y2: Tensor, *context: Tensor | None) -> tuple[Tensor, Tensor]:
-        """The inputs ``(X₁, X₂)`` that gave the outputs ``(Y₁, Y₂)``."""
+        """The inputs `(X₁, X₂)` that gave the outputs `(Y₁, Y₂)`."""
         x2, _ = _undo_residual(self.block.feedforward_branch, y2, y1, (), None, ())
         x1, _ = _undo_residual(self._f, y1, x2, context, None, ())
         return x1, x2
@@ -93,8 +93,8 @@ class ReversibleLayer(nn.Module):
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, list[Tensor | None], dict[int, Tensor]]:
         """Backward through the layer from its outputs alone (Gomez et al. 2017, Alg. 1).
 
-        Returns the inputs ``X₁, X₂``, their gradients, the gradients of the context tensors (``None``
-        for those without gradient) and of the parameters, by ``id``, that have one.
+        Returns the inputs `X₁, X₂`, their gradients, the gradients of the context tensors (`None`
+        for those without gradient) and of the parameters, by `id`, that have one.
         """
         params = [p for p in self.parameters() if p.requires_grad]
         x2, (grad_g_in, *grads_g) = _undo_residual(self.block.feedforward_branch, y2, y1, (), grad_y2, params)
@@ -114,9 +114,9 @@ class ReversibleLayer(nn.Module):
 
 def run_layers(layers: Sequence[ReversibleLayer], x1: Tensor, x2: Tensor, contexts: Sequence[LayerContext]
                ) -> tuple[Tensor, Tensor, Tensor, list[KeysValues]]:
-    """The stack on ``x1``, ``x2`` ``[B, T, D]``: its outputs ``Y₁, Y₂``, the records ``[B, T, L, D]``
-    (every layer's input ``X₂``) and the keys and values of ``[memory; segment]`` per layer. Run under
-    autograd, this keeps every layer's activations for backward (:func:`reversible_stack` does not)."""
+    """The stack on `x1`, `x2` `[B, T, D]`: its outputs `Y₁, Y₂`, the records `[B, T, L, D]`
+    (every layer's input `X₂`) and the keys and values of `[memory; segment]` per layer. Run under
+    autograd, this keeps every layer's activations for backward (`reversible_stack` does not)."""
     records, window_kv = [], []
     for layer, context in zip(layers, contexts, strict=True):
         records.append(x2)
@@ -126,8 +126,8 @@ def run_layers(layers: Sequence[ReversibleLayer], x1: Tensor, x2: Tensor, contex
 
 
 class _ReversibleStack(torch.autograd.Function):
-    """:func:`run_layers` that saves only its outputs and the layers' contexts; the inputs of every
-    layer are reconstructed during backward. Inputs: ``x1, x2``, four context entries per layer, then
+    """`run_layers` that saves only its outputs and the layers' contexts; the inputs of every
+    layer are reconstructed during backward. Inputs: `x1, x2`, four context entries per layer, then
     the parameters (so their gradients go through autograd like any other)."""
 
     @staticmethod
@@ -169,13 +169,9 @@ def _parameters(layers: Sequence[ReversibleLayer]) -> list[Tensor]:
 
 def reversible_stack(layers: Sequence[ReversibleLayer], x1: Tensor, x2: Tensor, contexts: Sequence[LayerContext]
                      ) -> tuple[Tensor, Tensor, Tensor, list[KeysValues]]:
-    """:func:`run_layers` without keeping any layer's activations for backward.
+    """`run_layers` without keeping any layer's activations for backward.
 
-    Saved for backward: the outputs ``Y₁, Y₂`` and the contexts (memory keys and values, mask, position
-    terms), which the caller holds anyway. The backward pass costs one more forward of every branch;
-    gradients reach ``x1``, ``x2``, the records, every context tensor that has a gradient and every
-    parameter. The keys and values returned are for rollout caches and carry no gradient.
-    """
+    Backward recomputes every branch once from the outputs; the returned keys and values carry no gradient."""
     flat = [t for context in contexts for t in context]
     y1, y2, records, *kv = _ReversibleStack.apply(layers, x1, x2, *flat, *_parameters(layers))
     return y1, y2, records, list(zip(kv[0::2], kv[1::2], strict=True))

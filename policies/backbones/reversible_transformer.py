@@ -1,4 +1,4 @@
-"""The ``trxl-rev`` backbone: Transformer-XL memory in reversible layers (Reformer, Kitaev et al. 2020,
+"""The `trxl-rev` backbone: Transformer-XL memory in reversible layers (Reformer, Kitaev et al. 2020,
 Sec. 3; RevNet, Gomez et al. 2017), trained without keeping any layer's activations."""
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ from policies.rules import Count, CountOrNone, OptionalMapping
 
 
 class ReversibleTransformerXL(WindowTransformer):
-    """A stack of ``n_layers`` reversible layers (:class:`~policies.backbones.reversible.ReversibleLayer`) over an
-    episode memory of ``memory_length`` steps.
+    """A stack of `n_layers` reversible layers (`ReversibleLayer`) over an
+    episode memory of `memory_length` steps.
 
-    The embedded input is duplicated, ``X₁ = X₂ = E`` (Reformer), every layer computes
-    ``Y₁ = X₁ + ReLU(MHA(LN([SG(m); X₂])))``, ``Y₂ = X₂ + ReLU(f(LN(Y₁)))`` (TrXL-I's submodules in
-    RevNet's coupling), and the output is the mean ``(Y₁ + Y₂) / 2`` of the last layer's halves, so a
+    The embedded input is duplicated, `X₁ = X₂ = E` (Reformer), every layer computes
+    `Y₁ = X₁ + ReLU(MHA(LN([SG(m); X₂])))`, `Y₂ = X₂ + ReLU(f(LN(Y₁)))` (TrXL-I's submodules in
+    RevNet's coupling), and the output is the mean `(Y₁ + Y₂) / 2` of the last layer's halves, so a
     fresh stack, whose branches are near zero, is near the identity like TrXL-I.
 
-    Memory: the attention of layer ``l`` reads ``X₂``, so the record a step leaves is every layer's
-    ``X₂``, ``[n_layers, d_model]``, exactly as many bytes as GTrXL's (1,024 per step at d_model 128,
-    2 layers, float32); layer ``l`` attends from ``X₂`` to its ``X₂`` of the last ``M`` steps of the
+    Memory: the attention of layer `l` reads `X₂`, so the record a step leaves is every layer's
+    `X₂`, `[n_layers, d_model]`, exactly as many bytes as GTrXL's (1,024 per step at d_model 128,
+    2 layers, float32); layer `l` attends from `X₂` to its `X₂` of the last `M` steps of the
     episode (kept without gradient) and to the current step. Training segments run through
-    :func:`~policies.backbones.reversible.reversible_stack`, which keeps only the stack's outputs and the memory's
+    `reversible_stack`, which keeps only the stack's outputs and the memory's
     keys and values for backward and recomputes each layer once in backward; rollout steps run the same
     layers without gradient, so both paths compute the same function.
 
-    There is no ``gate``: a GTrXL gate cannot be inverted by subtraction; and no ``dropout``: the
+    There is no `gate`: a GTrXL gate cannot be inverted by subtraction; and no `dropout`: the
     backward pass recomputes every branch and would need the forward's random numbers.
     """
 

@@ -1,14 +1,14 @@
-"""The diagonal linear recurrence ``h_t = a_t ⊙ h_{t−1} + b_t`` over a segment at once, and the memories built on it:
-one carry per env, reset at episode starts (``a_t = 0``), stepped in O(1) and trained with a parallel scan.
+"""The diagonal linear recurrence `h_t = a_t ⊙ h_{t−1} + b_t` over a segment at once, and the memories built on it:
+one carry per env, reset at episode starts (`a_t = 0`), stepped in O(1) and trained with a parallel scan.
 
 The scan is the work-efficient (odd-even) prefix scan of the associative operator
-``(a₁, b₁) ∘ (a₂, b₂) = (a₁ a₂, a₂ b₁ + b₂)`` (Blelloch 1990; the operator of Martin & Cundy 2018 and S5): each odd
+`(a₁, b₁) ∘ (a₂, b₂) = (a₁ a₂, a₂ b₁ + b₂)` (Blelloch 1990; the operator of Martin & Cundy 2018 and S5): each odd
 step is composed with the even step before it, the odd steps are scanned as a problem half as long, and the even
 steps are filled in from them: ⌈log₂ T⌉ levels of a few whole-tensor operations, the segment padded with steps
-``a = b = 0`` to a power of two. It multiplies and adds only, so it needs no logarithm of ``a`` (which an episode
+`a = b = 0` to a power of two. It multiplies and adds only, so it needs no logarithm of `a` (which an episode
 start makes 0) and no division by a cumulative product (which underflows in float32), and works alike for real and
-complex ``a`` and ``b``. Against the doubling scan (Hillis & Steele 1986) it moves ``O(T)`` elements instead of
-``O(T log T)``: on one CPU thread, forward and backward of Mamba's ``[16, 16, 128, 16]`` scan took 8 ms instead of 23.
+complex `a` and `b`. Against the doubling scan (Hillis & Steele 1986) it moves `O(T)` elements instead of
+`O(T log T)`: on one CPU thread, forward and backward of Mamba's `[16, 16, 128, 16]` scan took 8 ms instead of 23.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from policies.window import State, as_bool
 
 
 def linear_scan(a: Tensor, b: Tensor, h: Tensor) -> Tensor:
-    """Every ``h_t = a_t ⊙ h_{t−1} + b_t`` of a time-major segment, from ``h_{−1} = h``.
+    """Every `h_t = a_t ⊙ h_{t−1} + b_t` of a time-major segment, from `h_{−1} = h`.
 
-    ``a`` and ``b`` are ``[T, ...]`` (``a`` broadcast against ``b``), ``h`` is ``b``'s shape without time.
-    Returns every ``h_t``, shaped as ``b``.
+    `a` and `b` are `[T, ...]` (`a` broadcast against `b`), `h` is `b`'s shape without time.
+    Returns every `h_t`, shaped as `b`.
     """
     T = b.shape[0]
     first = torch.addcmul(b[:1], a[:1], h.unsqueeze(0))  # the carry enters at t = 0
@@ -39,7 +39,7 @@ def linear_scan(a: Tensor, b: Tensor, h: Tensor) -> Tensor:
 
 
 def _scan(a: Tensor, b: Tensor) -> Tensor:
-    """:func:`linear_scan` of a power-of-two length from ``h_{−1} = 0``: each odd step composed with the even one
+    """`linear_scan` of a power-of-two length from `h_{−1} = 0`: each odd step composed with the even one
     before it, the odd steps scanned at half the length, the even ones filled in from them."""
     T = b.shape[0]
     if T == 1:
@@ -53,16 +53,16 @@ def _scan(a: Tensor, b: Tensor) -> Tensor:
 
 
 def keep(episode_starts: Tensor, like: Tensor) -> Tensor:
-    """``1 − start`` as ``like``'s dtype, ``[T, B]``: the factor that clears the carry where an episode starts."""
+    """`1 − start` as `like`'s dtype, `[T, B]`: the factor that clears the carry where an episode starts."""
     return (~as_bool(episode_starts)).to(like.real.dtype if like.is_complex() else like.dtype)
 
 
 class CarryMemory(MemoryBackbone):
-    """A memory whose state is one record, its carry after the previous step, ``[B, 1, *carry_shape]``.
+    """A memory whose state is one record, its carry after the previous step, `[B, 1, *carry_shape]`.
 
     An episode start invalidates the window, which feeds a zero carry: the fresh state. A subclass defines
-    :meth:`_run`, the segment ``x`` ``[T, B, D]`` from a carry with the episode starts inside it; a rollout step is
-    that segment with ``T = 1``, which costs O(1) per env (the scan's first step alone; the mLSTM takes its recurrent
+    `_run`, the segment `x` `[T, B, D]` from a carry with the episode starts inside it; a rollout step is
+    that segment with `T = 1`, which costs O(1) per env (the scan's first step alone; the mLSTM takes its recurrent
     form there, which the contract tests hold equal to its parallel form).
     """
 
@@ -70,8 +70,8 @@ class CarryMemory(MemoryBackbone):
 
     @abstractmethod
     def _run(self, x: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
-        """Outputs ``[T, B, output_dim]`` and the carry after the segment, from ``carry`` ``[B, *record_shape]``;
-        ``episode_starts`` ``[T, B]`` bool clears the carry before the steps where they are set."""
+        """Outputs `[T, B, output_dim]` and the carry after the segment, from `carry` `[B, *record_shape]`;
+        `episode_starts` `[T, B]` bool clears the carry before the steps where they are set."""
 
     def _carry(self, state: State, valid: Tensor) -> Tensor:
         """The carry of the window, zero where it is invalid."""

@@ -1,28 +1,28 @@
 """Transformer-XL memories for RL: TrXL, TrXL-I and GTrXL (Parisotto et al. 2020), in one file from the gates
-to the stack. With :mod:`policies.attention.layer` (the attention of a layer) and :mod:`policies.window` (the
+to the stack. With `policies.attention.layer` (the attention of a layer) and `policies.window` (the
 episode window and its mask) it is the whole of a GTrXL forward pass, rollout step and training segment.
 
-- **Gates** (Sec. 3.2): a gate ``g(x, y)`` merges the residual stream ``x`` with a submodule output ``y``. The
-  gate bias ``b_g`` is a parameter of its own (not the bias of an ``nn.Linear``), so SB3's ``ortho_init``,
+- **Gates** (Sec. 3.2): a gate `g(x, y)` merges the residual stream `x` with a submodule output `y`. The
+  gate bias `b_g` is a parameter of its own (not the bias of an `nn.Linear`), so SB3's `ortho_init`,
   which zeroes linear biases, cannot reset it. Its defaults follow the paper's gated identity initialisation:
-  2 for the GRU gate, 1 for the others; a positive ``b_g`` pulls each gate towards passing ``x`` unchanged.
-- **Blocks** (Sec. 3): attention over ``[memory; segment]`` plus a position-wise MLP, in three layouts, with
-  ``h̃ = [SG(M); E]``:
+  2 for the GRU gate, 1 for the others; a positive `b_g` pulls each gate towards passing `x` unchanged.
+- **Blocks** (Sec. 3): attention over `[memory; segment]` plus a position-wise MLP, in three layouts, with
+  `h̃ = [SG(M); E]`:
 
-  - ``post-ln`` (canonical TrXL): ``Y = LN(E + MHA(h̃))``, ``E' = LN(Y + f(Y))``;
-  - ``identity-map`` with residual gates (TrXL-I): ``Y = E + ReLU(MHA(LN(h̃)))``, ``E' = Y + ReLU(f(LN(Y)))``
+  - `post-ln` (canonical TrXL): `Y = LN(E + MHA(h̃))`, `E' = LN(Y + f(Y))`;
+  - `identity-map` with residual gates (TrXL-I): `Y = E + ReLU(MHA(LN(h̃)))`, `E' = Y + ReLU(f(LN(Y)))`
     — LayerNorm only on submodule inputs, so an un-normalised identity path runs from the first layer's input
     to the last layer's output;
-  - ``identity-map`` with a GTrXL gate in place of each residual: ``Y = g_MHA(E, ReLU(MHA(LN(h̃))))``,
-    ``E' = g_MLP(Y, ReLU(f(LN(Y))))``.
+  - `identity-map` with a GTrXL gate in place of each residual: `Y = g_MHA(E, ReLU(MHA(LN(h̃))))`,
+    `E' = g_MLP(Y, ReLU(f(LN(Y))))`.
 
-  The position-wise MLP ``f`` can run on pieces of the time axis (``ff_chunks``, Reformer's chunking).
-- **The window transformer** (:class:`WindowTransformer`): what every Transformer-XL-style backbone shares (this
+  The position-wise MLP `f` can run on pieces of the time axis (`ff_chunks`, Reformer's chunking).
+- **The window transformer** (`WindowTransformer`): what every Transformer-XL-style backbone shares (this
   stack, the Universal Transformer, the reversible one): the memory of per-depth inputs, the banded causal mask,
-  and the key/value caches that make a rollout step cost O(M). Depth ``n`` attends to memory slot ``n``: the
-  inputs that depth ``n`` received at each of the last ``M`` steps of the episode (Dai et al. 2019, Sec. 3.2:
+  and the key/value caches that make a rollout step cost O(M). Depth `n` attends to memory slot `n`: the
+  inputs that depth `n` received at each of the last `M` steps of the episode (Dai et al. 2019, Sec. 3.2:
   each layer caches its own input).
-- **The stack** (:class:`TransformerXL`): ``n_layers`` distinct blocks.
+- **The stack** (`TransformerXL`): `n_layers` distinct blocks.
 """
 
 from __future__ import annotations
@@ -59,14 +59,14 @@ def _linear(d_in: int, d_out: int) -> nn.Linear:
 
 
 class Residual(nn.Module):
-    """Plain residual connection ``g(x, y) = x + y`` (TrXL, TrXL-I)."""
+    """Plain residual connection `g(x, y) = x + y` (TrXL, TrXL-I)."""
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         return x + y
 
 
 class _BiasedGate(nn.Module):
-    """A gate with the scalar-per-channel bias ``b_g``."""
+    """A gate with the scalar-per-channel bias `b_g`."""
 
     default_bias = 1.0
 
@@ -77,7 +77,7 @@ class _BiasedGate(nn.Module):
 
 
 class InputGate(_BiasedGate):
-    """Input gating, ``g = σ(W_g x + b_g) ⊙ x + y``."""
+    """Input gating, `g = σ(W_g x + b_g) ⊙ x + y`."""
 
     def __init__(self, dim: int, bias: float | None = None) -> None:
         super().__init__(dim, bias)
@@ -88,7 +88,7 @@ class InputGate(_BiasedGate):
 
 
 class OutputGate(_BiasedGate):
-    """Output gating, ``g = x + σ(W_g x − b_g) ⊙ y``."""
+    """Output gating, `g = x + σ(W_g x − b_g) ⊙ y`."""
 
     def __init__(self, dim: int, bias: float | None = None) -> None:
         super().__init__(dim, bias)
@@ -99,7 +99,7 @@ class OutputGate(_BiasedGate):
 
 
 class HighwayGate(_BiasedGate):
-    """Highway gating, ``g = σ(W_g x + b_g) ⊙ x + (1 − σ(W_g x + b_g)) ⊙ y``."""
+    """Highway gating, `g = σ(W_g x + b_g) ⊙ x + (1 − σ(W_g x + b_g)) ⊙ y`."""
 
     def __init__(self, dim: int, bias: float | None = None) -> None:
         super().__init__(dim, bias)
@@ -111,7 +111,7 @@ class HighwayGate(_BiasedGate):
 
 
 class SigmoidTanhGate(_BiasedGate):
-    """Sigmoid-tanh gating, ``g = x + σ(W_g y − b_g) ⊙ tanh(U_g y)``."""
+    """Sigmoid-tanh gating, `g = x + σ(W_g y − b_g) ⊙ tanh(U_g y)`."""
 
     def __init__(self, dim: int, bias: float | None = None) -> None:
         super().__init__(dim, bias)
@@ -125,10 +125,10 @@ class SigmoidTanhGate(_BiasedGate):
 class GRUGate(_BiasedGate):
     """GRU-type gating, the best variant of GTrXL.
 
-    ``r = σ(W_r y + U_r x)``, ``z = σ(W_z y + U_z x − b_g)``, ``ĥ = tanh(W_g y + U_g (r ⊙ x))``,
-    ``g = (1 − z) ⊙ x + z ⊙ ĥ``: six bias-free ``D×D`` matrices (W acts on the submodule output
-    ``y``, U on the stream ``x``) and only ``b_g`` on ``z``. ``W_r, W_z, W_g`` are fused in one
-    matrix and so are ``U_r, U_z``.
+    `r = σ(W_r y + U_r x)`, `z = σ(W_z y + U_z x − b_g)`, `ĥ = tanh(W_g y + U_g (r ⊙ x))`,
+    `g = (1 − z) ⊙ x + z ⊙ ĥ`: six bias-free `D×D` matrices (W acts on the submodule output
+    `y`, U on the stream `x`) and only `b_g` on `z`. `W_r, W_z, W_g` are fused in one
+    matrix and so are `U_r, U_z`.
     """
 
     default_bias = 2.0
@@ -167,7 +167,7 @@ GateBias = Annotated[float | None, Range(optional=True)]
 
 
 def make_gate(name: str, dim: int, bias: float | None = None) -> nn.Module:
-    """Build a gate by name; ``bias`` overrides the default ``b_g`` (not for ``residual``)."""
+    """Build a gate by name; `bias` overrides the default `b_g` (not for `residual`)."""
     if name not in GATES:
         raise ValueError(f"unknown gate {name!r}; valid gates: {', '.join(GATES)}")
     if name == "residual":
@@ -195,20 +195,20 @@ HEADS_DIVIDE_D_MODEL = Relation(
 
 
 def _dropout(p: float) -> nn.Module:
-    """Dropout with probability ``p``; none at all (no op in the step) when ``p`` is 0."""
+    """Dropout with probability `p`; none at all (no op in the step) when `p` is 0."""
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
 class PositionwiseFeedForward(nn.Module):
-    """``f(x) = W_2 ReLU(W_1 x + b_1) + b_2``; its output has no activation of its own.
+    """`f(x) = W_2 ReLU(W_1 x + b_1) + b_2`; its output has no activation of its own.
 
-    With ``chunks = c > 1``, ``f`` runs on ``c`` consecutive pieces of the time axis one after the
-    other (Reformer, Kitaev et al. 2020, Sec. 3 "Chunking": ``Y_2 = [Y_2^(1); …; Y_2^(c)]`` with
-    ``Y_2^(j) = X_2^(j) + f(Y_1^(j))``). ``f`` acts on each position alone, so outputs and gradients
-    are those of one pass, and the ``d_inner``-wide activation exists for ``⌈T/c⌉`` positions at a
+    With `chunks = c > 1`, `f` runs on `c` consecutive pieces of the time axis one after the
+    other (Reformer, Kitaev et al. 2020, Sec. 3 "Chunking": `Y_2 = [Y_2^(1); …; Y_2^(c)]` with
+    `Y_2^(j) = X_2^(j) + f(Y_1^(j))`). `f` acts on each position alone, so outputs and gradients
+    are those of one pass, and the `d_inner`-wide activation exists for `⌈T/c⌉` positions at a
     time. That lowers peak memory only if a piece's activation is not kept for backward: whenever
-    autograd records, each piece runs under activation checkpointing (``torch.utils.checkpoint``,
-    non-reentrant) and is recomputed in backward, at the cost of a second forward of ``f``.
+    autograd records, each piece runs under activation checkpointing (`torch.utils.checkpoint`,
+    non-reentrant) and is recomputed in backward, at the cost of a second forward of `f`.
     Without gradient (rollouts) pieces are only run one after the other.
     """
 
@@ -220,7 +220,7 @@ class PositionwiseFeedForward(nn.Module):
                                  nn.Linear(d_inner, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
-        """``x``: ``[..., T, d_model]``."""
+        """`x`: `[..., T, d_model]`."""
         if self.chunks == 1:
             return self.net(x)
         pieces = x.split(math.ceil(x.shape[-2] / self.chunks), dim=-2)
@@ -233,14 +233,14 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class TransformerXLBlock(nn.Module):
-    """One Transformer-XL layer in the ``post-ln`` or ``identity-map`` layout (see module doc).
+    """One Transformer-XL layer in the `post-ln` or `identity-map` layout (see module doc).
 
-    ``gate`` names the merge of stream and submodule output (``residual`` or a GTrXL gate
-    of :data:`GATES`); the post-LN layout only takes ``residual``. ``attention`` is the
-    attention module (:func:`policies.attention.layer.make_attention` for the windowed ones); the block
+    `gate` names the merge of stream and submodule output (`residual` or a GTrXL gate
+    of `GATES`); the post-LN layout only takes `residual`. `attention` is the
+    attention module (`policies.attention.layer.make_attention` for the windowed ones); the block
     passes whatever context it needs (memory keys and values, mask, position terms, or a
     recurrent carry) through and returns what the attention returns beside its output.
-    ``ff_chunks`` runs the MLP on that many pieces of the time axis (:class:`PositionwiseFeedForward`).
+    `ff_chunks` runs the MLP on that many pieces of the time axis (`PositionwiseFeedForward`).
     """
 
     @checked(POST_LN_IS_RESIDUAL)
@@ -258,22 +258,22 @@ class TransformerXLBlock(nn.Module):
         self.drop = _dropout(dropout)
 
     def memory_kv(self, memory: Tensor) -> KeysValues:
-        """Keys and values of this layer's memory ``[B, M, D]`` (normalised first in identity-map)."""
+        """Keys and values of this layer's memory `[B, M, D]` (normalised first in identity-map)."""
         return self.attn.keys_values(self.attn_norm(memory) if self.identity_map else memory)
 
     def attention_branch(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
-        """The identity-map attention submodule ``ReLU(MHA(LN(h̃)))`` and what the attention returns beside it."""
+        """The identity-map attention submodule `ReLU(MHA(LN(h̃)))` and what the attention returns beside it."""
         y, carried = self.attn(self.attn_norm(h), *context)
         return self.drop(y).relu(), carried
 
     def feedforward_branch(self, h: Tensor) -> Tensor:
-        """The identity-map feed-forward submodule ``ReLU(f(LN(h)))``."""
+        """The identity-map feed-forward submodule `ReLU(f(LN(h)))`."""
         return self.drop(self.ff(self.ff_norm(h))).relu()
 
     def forward(self, h: Tensor, *context: Any) -> tuple[Tensor, Any]:
-        """``h``: ``[B, T, D]`` this layer's input for the segment, ``context`` the attention's other
+        """`h`: `[B, T, D]` this layer's input for the segment, `context` the attention's other
         arguments; returns the block's output and what the attention returns beside its own (the
-        keys and values of ``[memory; segment]``, or the carry after the segment)."""
+        keys and values of `[memory; segment]`, or the carry after the segment)."""
         if self.identity_map:
             y, carried = self.attn(self.attn_norm(h), *context)
             stream = self.attn_gate(h, self.drop(y).relu())
@@ -292,14 +292,14 @@ def _invalidate_after_load(module: WindowTransformer, keys: Any) -> None:
 
 class WindowTransformer(MemoryBackbone):
     """Base of the Transformer memories: input projection, memory, masks and caches. A subclass defines the depth
-    computation (:meth:`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
-    the block that reads each memory slot (:attr:`memory_blocks`).
+    computation (`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
+    the block that reads each memory slot (`memory_blocks`).
 
-    The state holds ``memory`` ``[B, M, n_depth, d_model]`` (the input of every depth at each of the last ``M``
-    steps), ``valid`` ``[B, M]`` and, with an episode clock, ``clock`` ``[B]``. :meth:`step` adds
-    ``cache_keys_<n>`` and ``cache_values_<n>`` ``[B, H, M, d_head]`` per depth, rolled with the window, and
-    ``cache_generation`` ``[B]``, the :attr:`generation` of the parameters they were computed with. The learner
-    calls :meth:`invalidate_caches` after each optimiser step (loading a state dict does too), which drops the
+    The state holds `memory` `[B, M, n_depth, d_model]` (the input of every depth at each of the last `M`
+    steps), `valid` `[B, M]` and, with an episode clock, `clock` `[B]`. `step` adds
+    `cache_keys_<n>` and `cache_values_<n>` `[B, H, M, d_head]` per depth, rolled with the window, and
+    `cache_generation` `[B]`, the `generation` of the parameters they were computed with. The learner
+    calls `invalidate_caches` after each optimiser step (loading a state dict does too), which drops the
     position terms computed once per rollout and makes every state's caches stale.
     """
 
@@ -330,8 +330,7 @@ class WindowTransformer(MemoryBackbone):
 
     @property
     def keeps_clock(self) -> bool:
-        """Whether the state carries the episode clock: for an encoding of episode time, or for an
-        attention laid out in episode time (``uses_episode_time``, the Sparse Transformer's fixed pattern)."""
+        """Whether the state carries the episode clock (time encoding, or `uses_episode_time` attention)."""
         return self.time_encoding is not None or self.memory_blocks[0].attn.pattern.uses_episode_time
 
     def initial_state(self, n_envs: int) -> State:
@@ -341,9 +340,9 @@ class WindowTransformer(MemoryBackbone):
         return state
 
     def _inputs(self, x: Tensor, clock: Tensor | None) -> Tensor:
-        """The first depth's input: ``E x``, plus the encoding of each step's episode time ``clock``
-        (the same shape as ``x`` without its last axis) when the backbone has one, Decision Transformer's
-        timestep embedding (Chen et al. 2021); times from ``max_episode_time`` on share the last."""
+        """The first depth's input: `E x`, plus the encoding of each step's episode time `clock`
+        (the same shape as `x` without its last axis) when the backbone has one, Decision Transformer's
+        timestep embedding (Chen et al. 2021); times from `max_episode_time` on share the last."""
         h = self.embed(x)
         if self.time_encoding is None:
             return h
@@ -372,22 +371,22 @@ class WindowTransformer(MemoryBackbone):
     @property
     @abstractmethod
     def memory_blocks(self) -> list[TransformerXLBlock]:
-        """The block that reads memory slot ``n``, for every depth ``n``."""
+        """The block that reads memory slot `n`, for every depth `n`."""
 
     @abstractmethod
     def _depth(self, h: Tensor, memory_kv: list[KeysValues], mask: Tensor,
                position_terms: list[Tensor | None]) -> tuple[Tensor, Tensor, list[KeysValues], Aux]:
-        """Run every depth on the segment ``h`` ``[B, T, D]``.
+        """Run every depth on the segment `h` `[B, T, D]`.
 
-        Returns the output ``[B, T, D]``, the records ``[B, T, n_depth, D]`` (input of each
-        depth), the keys and values of ``[memory; segment]`` per depth, and auxiliary terms per position
-        ``[B, T]``.
+        Returns the output `[B, T, D]`, the records `[B, T, n_depth, D]` (input of each
+        depth), the keys and values of `[memory; segment]` per depth, and auxiliary terms per position
+        `[B, T]`.
         """
 
     def _position_terms(self) -> list[Tensor | None]:
         """The position terms of every depth's attention, computed once per distinct block. Without gradient
-        (rollouts, ``predict``) they are kept until :meth:`invalidate_caches`, as ordinary tensors even under
-        ``torch.inference_mode``, so a later pass with gradient may read them; with gradient they are computed
+        (rollouts, `predict`) they are kept until `invalidate_caches`, as ordinary tensors even under
+        `torch.inference_mode`, so a later pass with gradient may read them; with gradient they are computed
         afresh, so the gradient reaches the position parameters."""
         like = self.embed.weight
         if self._terms_like != (like.device, like.dtype):  # moved or cast (.to): every cache is stale
@@ -409,7 +408,7 @@ class WindowTransformer(MemoryBackbone):
     record is then normalised and projected once (:meth:`_shared_memory_kv`) rather than once per window"""
 
     def segment_state(self, state: State) -> State:
-        """A stored state as :meth:`forward_sequence` takes it: shared records stay shared (:attr:`shares_records`)."""
+        """A stored state as `forward_sequence` takes it: shared records stay shared (`shares_records`)."""
         return state if self.shares_records else as_windows(state)
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
@@ -420,8 +419,8 @@ class WindowTransformer(MemoryBackbone):
     def _segment(self, x: Tensor, state: State, episode_starts: Tensor,
                  depth: Callable[..., tuple[Tensor, Tensor, list[KeysValues], Aux]] | None = None
                  ) -> tuple[Tensor, Tensor, Aux]:
-        """The outputs ``[T, B, D]``, records ``[T, B, n_depth, D]`` and ``aux`` of a segment, through
-        ``depth`` (:meth:`_depth` unless given). Shared records (:func:`policies.window.shared_windows`)
+        """The outputs `[T, B, D]`, records `[T, B, n_depth, D]` and `aux` of a segment, through
+        `depth` (`_depth` unless given). Shared records (`policies.window.shared_windows`)
         are projected once and never expanded into windows."""
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
@@ -438,7 +437,7 @@ class WindowTransformer(MemoryBackbone):
         return y.transpose(0, 1), records.transpose(0, 1), aux
 
     def _state_after(self, records: Tensor, state: State, episode_starts: Tensor) -> State:
-        """The window after the segment: the last ``M`` steps of ``[memory; records]`` in the episode."""
+        """The window after the segment: the last `M` steps of `[memory; records]` in the episode."""
         starts = as_bool(episode_starts).transpose(0, 1)
         T = torch.tensor([records.shape[0]], device=records.device)
         new_memory, new_valid = window_before(windows(state), state["valid"], records.detach().transpose(0, 1),
@@ -449,21 +448,21 @@ class WindowTransformer(MemoryBackbone):
         return after
 
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
-        """Keys and values of every memory slot, each ``[B, H, M, d_head]``."""
+        """Keys and values of every memory slot, each `[B, H, M, d_head]`."""
         return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
 
     def _shared_memory_kv(self, state: State) -> list[KeysValues]:
-        """Keys and values of shared records (:func:`policies.window.shared_windows`): each distinct
+        """Keys and values of shared records (`policies.window.shared_windows`): each distinct
         record is normalised and projected once; the attention gathers them into every window that holds
-        it (:func:`policies.attention.layer.join_memory`; the backward pass sums the gradients of its copies)."""
+        it (`policies.attention.layer.join_memory`; the backward pass sums the gradients of its copies)."""
         slots = state["slots"]  # [N, M]
         projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
         return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))
                 for keys, values in projected]
 
     def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
-        """One rollout step ``x`` ``[B, D_in]``: the windows of envs whose episode starts are reset, the step
-        attends to its window through the state's key/value caches (rebuilt from ``memory`` when missing or
+        """One rollout step `x` `[B, D_in]`: the windows of envs whose episode starts are reset, the step
+        attends to its window through the state's key/value caches (rebuilt from `memory` when missing or
         stale), and its record (the input of every depth) is pushed."""
         starts = episode_start if episode_start.dtype == torch.bool else episode_start != 0
         B, M = state["valid"].shape
@@ -497,16 +496,16 @@ class WindowTransformer(MemoryBackbone):
 
 # -- the stack --------------------------------------------------------------------------------------------------
 class TransformerXL(WindowTransformer):
-    """GTrXL by default: a stack of ``n_layers`` Transformer-XL blocks over an episode memory of
-    ``memory_length`` steps; other ``layout`` and ``gate`` values give TrXL and TrXL-I.
+    """GTrXL by default: a stack of `n_layers` Transformer-XL blocks over an episode memory of
+    `memory_length` steps; other `layout` and `gate` values give TrXL and TrXL-I.
 
-    Layer ``l`` attends, from each step, to its own input at the last ``M`` steps of the
+    Layer `l` attends, from each step, to its own input at the last `M` steps of the
     episode (kept without gradient) and to the current step, with relative positions
     (Dai et al. 2019). The three RL variants differ only in the block:
 
-    - ``trxl``: ``layout="post-ln"``, residual connections (fails to learn in RL per the GTrXL paper);
-    - ``trxl-i``: ``layout="identity-map"``, residual connections;
-    - ``gtrxl``: ``layout="identity-map"`` with a gate (``gru`` by default, ``b_g = 2``).
+    - `trxl`: `layout="post-ln"`, residual connections (fails to learn in RL per the GTrXL paper);
+    - `trxl-i`: `layout="identity-map"`, residual connections;
+    - `gtrxl`: `layout="identity-map"` with a gate (`gru` by default, `b_g = 2`).
 
     Examples:
         >>> backbone = TransformerXL(8, d_model=32, n_layers=2, n_heads=2, memory_length=16)

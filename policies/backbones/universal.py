@@ -20,16 +20,16 @@ StepEncoding = Annotated[str, OneOf(lambda: ABSOLUTE_ENCODINGS)]
 
 
 class UniversalTransformerACT(WindowTransformer):
-    """One shared-weight gated block applied up to ``max_steps`` times per env step, with ACT.
+    """One shared-weight gated block applied up to `max_steps` times per env step, with ACT.
 
-    At ponder step ``n`` the state of each position gets the step encoding ``P_n`` (sinusoidal
-    or learned, as tensor2tensor's ``add_step_timing_signal``) and goes through the same GTrXL
-    block (identity-map layout, ``gate``), which attends to a Transformer-XL memory: the inputs
-    of ponder step ``n`` at the last ``M`` steps of the episode (a position that halted earlier
+    At ponder step `n` the state of each position gets the step encoding `P_n` (sinusoidal
+    or learned, as tensor2tensor's `add_step_timing_signal`) and goes through the same GTrXL
+    block (identity-map layout, `gate`), which attends to a Transformer-XL memory: the inputs
+    of ponder step `n` at the last `M` steps of the episode (a position that halted earlier
     contributes its frozen state, so halted positions keep serving as keys and values). ACT
-    (:mod:`policies.backbones.act`) mixes the steps; ``aux`` reports the ponder cost ``N + R`` (a loss, default
-    coefficient ``ponder_cost: 0.01`` as tensor2tensor's ``act_loss_weight``) and the steps taken ``N``,
-    per position ``[T, B]``.
+    (`policies.backbones.act`) mixes the steps; `aux` reports the ponder cost `N + R` (a loss, default
+    coefficient `ponder_cost: 0.01` as tensor2tensor's `act_loss_weight`) and the steps taken `N`,
+    per position `[T, B]`.
     """
 
     depth_loss_coefs = {"ponder_cost": 0.01}

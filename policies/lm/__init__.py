@@ -1,2 +1,2 @@
-"""The language model over a memory backbone (:mod:`policies.lm.model`) and its retrieval: kNN-LM
-(:mod:`policies.lm.knn`) and SPALM's gated retrieval (:mod:`policies.lm.spalm`)."""
+"""The language model over a memory backbone (`policies.lm.model`) and its retrieval: kNN-LM
+(`policies.lm.knn`) and SPALM's gated retrieval (`policies.lm.spalm`)."""

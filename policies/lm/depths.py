@@ -19,17 +19,17 @@ ExitRule = Callable[[int, Tensor], Tensor]
 
 def forward_with_depths(backbone: WindowTransformer, x: Tensor, state: State, episode_starts: Tensor
                         ) -> tuple[Tensor, Tensor, State, Aux]:
-    """``forward_sequence`` plus the input of every depth ``[T, B, n_depth, D]`` (with gradient): depth ``n + 1``'s
-    input is depth ``n``'s output."""
+    """`forward_sequence` plus the input of every depth `[T, B, n_depth, D]` (with gradient): depth `n + 1`'s
+    input is depth `n`'s output."""
     y, records, aux = backbone._segment(x, state, episode_starts)
     return y, records, backbone._state_after(records, state, episode_starts), aux
 
 
 def forward_with_exits(backbone: TransformerXL, x: Tensor, state: State, episode_starts: Tensor,
                        exit_rule: ExitRule) -> tuple[Tensor, State, Aux]:
-    """Depth-adaptive computation (Elbayad et al. 2020, Sec. 2–3): after layer ``n`` (all but the last), the positions
-    where ``exit_rule(n, h)`` holds stop, and their state is copied to every later layer (the layers above read it
-    as that position's input, and the window keeps it). ``aux["exit_depth"]`` ``[T, B]``: the layers each position
+    """Depth-adaptive computation (Elbayad et al. 2020, Sec. 2–3): after layer `n` (all but the last), the positions
+    where `exit_rule(n, h)` holds stop, and their state is copied to every later layer (the layers above read it
+    as that position's input, and the window keeps it). `aux["exit_depth"]` `[T, B]`: the layers each position
     ran."""
     layers = backbone.layers
 

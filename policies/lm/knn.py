@@ -16,11 +16,11 @@ QUERY_CHUNK = 1024
 
 
 class Datastore:
-    """Keys ``[N, D]`` (the LM's final hidden state at each training position) and values ``[N]``
+    """Keys `[N, D]` (the LM's final hidden state at each training position) and values `[N]`
     (the token that followed), searched exactly by squared Euclidean distance.
 
-    :meth:`knn_log_probs` is ``log p_kNN(w | x) = log Σ_{i ∈ kNN(q)} 1[v_i = w] exp(−d(q, k_i)) − log Z``
-    (Khandelwal et al. 2020, Eq. 2), with ``Z`` the sum over the ``k`` neighbours.
+    `knn_log_probs` is `log p_kNN(w | x) = log Σ_{i ∈ kNN(q)} 1[v_i = w] exp(−d(q, k_i)) − log Z`
+    (Khandelwal et al. 2020, Eq. 2), with `Z` the sum over the `k` neighbours.
     """
 
     def __init__(self, keys: Tensor, values: Tensor, vocab_size: int) -> None:
@@ -32,7 +32,7 @@ class Datastore:
         return self.keys.shape[0]
 
     def search(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """The ``k`` nearest keys of queries ``[Q, D]``: their squared distances and indices, each ``[Q, k]``."""
+        """The `k` nearest keys of queries `[Q, D]`: their squared distances and indices, each `[Q, k]`."""
         if not 1 <= k <= len(self):
             raise ValueError(f"k must be in 1..{len(self)} (the datastore size), got {k}")
         found = [torch.cdist(chunk, self.keys).pow(2).topk(k, dim=-1, largest=False)
@@ -40,11 +40,11 @@ class Datastore:
         return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
 
     def neighbour_tokens(self, queries: Tensor, k: int) -> Tensor:
-        """``[Q, k]``: the tokens that followed the ``k`` nearest stored contexts of each query."""
+        """`[Q, k]`: the tokens that followed the `k` nearest stored contexts of each query."""
         return self.values[self.search(queries, k)[1]]
 
     def knn_log_probs(self, queries: Tensor, k: int) -> Tensor:
-        """``log p_kNN`` ``[Q, vocab]`` for queries ``[Q, D]`` (``−inf`` for tokens no neighbour holds)."""
+        """`log p_kNN` `[Q, vocab]` for queries `[Q, D]` (`−inf` for tokens no neighbour holds)."""
         out = []
         for chunk in queries.split(QUERY_CHUNK):
             nearest, index = self.search(chunk, k)
@@ -59,7 +59,7 @@ class Datastore:
 
 
 def interpolate(lm_log_probs: Tensor, knn_log_probs: Tensor, weight: float) -> Tensor:
-    """``log(λ p_kNN + (1 − λ) p_LM)`` (Khandelwal et al. 2020, Eq. 3), ``λ = weight`` in ``[0, 1]``."""
+    """`log(λ p_kNN + (1 − λ) p_LM)` (Khandelwal et al. 2020, Eq. 3), `λ = weight` in `[0, 1]`."""
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"the kNN weight must be in [0, 1], got {weight}")
     if weight == 0.0:
@@ -71,8 +71,8 @@ def interpolate(lm_log_probs: Tensor, knn_log_probs: Tensor, weight: float) -> T
 
 def segment_keys(model: MemoryLanguageModel, tokens: Tensor, state: State, starts: Tensor | None = None
                  ) -> tuple[Tensor, Tensor, State]:
-    """Datastore entries of a segment ``tokens`` ``[T + 1, B]``: the keys ``[T·B, D]`` (final hidden states
-    of the inputs ``tokens[:-1]``), the values ``[T·B]`` (the tokens that followed) and the state after it."""
+    """Datastore entries of a segment `tokens` `[T + 1, B]`: the keys `[T·B, D]` (final hidden states
+    of the inputs `tokens[:-1]`), the values `[T·B]` (the tokens that followed) and the state after it."""
     hidden, state, _ = model.hidden_states(tokens[:-1], state, None if starts is None else starts[:-1])
     return hidden.flatten(0, 1), tokens[1:].flatten(), state
 
@@ -80,8 +80,8 @@ def segment_keys(model: MemoryLanguageModel, tokens: Tensor, state: State, start
 def knn_lm_loss(model: MemoryLanguageModel, tokens: Tensor, state: State, datastore: Datastore, k: int,
                 weight: float, starts: Tensor | None = None, scored: Tensor | None = None) -> tuple[Tensor, State]:
     """Mean next-token cross-entropy (nats) of a segment under the kNN-LM mixture (over the targets
-    ``scored`` marks, :func:`~policies.lm.model.scored_mean`), and the state after it; with ``weight`` 0 it is
-    the LM's own :meth:`~policies.lm.model.MemoryLanguageModel.loss`."""
+    `scored` marks, `scored_mean`), and the state after it; with `weight` 0 it is
+    the LM's own `loss`."""
     queries, targets, state = segment_keys(model, tokens, state, starts)
     lm_log_probs = torch.log_softmax(model.head(queries), dim=-1)
     mixed = interpolate(lm_log_probs, datastore.knn_log_probs(queries, k), weight)

@@ -2,8 +2,8 @@
 
 Transformer-XL's segment-level recurrence (Dai et al. 2019, Sec. 3.2) is the episode memory the
 RL agents use: a long text is read in segments, each attending to the cached layer inputs of the
-previous ``M`` tokens, and document boundaries play the part of episode starts. So the language
-model is a token embedding, any registered backbone (``trxl``, ``trxl-i``, ``gtrxl``, ``ut-act``,
+previous `M` tokens, and document boundaries play the part of episode starts. So the language
+model is a token embedding, any registered backbone (`trxl`, `trxl-i`, `gtrxl`, `ut-act`,
 or a baseline) and a softmax head — the attention, positions, gates, blocks and ACT are the very
 modules the policies use.
 """
@@ -24,8 +24,8 @@ from policies.window import State, strip_cache
 
 
 def scored_mean(nats: Tensor, scored: Tensor | None) -> Tensor:
-    """The mean of the per-target losses ``nats`` ``[T·B]`` of a segment over the targets ``scored[1:]``
-    marks (``scored``: ``[T + 1, B]``, aligned with the segment's tokens; ``None``: every target); 0 when
+    """The mean of the per-target losses `nats` `[T·B]` of a segment over the targets `scored[1:]`
+    marks (`scored`: `[T + 1, B]`, aligned with the segment's tokens; `None`: every target); 0 when
     it marks none."""
     if scored is None:
         return nats.mean()
@@ -39,7 +39,7 @@ NO_EPISODE_TIME = {"episode_time": "none"}
 
 
 class MemoryLanguageModel(nn.Module):
-    """``p(x_t | x_<t) = softmax(W h_t)``, ``h_t = backbone(E x_≤t)`` with the backbone's memory.
+    """`p(x_t | x_<t) = softmax(W h_t)`, `h_t = backbone(E x_≤t)` with the backbone's memory.
 
     Examples:
         >>> lm = MemoryLanguageModel(vocab_size=16, backbone="gtrxl", d_model=32, n_heads=2, memory_length=8)
@@ -71,25 +71,25 @@ class MemoryLanguageModel(nn.Module):
         return self.embedding(tokens), strip_cache(state), starts
 
     def hidden_states(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
-        """The backbone's outputs ``[T, B, D]`` for a segment ``tokens`` ``[T, B]`` (``starts``: document starts)."""
+        """The backbone's outputs `[T, B, D]` for a segment `tokens` `[T, B]` (`starts`: document starts)."""
         return self.backbone.forward_sequence(*self._backbone_inputs(tokens, state, starts))
 
     def forward(self, tokens: Tensor, state: State, starts: Tensor | None = None) -> tuple[Tensor, State, Aux]:
-        """Logits ``[T, B, vocab]`` for a segment ``tokens`` ``[T, B]``; ``starts`` marks document starts."""
+        """Logits `[T, B, vocab]` for a segment `tokens` `[T, B]`; `starts` marks document starts."""
         hidden, state, aux = self.hidden_states(tokens, state, starts)
         return self.head(hidden), state, aux
 
     def loss(self, tokens: Tensor, state: State, starts: Tensor | None = None, future_weight: float = 0.0,
              intermediate_weight: float = 0.0, scored: Tensor | None = None) -> tuple[Tensor, State, Aux]:
-        """Mean next-token cross-entropy of a segment (``tokens[t]`` predicts ``tokens[t + 1]``);
-        the returned state (detached, as in Transformer-XL) continues with ``tokens[-1]``. With
-        ``scored`` ``[T + 1, B]``, the mean is over the targets ``tokens[t + 1]`` it marks (:func:`scored_mean`).
+        """Mean next-token cross-entropy of a segment (`tokens[t]` predicts `tokens[t + 1]`);
+        the returned state (detached, as in Transformer-XL) continues with `tokens[-1]`. With
+        `scored` `[T + 1, B]`, the mean is over the targets `tokens[t + 1]` it marks (`scored_mean`).
 
         The auxiliary losses of Al-Rfou et al. (2019, Sec. 2), each off at weight 0:
 
-        - ``future_weight``: the future heads' multiple-targets loss, the mean cross-entropy of head
-          ``k`` predicting ``tokens[t + k + 2]`` wherever that token is in the segment;
-        - ``intermediate_weight``: the next-token loss of every intermediate layer's output (the input
+        - `future_weight`: the future heads' multiple-targets loss, the mean cross-entropy of head
+          `k` predicting `tokens[t + k + 2]` wherever that token is in the segment;
+        - `intermediate_weight`: the next-token loss of every intermediate layer's output (the input
           of the next depth, through the shared head), averaged over layers (windowed Transformers).
         """
         inputs, input_starts = tokens[:-1], None if starts is None else starts[:-1]
@@ -114,15 +114,15 @@ class MemoryLanguageModel(nn.Module):
 
     def early_exit_loss(self, tokens: Tensor, state: State, threshold: float, starts: Tensor | None = None,
                         scored: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
-        """:meth:`loss` with depth-adaptive exits (Elbayad et al. 2020, confidence thresholding): a position
+        """`loss` with depth-adaptive exits (Elbayad et al. 2020, confidence thresholding): a position
         stops after the first layer whose prediction through the shared head gives its most probable token
-        at least ``threshold``, and the top layer answers the rest
-        (:func:`policies.lm.depths.forward_with_exits`; train the exits with
-        ``intermediate_weight``). Returns the mean next-token loss and the mean number of layers run, both
-        over the ``scored`` targets, and the state after the segment.
+        at least `threshold`, and the top layer answers the rest
+        (`policies.lm.depths.forward_with_exits`; train the exits with
+        `intermediate_weight`). Returns the mean next-token loss and the mean number of layers run, both
+        over the `scored` targets, and the state after the segment.
 
         Raises:
-            ValueError: a backbone without a stack of distinct layers (only ``trxl``, ``trxl-i`` and ``gtrxl`` exit).
+            ValueError: a backbone without a stack of distinct layers (only `trxl`, `trxl-i` and `gtrxl` exit).
         """
         if not isinstance(self.backbone, TransformerXL):
             raise ValueError(f"early exits need a stack of distinct Transformer layers (trxl, trxl-i, gtrxl); "
@@ -140,8 +140,8 @@ class MemoryLanguageModel(nn.Module):
 
     @torch.no_grad()
     def generate(self, last: Tensor, state: State, n_tokens: int, temperature: float = 0.0) -> Tensor:
-        """Continue from ``state`` whose next input is ``last`` ``[B]``: ``n_tokens`` tokens ``[n, B]``,
-        greedy when ``temperature`` is 0. Each token is one cached backbone ``step``."""
+        """Continue from `state` whose next input is `last` `[B]`: `n_tokens` tokens `[n, B]`,
+        greedy when `temperature` is 0. Each token is one cached backbone `step`."""
         out = []
         no_start = torch.zeros_like(last, dtype=torch.bool)
         for _ in range(n_tokens):

@@ -1,4 +1,4 @@
-"""ALiBi: attention with linear biases (Press et al. 2022), registered as ``alibi``."""
+"""ALiBi: attention with linear biases (Press et al. 2022), registered as `alibi`."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from policies.window import key_distances
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
-    """The head slopes of Press et al. (2022, Sec. 3): for ``n`` a power of two, the geometric
-    sequence ``m_h = 2^(−8h/n)``, ``h = 1..n``. Otherwise the ``2^⌊log2 n⌋`` slopes of the nearest
-    power of two, followed by every other slope of twice that power, up to ``n`` heads."""
+    """The head slopes of Press et al. (2022, Sec. 3): for `n` a power of two, the geometric
+    sequence `m_h = 2^(−8h/n)`, `h = 1..n`. Otherwise the `2^⌊log2 n⌋` slopes of the nearest
+    power of two, followed by every other slope of twice that power, up to `n` heads."""
     if n_heads < 1:
         raise ValueError(f"n_heads must be >= 1, got {n_heads}")
 
@@ -29,8 +29,8 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 @POSITIONS.register("alibi", "ALiBi: a fixed linear penalty on distance per head (Press et al. 2022)")
 class ALiBiPosition(Position):
-    """A fixed linear penalty on distance (Press et al. 2022): ``softmax(q_iᵀk_j / √d_head − m_h · (i − j))``
-    with the head slopes of :func:`alibi_slopes`.
+    """A fixed linear penalty on distance (Press et al. 2022): `softmax(q_iᵀk_j / √d_head − m_h · (i − j))`
+    with the head slopes of `alibi_slopes`.
 
     No position embedding and no learned position parameter: each head forgets at its own rate,
     and the same scores arise whether a key is seen from a rollout step or from a training segment.
@@ -43,12 +43,12 @@ class ALiBiPosition(Position):
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def score(self, q: Tensor, terms: Tensor | None, n_keys: int) -> Tensor:
-        """``−m_h · (i − j)``, ``[1, H, T, K]``."""
+        """`−m_h · (i − j)`, `[1, H, T, K]`."""
         distance = key_distances(q.shape[2], n_keys, q.device).clamp(min=0)  # future keys are masked
         return -(self.slopes.view(-1, 1, 1) * distance).to(q.dtype).unsqueeze(0)
 
     def distance_score(self, q: Tensor, terms: Tensor | None, distances: Tensor | None) -> Tensor:
-        """``−m_h · d`` for keys at ``distances`` ``[J]``, ``[1, H, 1, J]``."""
+        """`−m_h · d` for keys at `distances` `[J]`, `[1, H, 1, J]`."""
         if distances is None:
             raise ValueError("ALiBi needs the keys' distances")
         return -(self.slopes.view(-1, 1) * distances).to(q.dtype).view(1, self.n_heads, 1, -1)

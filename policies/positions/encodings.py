@@ -1,5 +1,5 @@
 """Absolute positional information: sinusoidal, learned and axial encodings. The sinusoidal one sits beside its
-table in :mod:`policies.attention.layer` (:func:`~policies.attention.layer.sinusoid_table`, which Transformer-XL's
+table in `policies.attention.layer` (`sinusoid_table`, which Transformer-XL's
 relative positions evaluate at distances), so that the default GTrXL's episode clock reads in that file."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class LearnedPositionalEncoding(nn.Module):
         nn.init.normal_(self.table.weight, std=0.02)
 
     def forward(self, positions: Tensor) -> Tensor:
-        """``positions``: ``[N]`` integers below ``max_positions`` → ``[N, dim]``."""
+        """`positions`: `[N]` integers below `max_positions` → `[N, dim]`."""
         return self.table(positions)
 
 
@@ -29,13 +29,13 @@ class AxialPositionalEncoding(nn.Module):
     """Axial learned encoding: the position embeddings of Reformer (Kitaev et al. 2020), over the axial
     factorisation of positions of Ho et al. (2019).
 
-    A position ``p < n₁·n₂`` is the pair ``(p // n₂, p mod n₂)`` and is encoded as
-    ``concat(E₁[p // n₂], E₂[p mod n₂])`` with trainable ``E₁ ∈ R^{n₁×d₁}``, ``E₂ ∈ R^{n₂×d₂}``,
-    ``d₁ + d₂ = dim``; here ``n₂ = ⌈√max_positions⌉``, ``n₁ = ⌈max_positions / n₂⌉``, ``d₁ = ⌊dim/2⌋``.
-    That is ``n₁·d₁ + n₂·d₂ ≈ √max_positions · dim`` parameters instead of the ``max_positions · dim``
-    of :class:`LearnedPositionalEncoding` (1,024 positions of width 128: 4,096 instead of 131,072).
-    Initialised ``N(0, 0.02)`` as the learned encoding; positions from ``max_positions`` on are refused
-    as the learned encoding refuses them, though the tables would cover them up to ``n₁·n₂ − 1``.
+    A position `p < n₁·n₂` is the pair `(p // n₂, p mod n₂)` and is encoded as
+    `concat(E₁[p // n₂], E₂[p mod n₂])` with trainable `E₁ ∈ R^{n₁×d₁}`, `E₂ ∈ R^{n₂×d₂}`,
+    `d₁ + d₂ = dim`; here `n₂ = ⌈√max_positions⌉`, `n₁ = ⌈max_positions / n₂⌉`, `d₁ = ⌊dim/2⌋`.
+    That is `n₁·d₁ + n₂·d₂ ≈ √max_positions · dim` parameters instead of the `max_positions · dim`
+    of `LearnedPositionalEncoding` (1,024 positions of width 128: 4,096 instead of 131,072).
+    Initialised `N(0, 0.02)` as the learned encoding; positions from `max_positions` on are refused
+    as the learned encoding refuses them, though the tables would cover them up to `n₁·n₂ − 1`.
     """
 
     def __init__(self, dim: int, max_positions: int) -> None:
@@ -50,10 +50,10 @@ class AxialPositionalEncoding(nn.Module):
         self.columns = nn.Parameter(torch.randn(self.n2, dim - d1) * 0.02)  # E₂
 
     def forward(self, positions: Tensor) -> Tensor:
-        """``positions``: ``[N]`` integers below ``max_positions`` → ``[N, dim]``.
+        """`positions`: `[N]` integers below `max_positions` → `[N, dim]`.
 
         Raises:
-            IndexError: a position outside ``0..max_positions − 1``.
+            IndexError: a position outside `0..max_positions − 1`.
         """
         outside = (positions < 0) | (positions >= self.max_positions)
         if outside.any():

@@ -1,4 +1,4 @@
-"""Relative position representations of Shaw et al. (2018), registered as ``shaw``."""
+"""Relative position representations of Shaw et al. (2018), registered as `shaw`."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ CLIP = 16
 class ShawPosition(Position):
     """Self-attention with relative position representations (Shaw et al. 2018, Eq. 3–6):
 
-        ``e_ij = q_iᵀ(k_j + a^K_{w}) / √d``,  ``z_i = Σ_j α_ij (v_j + a^V_{w})``,  ``w = min(i − j, k)``,
+        `e_ij = q_iᵀ(k_j + a^K_{w}) / √d`,  `z_i = Σ_j α_ij (v_j + a^V_{w})`,  `w = min(i − j, k)`,
 
-    with learned ``a^K``, ``a^V`` ``[k + 1, d_head]`` shared by the heads (causal attention: no negative
-    distances), ``k = min(16, M)``. The value term needs the attention weights, so the kernel computes its
+    with learned `a^K`, `a^V` `[k + 1, d_head]` shared by the heads (causal attention: no negative
+    distances), `k = min(16, M)`. The value term needs the attention weights, so the kernel computes its
     softmax itself instead of calling the fused one.
     """
 
@@ -36,16 +36,16 @@ class ShawPosition(Position):
         self.value_positions = nn.Parameter(torch.randn(self.clip + 1, d_head) * 0.02)  # a^V
 
     def buckets(self, n_queries: int, n_keys: int, like: Tensor) -> Tensor:
-        """``[T, K, k + 1]``: the one-hot clipped distance ``w`` of every key from every query."""
+        """`[T, K, k + 1]`: the one-hot clipped distance `w` of every key from every query."""
         distance = key_distances(n_queries, n_keys, like.device).clamp(0, self.clip)
         return F.one_hot(distance, self.clip + 1).to(like.dtype)
 
     def score(self, q: Tensor, terms: Tensor | None, n_keys: int) -> Tensor:
-        """``q_iᵀ a^K_{w(i,j)} / √d``, ``[B, H, T, K]``."""
+        """`q_iᵀ a^K_{w(i,j)} / √d`, `[B, H, T, K]`."""
         buckets = self.buckets(q.shape[2], n_keys, q)
         return torch.einsum("bhtw,tkw->bhtk", q @ self.key_positions.T, buckets) * self.scale
 
     def values(self, weights: Tensor, terms: Tensor | None) -> Tensor:
-        """``Σ_j α_ij a^V_{w(i,j)}``: the weights summed over the keys of each clipped distance, times ``a^V``."""
+        """`Σ_j α_ij a^V_{w(i,j)}`: the weights summed over the keys of each clipped distance, times `a^V`."""
         per_distance = torch.einsum("bhtk,tkw->bhtw", weights, self.buckets(*weights.shape[2:], weights))
         return per_distance @ self.value_positions
