@@ -65,9 +65,12 @@ def test_a_retry_waits_for_the_lost_worker_of_its_session(tmp_path):
     status = json.loads((tmp_path / "status.json").read_text())
     (tmp_path / "status.json").write_text(json.dumps({**status, "pid": sleeper.pid}))
     started = time.monotonic()
-    threading.Thread(target=sleeper.wait, daemon=True).start()  # reap it, as a Ray node's init would
+    reaper = threading.Thread(target=sleeper.wait, daemon=True)  # reap it, as a Ray node's init would
+    reaper.start()
     wait_for_lost_worker(tmp_path, "s", timeout=30)
-    assert time.monotonic() - started >= 1.0 and sleeper.poll() is not None
+    assert time.monotonic() - started >= 1.0
+    reaper.join(timeout=5)  # `poll()` here would race the reaper for Popen's wait lock
+    assert sleeper.returncode == 0
     started = time.monotonic()
     wait_for_lost_worker(tmp_path, "another session", timeout=30)  # an earlier session's pid: no wait
     assert time.monotonic() - started < 0.5
