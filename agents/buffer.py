@@ -70,10 +70,10 @@ class _MemoryStorage:
         self.histories: dict[str, WindowHistory] = {}
         self.memory_lengths: dict[str, int] = {}
         self.clocks: dict[str, Tensor] = {}  # episode time entering the rollout, then [E, n_steps] per step
-        for name, backbone_state in state.items():
-            if "clock" in backbone_state:
-                self.clocks[name] = backbone_state["clock"].to(self.device)
-            memory, valid = backbone_state["memory"], backbone_state["valid"]
+        for name, backbone_state in state.backbones().items():
+            if backbone_state.clock is not None:
+                self.clocks[name] = backbone_state.clock.to(self.device)
+            memory, valid = backbone_state.memory, backbone_state.valid
             M = valid.shape[1]
             history = memory.new_zeros(self.n_envs, M + self.buffer_size, *memory.shape[2:], device=self.device)
             history[:, :M] = memory
@@ -165,10 +165,9 @@ class _MemoryStorage:
         n_actions = fields.shape[1] - 5
         values, log_prob, advantages, returns, starts = fields[:, n_actions:].unbind(1)
         extras = {name: value.flatten(0, 1)[rows] for name, value in self.extras.items()}
-        states = {name: shared_windows(history, env_t, t0_t, self.memory_lengths[name])
-                  for name, history in self.histories.items()}
-        for name, clock in self.clocks.items():
-            states[name]["clock"] = clock[env_t, t0_t]
+        states = PolicyState(**{name: shared_windows(history, env_t, t0_t, self.memory_lengths[name],
+                                                     self.clocks[name][env_t, t0_t] if name in self.clocks else None)
+                                for name, history in self.histories.items()})
         return MemoryBatch(
             observations=observations,
             actions=fields[:, :n_actions].reshape(T * N, *self.actions.shape[2:]),

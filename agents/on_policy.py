@@ -38,7 +38,6 @@ from policies.options import Relation, checked
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
 from policies.rules import Count, Entries, OneOf, Range, Switch
-from policies.window import strip_cache
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -273,7 +272,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         buffer = self.rollout_buffer
         self.policy.set_training_mode(False)
         buffer.reset()
-        buffer.start_rollout({name: strip_cache(s) for name, s in self._last_state.items()})
+        buffer.start_rollout(self._last_state)
         callback.on_rollout_start()
         n_steps = 0
         while n_steps < n_rollout_steps:
@@ -318,7 +317,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         buffer = self.rollout_buffer
         self.policy.set_training_mode(False)
         buffer.reset()
-        buffer.start_rollout({name: strip_cache(s) for name, s in self._last_state.items()})
+        buffer.start_rollout(self._last_state)
         callback.on_rollout_start()
         obs, state = self._last_obs, self._last_state
         starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()
@@ -373,7 +372,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         obs = ({k: np.stack([o[k] for o in terminal]) for k in terminal[0]} if isinstance(terminal[0], dict)
                else np.stack(terminal))
         index = torch.as_tensor(cut, device=self.device)
-        sliced = {name: {k: v[index] for k, v in s.items()} for name, s in state.items()}
+        sliced = PolicyState(*(None if s is None else s.rows(index) for s in state))
         with torch.inference_mode():
             obs_tensor = self.policy.obs_to_tensor(obs)[0]
             values = self.policy.predict_values(obs_tensor, sliced, torch.zeros(len(cut), dtype=torch.bool,

@@ -90,10 +90,10 @@ def training_segment(backbone: MemoryBackbone, settings: Settings) -> Callable[[
     generator = torch.Generator().manual_seed(settings.seed + 1)
     segment = torch.randn(T, B, settings.input_dim, generator=generator)
     empty = backbone.initial_state(B)
-    state = {**empty, "memory": torch.rand(empty["memory"].shape, generator=generator),
-             "valid": torch.ones_like(empty["valid"])}
-    if "clock" in state:  # attentions laid out in episode time: the full window lies inside the episode
-        state["clock"] = torch.full_like(state["clock"], backbone.memory_length)
+    state = empty._replace(memory=torch.rand(empty.memory.shape, generator=generator),
+                           valid=torch.ones_like(empty.valid))
+    if state.clock is not None:  # attentions laid out in episode time: the full window lies inside the episode
+        state = state._replace(clock=torch.full_like(state.clock, backbone.memory_length))
     no_start = torch.zeros(T, B, dtype=torch.bool)
 
     def forward_backward() -> None:

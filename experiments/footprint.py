@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+from torch import Tensor
 
 from experiments.config import RunConfig, algo_defaults
 from policies.rules import ConfigError
@@ -63,8 +64,8 @@ def estimate(config: RunConfig, observation_space: spaces.Space, action_space: s
     steps = n_steps * config.n_envs
     buffer = steps * FLOAT * (_obs_floats(observation_space) + get_action_dim(action_space) + SCALARS_PER_STEP)
     windows = 0
-    for state in policy.initial_state(1).values():  # one entry per backbone (two when the critic has its own)
-        for name, tensor in state.items():
+    for state in policy.initial_state(1).backbones().values():  # two when the critic has a backbone of its own
+        for name, tensor in ((name, t) for name, t in state._asdict().items() if isinstance(t, Tensor)):
             per_step = math.prod(tensor.shape[2:]) * tensor.element_size()
             length = tensor.shape[1] if tensor.dim() > 1 else 1
             history = (length + n_steps) * config.n_envs if name in ("memory", "valid") else 0

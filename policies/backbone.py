@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from torch import Tensor, nn
 
-from policies.window import State, advance_window, as_bool, as_windows, empty_window, reset_window
+from policies.window import State, Window, advance_window, as_bool, as_windows, empty_window, reset_window
 
 Aux = dict[str, Tensor]
 
@@ -17,7 +17,7 @@ class Sequence(NamedTuple):
     not asked for) and `aux`."""
 
     output: Tensor
-    state: State | None
+    state: Window | None
     aux: Aux
 
 
@@ -33,8 +33,8 @@ class MemoryBackbone(nn.Module, ABC):
       (auxiliary losses and statistics). `aux_loss_coefs` names the entries that are losses
       and their default coefficients; learners add them to their loss and log every entry;
 
-    The state is a window of the last `memory_length` per-step records (`[B, M, *record_shape]`)
-    with its validity mask (`policies.window`), so learners can store, index and
+    The state is a `policies.window.Window` of the last `memory_length` per-step records
+    (`[B, M, *record_shape]`) with its validity mask, so learners can store, index and
     concatenate it per env without knowing the backbone. `step` is for acting (call it
     without gradient); `forward_sequence` is the differentiable path and gives the same
     outputs (step equals sequence).
@@ -52,19 +52,19 @@ class MemoryBackbone(nn.Module, ABC):
         """A parameter whose device and dtype the state follows."""
         return next(self.parameters())
 
-    def initial_state(self, n_envs: int) -> State:
+    def initial_state(self, n_envs: int) -> Window:
         like = self._like()
         return empty_window(n_envs, self.memory_length, self.record_shape, device=like.device, dtype=like.dtype)
 
-    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+    def step(self, x: Tensor, state: Window, episode_start: Tensor) -> tuple[Tensor, Window]:
         """One time step for a batch of envs: the windows of envs whose episode starts are reset,
         the step reads its window (`_read`), and its record is pushed."""
-        valid = reset_window(state["valid"], as_bool(episode_start))
-        y, record, derived = self._read(x, state, valid)
-        return y, {**advance_window(state["memory"], valid, record), **derived}
+        valid = reset_window(state.valid, as_bool(episode_start))
+        y, record = self._read(x, state, valid)
+        return y, advance_window(state.memory, valid, record)
 
-    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
-        """Process step `x` `[B, D]` with window `state["memory"]`: output, record, derived state."""
+    def _read(self, x: Tensor, state: Window, valid: Tensor) -> tuple[Tensor, Tensor]:
+        """Process step `x` `[B, D]` with the window `state.memory`: the output and the step's record."""
         raise NotImplementedError(f"{type(self).__name__} implements neither _read nor step")
 
     @abstractmethod

@@ -39,9 +39,19 @@ from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
 from policies.rules import Flag, OptionalMapping, Switch
-from policies.window import State
+from policies.window import State, Window
 
-PolicyState = dict[str, State]
+
+class PolicyState(NamedTuple):
+    """The memory of a policy, as sb3-contrib's `RNNStates(pi, vf)`: the actor's backbone state (the critic's too
+    when they share the backbone) and the critic's own (`None` when shared)."""
+
+    pi: State
+    vf: State | None = None
+
+    def backbones(self) -> dict[str, State]:
+        """The states that are there, by backbone: `pi`, and `vf` when the critic has its own."""
+        return {"pi": self.pi} if self.vf is None else {"pi": self.pi, "vf": self.vf}
 
 MEMORY_OPTIONS = ("backbone", "backbone_kwargs", "share_backbone", "critic_backbone", "critic_backbone_kwargs")
 """the policy options that choose its memory, resolved together by :func:`memory_options`"""
@@ -208,9 +218,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     `share_features_extractor=False` gives the critic a features extractor of its own and, since the backbone
     consumes the features, a backbone of its own too (`share_backbone` then defaults to False).
 
-    The state is `{"pi": backbone_state}` (plus `"vf"` with a separate critic backbone).
-    `predict(obs, state, episode_start)` takes and returns it as NumPy arrays, like
-    sb3-contrib's recurrent policies.
+    The state is a `PolicyState` (`vf` set with a separate critic backbone). `predict(obs, state,
+    episode_start)` takes and returns it as NumPy arrays, `{"pi": {"memory": ..., "valid": ...}}`
+    (`policies.window.Window.as_dict`), like sb3-contrib's recurrent policies.
 
     :param backbone: name in `policies.registry.BACKBONES`.
     :param backbone_kwargs: options of that backbone (`make_backbone`).
@@ -299,11 +309,12 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
     def initial_state(self, n_envs: int) -> PolicyState:
         """The state of `n_envs` new episodes."""
-        return {name: backbone.initial_state(n_envs) for name, backbone in self._backbones().items()}
+        return PolicyState(self.backbone.initial_state(n_envs),
+                           None if self.critic_backbone is None else self.critic_backbone.initial_state(n_envs))
 
     def records(self, state: PolicyState) -> dict[str, Tensor]:
         """The record each backbone pushed at the step that produced `state` (for the buffer)."""
-        return {name: s["memory"][:, -1] for name, s in state.items() if s["memory"].shape[1] > 0}
+        return {name: s.memory[:, -1] for name, s in state.backbones().items() if s.memory.shape[1] > 0}
 
     def _features(self, obs: PyTorchObs) -> tuple[Tensor, Tensor]:
         """The actor's and the critic's features of `obs` (one tensor twice with a shared features extractor)."""
@@ -320,11 +331,11 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """The actor's latent, the critic's (`None` unless `critic`) and the next state of one step."""
         features = self.extract_features(obs)
         pi_features, vf_features = (features, features) if self.share_features_extractor else features
-        latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
-        new_state = {"pi": pi_state}
-        latent_vf = latent_pi
+        latent_pi, pi_state = self.backbone.step(pi_features, state.pi, episode_starts)
+        latent_vf, vf_state = latent_pi, None
         if self.critic_backbone is not None:
-            latent_vf, new_state["vf"] = self.critic_backbone.step(vf_features, state["vf"], episode_starts)
+            latent_vf, vf_state = self.critic_backbone.step(vf_features, state.vf, episode_starts)
+        new_state = PolicyState(pi_state, vf_state)
         return (self.mlp_extractor.forward_actor(latent_pi),
                 self.mlp_extractor.forward_critic(latent_vf) if critic else None, new_state)
 
@@ -335,11 +346,11 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         called here, not through `_latents_step`, so the score is four frames below)."""
         features = self.extract_features(obs)
         pi_features, vf_features = (features, features) if self.share_features_extractor else features
-        latent_pi, pi_state = self.backbone.step(pi_features, state["pi"], episode_starts)
-        new_state = {"pi": pi_state}
-        latent_vf = latent_pi
+        latent_pi, pi_state = self.backbone.step(pi_features, state.pi, episode_starts)
+        latent_vf, vf_state = latent_pi, None
         if self.critic_backbone is not None:
-            latent_vf, new_state["vf"] = self.critic_backbone.step(vf_features, state["vf"], episode_starts)
+            latent_vf, vf_state = self.critic_backbone.step(vf_features, state.vf, episode_starts)
+        new_state = PolicyState(pi_state, vf_state)
         latent_pi, latent_vf = self.mlp_extractor.forward_actor(latent_pi), self.mlp_extractor.forward_critic(latent_vf)
         values = self.value_net(latent_vf)
         if not isinstance(self.action_dist, CategoricalDistribution):
@@ -403,12 +414,12 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """
         T, N = episode_starts.shape
         pi_features, vf_features = (features.view(T, N, -1) for features in self._features(obs))
-        latent_pi, _, aux = self.backbone.forward_sequence(pi_features, self.backbone.segment_state(state["pi"]),
+        latent_pi, _, aux = self.backbone.forward_sequence(pi_features, self.backbone.segment_state(state.pi),
                                                            episode_starts, final_state=False)
         latent_vf = latent_pi
         if self.critic_backbone is not None:
             latent_vf, _, aux_vf = self.critic_backbone.forward_sequence(
-                vf_features, self.critic_backbone.segment_state(state["vf"]), episode_starts, final_state=False)
+                vf_features, self.critic_backbone.segment_state(state.vf), episode_starts, final_state=False)
             aux = {**aux, **{f"vf/{k}": v for k, v in aux_vf.items()}}
         with torch.autocast(latent_pi.device.type, enabled=False):  # heads in float32 under a learner's autocast
             latent_pi = self.mlp_extractor.forward_actor(latent_pi.float().reshape(T * N, -1))
@@ -420,7 +431,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                          episode_starts: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """sb3-contrib's `evaluate_actions`: values `[T·N, 1]`, log-probabilities and entropies `[T·N]` of
         time-major `actions`, recomputed with gradients through the memory (`evaluate_segments`)."""
-        n_envs = len(state["pi"]["valid"])
+        n_envs = len(state.pi.valid)
         starts = torch.as_tensor(episode_starts, device=self.device).bool().reshape(-1, n_envs)
         values, distribution, _ = self.evaluate_segments(obs, actions, state, starts)
         return values.reshape(-1, 1), distribution.log_prob(actions), distribution.entropy()
@@ -439,8 +450,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         obs, vectorized = self.obs_to_tensor(observation)
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
-            torch_state = (self.initial_state(n_envs) if state is None else
-                           {name: {k: self._as_tensor(v) for k, v in s.items()} for name, s in state.items()})
+            torch_state = self.initial_state(n_envs) if state is None else PolicyState(**{
+                name: Window.from_dict({k: self._as_tensor(v) for k, v in s.items()}) for name, s in state.items()})
             starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
                 torch.as_tensor(np.asarray(episode_start), device=self.device).bool().reshape(n_envs)
             latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)
@@ -454,8 +465,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         if not vectorized:
             actions = actions.squeeze(axis=0)
-        return actions, {name: {k: (v if v.device.type == "cpu" else v.cpu()).numpy() for k, v in s.items()}
-                         for name, s in new_state.items()}
+        return actions, {name: s.as_dict(lambda v: (v if v.device.type == "cpu" else v.cpu()).numpy())
+                         for name, s in new_state.backbones().items()}
 
     def _as_tensor(self, value: np.ndarray | Tensor) -> Tensor:
         """A state entry at SB3's `predict` boundary as a tensor on the policy's device (NumPy memory shared)."""

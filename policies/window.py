@@ -1,6 +1,6 @@
 """Episode memory as a sliding window of per-step records.
 
-Every backbone's state is a dict of tensors with the env axis first:
+Every backbone's state is a `Window`, its tensors with the env axis first:
 
 - `memory`: `[B, M, *record]`, the records of the last `M` steps, oldest first. A
   record is what one time step leaves behind for the future: the per-layer inputs of a
@@ -9,9 +9,9 @@ Every backbone's state is a dict of tensors with the env axis first:
 - `valid`: `[B, M]` bool, which slots belong to the episode of the most recent step.
 - `clock` (backbones with episode-time encodings only): `[B]` int, the episode time the next step
   has if it continues the episode (`episode_clock`).
-- keys starting with `cache_` hold values derived from `memory` with the current
-  parameters (attention keys and values). They only speed up `step`; learners drop them
-  when they store a state (`strip_cache`) and backbones rebuild them when missing.
+- `cache`: values derived from `memory` with the current parameters (`KeyValueCache`, attention keys
+  and values). They only speed up `step`; learners drop them when they store a state (`strip_cache`) and
+  backbones rebuild them when missing or stale.
 
 Which slots a step sees follows one rule (`in_window`): valid, same episode, at most
 `M` steps back. A step is processed in three moves, shared by every backbone
@@ -19,35 +19,96 @@ Which slots a step sees follows one rule (`in_window`): valid, same episode, at 
 (`reset_window`), the step reads the valid slots, and its record is pushed
 (`advance_window`). Training rebuilds the window before any step of a stored rollout
 from the window at the rollout start plus the per-step records (`gather_windows`), or hands
-each distinct record once with the slots that point at it (`shared_windows`): no per-step
+each distinct record once with the slots that point at it (`SharedWindows`): no per-step
 copies of the window are ever stored.
+
+A state becomes a dict of arrays only at SB3's `predict` boundary (`Window.as_dict`, `Window.from_dict`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-State = dict[str, Tensor]
-
-CACHE_PREFIX = "cache_"
-
 SHARED_RECORDS_MIN = 6.0
-"""the fewest window slots per distinct record at which :func:`shared_windows` hands shared records:
+"""the fewest window slots per distinct record at which `shared_windows` hands shared records:
 gathering projected records paid at 11 slots per record (1.6-1.9x faster updates) and cost at 2.9
-(0.73-0.87x) in ``benchmarks/results/update_cost.md``"""
+(0.73-0.87x) in `benchmarks/results/update_cost.md`"""
+
+
+class KeyValueCache(NamedTuple):
+    """Attention keys and values of every window slot, per depth `[B, H, M, d_head]`, computed with the
+    parameters of `generation` (`WindowTransformer.invalidate_caches` starts a new one)."""
+
+    keys: tuple[Tensor, ...]
+    values: tuple[Tensor, ...]
+    generation: int
+
+
+class Window(NamedTuple):
+    """One backbone's episode memory for a batch of envs (the module docstring gives the fields)."""
+
+    memory: Tensor
+    valid: Tensor
+    clock: Tensor | None = None
+    cache: KeyValueCache | None = None
+
+    def rows(self, index: Tensor) -> Window:
+        """The state of the envs `index`."""
+        cache = None if self.cache is None else KeyValueCache(
+            tuple(k[index] for k in self.cache.keys), tuple(v[index] for v in self.cache.values), self.cache.generation)
+        return Window(self.memory[index], self.valid[index], None if self.clock is None else self.clock[index],
+                      cache)
+
+    def as_dict(self, convert: Callable[[Tensor], object] = lambda t: t) -> dict[str, object]:
+        """The state at SB3's `predict` boundary: `memory`, `valid`, `clock` when kept, and the cache as
+        `cache_keys_<n>`, `cache_values_<n>` and `cache_generation` `[B]`, each passed through `convert`."""
+        entries = {"memory": self.memory, "valid": self.valid}
+        if self.clock is not None:
+            entries["clock"] = self.clock
+        if self.cache is not None:
+            for n, (k, v) in enumerate(zip(self.cache.keys, self.cache.values, strict=True)):
+                entries[f"cache_keys_{n}"], entries[f"cache_values_{n}"] = k, v
+            entries["cache_generation"] = self.valid.new_full(self.valid.shape[:1], self.cache.generation,
+                                                             dtype=torch.long)
+        return {name: convert(value) for name, value in entries.items()}
+
+    @classmethod
+    def from_dict(cls, entries: Mapping[str, Tensor]) -> Window:
+        """The state `as_dict` gave (its tensors already converted back); a cache whose envs hold different
+        generations is dropped, to be rebuilt."""
+        cache = None
+        generation = entries.get("cache_generation")
+        if generation is not None and generation.numel() and bool((generation == generation.view(-1)[0]).all()):
+            depths = sum(1 for name in entries if name.startswith("cache_keys_"))
+            cache = KeyValueCache(tuple(entries[f"cache_keys_{n}"] for n in range(depths)),
+                                  tuple(entries[f"cache_values_{n}"] for n in range(depths)),
+                                  int(generation.view(-1)[0]))
+        return cls(entries["memory"], entries["valid"], entries.get("clock"), cache)
+
+
+class SharedWindows(NamedTuple):
+    """The windows of `N` stored segments with every distinct record once: slot `m` of window `n` holds
+    `records[slots[n, m]]` (`records` `[R, *record]`, `slots` and `valid` `[N, M]`); `clock` as `Window`'s."""
+
+    records: Tensor
+    slots: Tensor
+    valid: Tensor
+    clock: Tensor | None = None
+
+
+State = Window | SharedWindows
 
 
 def empty_window(n_envs: int, memory_length: int, record_shape: tuple[int, ...], *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> State:
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Window:
     """A window with no valid slot: the state of `n_envs` fresh episodes."""
-    return {
-        "memory": torch.zeros(n_envs, memory_length, *record_shape, device=device, dtype=dtype),
-        "valid": torch.zeros(n_envs, memory_length, dtype=torch.bool, device=device),
-    }
+    return Window(torch.zeros(n_envs, memory_length, *record_shape, device=device, dtype=dtype),
+                  torch.zeros(n_envs, memory_length, dtype=torch.bool, device=device))
 
 
 def in_window(key_valid: Tensor, key_episode: Tensor, query_episode: Tensor, distance: Tensor,
@@ -66,19 +127,19 @@ def reset_window(valid: Tensor, episode_start: Tensor) -> Tensor:
     return valid & ~episode_start.bool().view(-1, 1)
 
 
-def advance_window(memory: Tensor, valid: Tensor, record: Tensor) -> State:
+def advance_window(memory: Tensor, valid: Tensor, record: Tensor) -> Window:
     """The window after a step: the oldest slot of `memory` `[B, M, *record]` dropped and the step's `record`
     `[B, *record]` appended as a valid slot; `valid` `[B, M]` is the window the step read (already reset at
     episode starts)."""
     if memory.shape[1] == 0:
-        return {"memory": memory, "valid": valid}
-    return {"memory": torch.cat([memory[:, 1:], record.unsqueeze(1).to(memory.dtype)], dim=1),
-            "valid": torch.cat([valid[:, 1:], valid.new_ones(valid.shape[0], 1)], dim=1)}
+        return Window(memory, valid)
+    return Window(torch.cat([memory[:, 1:], record.unsqueeze(1).to(memory.dtype)], dim=1),
+                  torch.cat([valid[:, 1:], valid.new_ones(valid.shape[0], 1)], dim=1))
 
 
-def strip_cache(state: State) -> State:
+def strip_cache(state: Window) -> Window:
     """The state without derived caches: what a learner stores."""
-    return {k: v for k, v in state.items() if not k.startswith(CACHE_PREFIX)}
+    return state._replace(cache=None)
 
 
 def episode_ids(episode_starts: Tensor) -> Tensor:
@@ -143,26 +204,26 @@ def gather_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length
     return history.memory.flatten(0, 1)[slots], valid
 
 
-def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int) -> State:
-    """The windows of `gather_windows` with every distinct record once: `{"records", "slots", "valid"}`,
-    slot `m` of window `n` holding `records[slots[n, m]]`; the plain windows `{"memory", "valid"}`
-    when fewer than `SHARED_RECORDS_MIN` slots share each distinct record."""
+def shared_windows(history: WindowHistory, env: Tensor, t: Tensor, memory_length: int,
+                   clock: Tensor | None = None) -> State:
+    """The windows of `gather_windows` as `SharedWindows`, every distinct record once; the plain windows
+    (`Window`) when fewer than `SHARED_RECORDS_MIN` slots share each distinct record."""
     slots, valid = window_slots(history, env, t, memory_length)
     records = history.memory.flatten(0, 1)
     distinct, inverse = torch.unique(slots, return_inverse=True)
     if slots.numel() < SHARED_RECORDS_MIN * distinct.numel():
-        return {"memory": records[slots], "valid": valid}
-    return {"records": records[distinct], "slots": inverse, "valid": valid}
+        return Window(records[slots], valid, clock)
+    return SharedWindows(records[distinct], inverse, valid, clock)
 
 
 def windows(state: State) -> Tensor:
     """The windows `[N, M, *record]` of a state, rebuilt from shared records when it holds them."""
-    return state["memory"] if "memory" in state else state["records"][state["slots"]]
+    return state.memory if isinstance(state, Window) else state.records[state.slots]
 
 
-def as_windows(state: State) -> State:
-    """A stored state with its windows `{"memory", "valid"}`, rebuilt from shared records when it holds them."""
-    return state if "memory" in state else {"memory": windows(state), "valid": state["valid"]}
+def as_windows(state: State) -> Window:
+    """A stored state as plain windows, rebuilt from shared records when it holds them."""
+    return state if isinstance(state, Window) else Window(windows(state), state.valid, state.clock)
 
 
 def window_before(memory: Tensor, valid: Tensor, records: Tensor, episode_starts: Tensor,

@@ -10,7 +10,15 @@ import torch
 from policies import ATTENTIONS, BACKBONES, make_backbone
 from policies.attention.layer import sinusoid_table
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
-from policies.window import gather_windows, shared_windows, strip_cache, window_history
+from policies.window import (
+    KeyValueCache,
+    SharedWindows,
+    Window,
+    gather_windows,
+    shared_windows,
+    strip_cache,
+    window_history,
+)
 from tests.conftest import GATED, TRANSFORMERS, small_options
 
 INPUT_DIM = 5
@@ -82,18 +90,15 @@ def run_steps(backbone, x, state, starts):
     return torch.stack(outputs), state
 
 
-def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -> dict[str, torch.Tensor]:
+def random_state(backbone, B: int, dtype=torch.float32, partial: bool = False) -> Window:
     """A state as left by earlier steps: random records, every slot valid; with ``partial``, env b's
     episode began only ``M - b`` steps ago, so its oldest ``b`` slots hold another episode's records."""
     state = backbone.initial_state(B)
     # |N(0, 1)| records: positive, so that a linear attention's carry (sums of positive features) is a valid one
-    state["memory"] = torch.randn_like(state["memory"]).abs()
-    M = state["valid"].shape[1]
+    M = state.valid.shape[1]
     older = torch.arange(B).view(-1, 1) if partial else torch.zeros(B, 1, dtype=torch.long)
-    state["valid"] = torch.arange(M).view(1, -1) >= older
-    if "clock" in state:  # episodes already under way
-        state["clock"] = torch.arange(B) + M + 1
-    return state
+    return state._replace(memory=torch.randn_like(state.memory).abs(), valid=torch.arange(M).view(1, -1) >= older,
+                          clock=None if state.clock is None else torch.arange(B) + M + 1)  # episodes under way
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -117,8 +122,8 @@ def test_step_equals_sequence(name, dtype, atol):
     torch.testing.assert_close(y_step, y_seq, atol=atol, rtol=0)
     torch.testing.assert_close(torch.cat([y_a, y_b]), y_seq, atol=atol, rtol=0)
     for key in ("memory", "valid"):
-        torch.testing.assert_close(state_step[key], state_seq[key], atol=atol, rtol=0)
-        torch.testing.assert_close(state_b[key], state_seq[key], atol=atol, rtol=0)
+        torch.testing.assert_close(getattr(state_step, key), getattr(state_seq, key), atol=atol, rtol=0)
+        torch.testing.assert_close(getattr(state_b, key), getattr(state_seq, key), atol=atol, rtol=0)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -133,10 +138,9 @@ def test_episode_isolation(name, mode):
     starts[4, 1] = True
     x = torch.randn(T, B, INPUT_DIM)
     state = random_state(backbone, B)
-    x_other, state_other = x.clone(), {k: v.clone() for k, v in state.items()}
+    x_other, state_other = x.clone(), state._replace(memory=torch.randn_like(state.memory) * 3)
     x_other[:start, 0] = torch.randn(start, INPUT_DIM) * 3
     x_other[:, 1:] = torch.randn(T, B - 1, INPUT_DIM) * 3
-    state_other["memory"] = torch.randn_like(state["memory"]) * 3
 
     def outputs(inputs, state0):
         if mode == "step":
@@ -193,7 +197,7 @@ def test_gradients_reach_every_parameter(name):
     loss.backward()
     missing = [n for n, p in backbone.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not missing, f"no gradient for {missing}"
-    assert not any(t.requires_grad for t in state.values()), "memory must be kept without gradient"
+    assert not any(t.requires_grad for t in state.as_dict().values()), "memory must be kept without gradient"
 
 
 @pytest.mark.parametrize("name", GATED)
@@ -222,7 +226,8 @@ def test_shared_records_equal_per_window_computation(name, T):
     t0 = torch.tensor([2, 0, 5, 1, 4, 3, 3, 4]).repeat(3)
     shared = shared_windows(history, env, t0, M)
     if getattr(backbone, "shares_records", False):
-        assert "records" in shared and shared["records"].shape[0] < env.numel() * M, "overlapping windows share records"
+        assert isinstance(shared, SharedWindows) and shared.records.shape[0] < env.numel() * M, \
+            "overlapping windows share records"
     memory, valid = gather_windows(history, env, t0, M)
     x = torch.randn(T, env.numel(), INPUT_DIM)
     starts = torch.rand(T, env.numel()) < 0.3
@@ -237,9 +242,10 @@ def test_shared_records_equal_per_window_computation(name, T):
         y.square().sum().backward()
         return y, [p.grad.clone() for p in backbone.parameters() if p.grad is not None]
 
-    windows = {"memory": memory, "valid": valid}
-    if "clock" in backbone.initial_state(1):  # episode-time encodings read the clock entering each window
-        windows["clock"] = shared["clock"] = torch.randint(0, 50, (env.numel(),))
+    windows = Window(memory, valid)
+    if backbone.initial_state(1).clock is not None:  # episode-time encodings read the clock entering each window
+        clock = torch.randint(0, 50, (env.numel(),))
+        windows, shared = windows._replace(clock=clock), shared._replace(clock=clock)
     y_windows, grads_windows = outputs_and_grads(windows)
     for update_path in (False, True):
         y_shared, grads_shared = outputs_and_grads(shared, update_path)
@@ -322,7 +328,8 @@ def test_casting_the_backbone_makes_its_caches_stale():
     _, state = run_steps(backbone, x[:-1], backbone.initial_state(2), starts[:-1])
     with torch.no_grad():
         backbone.double()
-        state = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+        state = state._replace(memory=state.memory.double(), cache=KeyValueCache(
+            *(tuple(t.double() for t in part) for part in state.cache[:2]), state.cache.generation))
         cached, _ = backbone.step(x[-1].double(), state, starts[-1])
         rebuilt, _ = backbone.step(x[-1].double(), strip_cache(state), starts[-1])
     torch.testing.assert_close(cached, rebuilt, atol=1e-12, rtol=0)
@@ -336,9 +343,10 @@ def test_state_is_env_major_and_indexable(name):
     x = torch.randn(12, B, INPUT_DIM)
     starts = starts_pattern(12, B)
     _, state = run_steps(backbone, x, backbone.initial_state(B), starts)
-    assert all(t.shape[0] == B for t in state.values())
-    halves = [{k: v[i:i + 2] for k, v in state.items()} for i in (0, 2)]
-    joined = {k: torch.cat([h[k] for h in halves]) for k in state}
+    assert all(t.shape[0] == B for t in state.as_dict().values())
+    halves = [state.rows(torch.arange(i, i + 2)) for i in (0, 2)]
+    fields = zip(*map(strip_cache, halves), strict=True)
+    joined = Window(*(None if parts[0] is None else torch.cat(parts) for parts in fields))
     x_next = torch.randn(B, INPUT_DIM)
     no_start = torch.zeros(B, dtype=torch.bool)
     with torch.no_grad():
@@ -356,11 +364,11 @@ def test_state_follows_module_dtype_and_device(name):
     for device in devices:
         backbone = build(name, torch.float64).to(device)
         state = backbone.initial_state(3)
-        assert state["memory"].dtype == torch.float64 and state["memory"].device.type == device
+        assert state.memory.dtype == torch.float64 and state.memory.device.type == device
         y, state = backbone.step(torch.randn(3, INPUT_DIM, dtype=torch.float64, device=device), state,
                                  torch.ones(3, dtype=torch.bool, device=device))
         assert y.dtype == torch.float64 and y.device.type == device
-        assert all(t.device.type == device for t in state.values())
+        assert all(t.device.type == device for t in state.as_dict().values())
 
 
 @pytest.mark.parametrize("step_encoding", list(ABSOLUTE_ENCODINGS))
@@ -373,7 +381,7 @@ def test_ut_adds_the_step_encoding_of_each_ponder_step(step_encoding):
         backbone.act.halting.weight.zero_()
         backbone.act.halting.bias.fill_(-40.0)
         _, state = backbone.step(torch.randn(2, INPUT_DIM), backbone.initial_state(2), torch.ones(2, dtype=torch.bool))
-    records = state["memory"][:, -1]  # [B, n_depth, D]
+    records = state.memory[:, -1]  # [B, n_depth, D]
     encoding = (sinusoid_table(torch.arange(3), OPTIONS["ut-act"]["d_model"]) if step_encoding == "sinusoidal"
                 else backbone.step_encoding(torch.arange(3)).detach())
     torch.testing.assert_close(records - records[:, :1], (encoding - encoding[:1]).expand(2, -1, -1))

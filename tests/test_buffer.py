@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from agents.buffer import MemoryRolloutBuffer
 from policies import make_backbone
+from policies.policy import PolicyState
 from policies.window import windows
 
 N_STEPS, N_ENVS, M = 8, 3, 3
@@ -25,14 +26,14 @@ def filled_buffer() -> tuple[MemoryRolloutBuffer, list[dict[str, torch.Tensor]]]
     starts = np.zeros((N_STEPS, N_ENVS), dtype=bool)
     starts[0], starts[4, 1], starts[6, 2] = True, True, True
     state = backbone.initial_state(N_ENVS)
-    buffer.start_rollout({"pi": state})
+    buffer.start_rollout(PolicyState(state))
     seen = []
     with torch.no_grad():
         for t in range(N_STEPS):
             obs = torch.randn(N_ENVS, 2)
-            seen.append({"memory": state["memory"].clone(), "valid": state["valid"].clone()})
+            seen.append(state)
             _, state = backbone.step(obs, state, torch.as_tensor(starts[t]))
-            buffer.add_records({"pi": state["memory"][:, -1]})
+            buffer.add_records({"pi": state.memory[:, -1]})
             buffer.add(obs.numpy(), np.zeros((N_ENVS, 1)), np.zeros(N_ENVS), starts[t], torch.zeros(N_ENVS),
                        torch.zeros(N_ENVS))
     buffer.compute_returns_and_advantage(torch.zeros(N_ENVS), np.zeros(N_ENVS))
@@ -44,12 +45,12 @@ def test_a_one_step_sample_gets_the_window_its_step_received():
     exactly from the history of records (mutation caught: the history's validity not cleared by a start)."""
     buffer, seen = filled_buffer()
     env, t = np.repeat(np.arange(N_ENVS), N_STEPS), np.tile(np.arange(N_STEPS), N_ENVS)
-    state = buffer._segment_batch(env, t, 1).states["pi"]
+    state = buffer._segment_batch(env, t, 1).states.pi
     rebuilt = windows(state)
     for n, (e, step) in enumerate(zip(env, t, strict=True)):
-        valid = seen[step]["valid"][e]
-        assert torch.equal(state["valid"][n], valid), (e, step)
-        assert torch.equal(rebuilt[n][valid], seen[step]["memory"][e][valid]), (e, step)
+        valid = seen[step].valid[e]
+        assert torch.equal(state.valid[n], valid), (e, step)
+        assert torch.equal(rebuilt[n][valid], seen[step].memory[e][valid]), (e, step)
 
 
 @pytest.mark.parametrize("order", ["shuffled", "by-env"])

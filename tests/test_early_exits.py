@@ -39,7 +39,7 @@ def test_a_rule_that_never_fires_changes_nothing():
     y_exits, state_exits, aux = forward_with_exits(net, x, net.initial_state(B), starts,
                                                        lambda n, h: torch.zeros(h.shape[:2], dtype=torch.bool))
     torch.testing.assert_close(y_exits, y, atol=0, rtol=0)
-    torch.testing.assert_close(state_exits["memory"], state["memory"], atol=0, rtol=0)
+    torch.testing.assert_close(state_exits.memory, state.memory, atol=0, rtol=0)
     assert (aux["exit_depth"] == 3).all()
 
 
@@ -56,7 +56,7 @@ def test_an_exited_state_is_copied_to_every_later_layer():
     first = make_backbone("gtrxl", X, d_model=16, n_heads=2, n_layers=1, memory_length=M).eval()
     first.load_state_dict(net.state_dict(), strict=False)  # embedding and layer 0
     torch.testing.assert_close(y, first.forward_sequence(x, first.initial_state(B), starts)[0], atol=1e-6, rtol=0)
-    memory = state["memory"][state["valid"]]  # [n, depth, D]
+    memory = state.memory[state.valid]  # [n, depth, D]
     torch.testing.assert_close(memory[:, 1], memory[:, 2], atol=0, rtol=0)
 
 
@@ -76,7 +76,7 @@ def test_a_segment_at_once_equals_one_position_at_a_time():
         depths.append(aux_t["exit_depth"])
     torch.testing.assert_close(torch.cat(outputs), y, atol=1e-6, rtol=0)
     assert torch.equal(torch.cat(depths), aux["exit_depth"])
-    torch.testing.assert_close(carried["memory"], state["memory"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(carried.memory, state.memory, atol=1e-6, rtol=0)
 
 
 @torch.no_grad()

@@ -9,6 +9,7 @@ import math
 import torch
 
 from policies.backbones.ffm import FastForgetfulMemory
+from policies.window import Window
 
 
 def reference(model: FastForgetfulMemory, x: torch.Tensor, S0: torch.Tensor) -> torch.Tensor:
@@ -33,7 +34,7 @@ def test_sequence_equals_the_closed_form():
     with torch.no_grad():
         model.decay[0] = -0.5  # a decay learned below zero is clamped: |γ| ≤ 1 still
     x, S0 = torch.randn(7, 2, 3, dtype=torch.float64), torch.randn(2, 5, 3, dtype=torch.complex128)
-    state = {"memory": torch.view_as_real(S0).unsqueeze(1), "valid": torch.ones(2, 1, dtype=torch.bool)}
+    state = Window(torch.view_as_real(S0).unsqueeze(1), torch.ones(2, 1, dtype=torch.bool))
     y, after, _ = model.forward_sequence(x, state, torch.zeros(7, 2, dtype=torch.bool))
     torch.testing.assert_close(y, reference(model, x, S0), atol=1e-10, rtol=0)
     assert model.gamma().abs().max() <= 1.0

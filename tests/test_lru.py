@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from policies.backbones.lru import LinearRecurrentUnit
 from policies.rules import ConfigError
+from policies.window import Window
 
 
 def reference(model: LinearRecurrentUnit, x: torch.Tensor, x0: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -37,7 +38,7 @@ def test_sequence_equals_the_paper_recurrence():
     x, x0 = torch.randn(9, 2, 3, dtype=torch.float64), torch.randn(2, 2, 5, dtype=torch.complex128)
     starts = torch.zeros(9, 2, dtype=torch.bool)
     starts[3, 0] = True
-    state = {"memory": torch.view_as_real(x0).unsqueeze(1), "valid": torch.ones(2, 1, dtype=torch.bool)}
+    state = Window(torch.view_as_real(x0).unsqueeze(1), torch.ones(2, 1, dtype=torch.bool))
     y, _, _ = model.forward_sequence(x, state, starts)
     torch.testing.assert_close(y, reference(model, x, x0, starts), atol=1e-10, rtol=0)
 

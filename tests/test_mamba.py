@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from policies.backbones.mamba import Mamba
+from policies.window import Window
 
 
 def reference(model: Mamba, x: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -42,7 +43,7 @@ def test_sequence_equals_the_s6_recurrence():
     starts = torch.zeros(T, B, dtype=torch.bool)
     starts[0, 2] = True  # env 2's carry belongs to an earlier episode
     starts[4, 0] = starts[5, 0] = True  # a one-step episode: the conv sees only its own step
-    state = {"memory": carry.unsqueeze(1), "valid": torch.ones(B, 1, dtype=torch.bool)}
+    state = Window(carry.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool))
     y, _, _ = model.forward_sequence(x, state, starts)
     torch.testing.assert_close(y, reference(model, x, carry, starts), atol=1e-10, rtol=0)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from policies.backbones.mingru import MinGRU
+from policies.window import Window
 
 
 def reference(model: MinGRU, x: torch.Tensor, h0: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -30,10 +31,10 @@ def test_sequence_equals_the_paper_recurrence():
     x, h0 = torch.randn(9, 2, 3, dtype=torch.float64), torch.randn(2, 2, 6, dtype=torch.float64)
     starts = torch.zeros(9, 2, dtype=torch.bool)
     starts[4, 1] = True
-    state = {"memory": h0.unsqueeze(1), "valid": torch.ones(2, 1, dtype=torch.bool)}
+    state = Window(h0.unsqueeze(1), torch.ones(2, 1, dtype=torch.bool))
     y, after, _ = model.forward_sequence(x, state, starts)
     torch.testing.assert_close(y, reference(model, x, h0, starts), atol=1e-12, rtol=0)
-    torch.testing.assert_close(after["memory"][:, 0, -1], y[-1], atol=1e-12, rtol=0)
+    torch.testing.assert_close(after.memory[:, 0, -1], y[-1], atol=1e-12, rtol=0)
 
 
 def test_update_gate_bias_spreads_timescales_up_to_t_max():

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from policies.backbones.mlstm import MatrixLSTM
+from policies.window import Window
 
 
 def reference(model: MatrixLSTM, x: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -51,7 +52,7 @@ def test_chunked_sequence_equals_the_recurrence(chunk_size):
     carry = torch.randn(B, 2, *model.record_shape[1:], dtype=torch.float64)
     starts = torch.zeros(T, B, dtype=torch.bool)
     starts[2, 1] = starts[3, 1] = starts[7, 0] = True
-    state = {"memory": carry.unsqueeze(1), "valid": torch.ones(B, 1, dtype=torch.bool)}
+    state = Window(carry.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool))
     y, _, _ = model.forward_sequence(x, state, starts)
     torch.testing.assert_close(y, reference(model, x, carry, starts), atol=1e-10, rtol=0)
 

@@ -23,6 +23,8 @@ from stable_baselines3.common.evaluation import evaluate_policy
 
 from agents import MemoryPPO, NonFiniteError
 from policies import ATTENTIONS, BACKBONES
+from policies.policy import PolicyState
+from policies.window import SharedWindows, Window
 from tests.conftest import LogpGaps, small_model, tmaze
 
 OPTION_CASES = {f"gtrxl-{name}": ("gtrxl", {"attention": name}) for name in ATTENTIONS
@@ -118,7 +120,8 @@ def test_predict_carries_memory():
     assert remembered["pi"]["valid"].sum() == 2 and reset["pi"]["valid"].sum() == 1
     logits = {}
     for name, state, start in (("remembered", remembered, 0), ("reset", reset, 1)):
-        torch_state = {k: {n: torch.as_tensor(v) for n, v in s.items()} for k, s in state.items()}
+        torch_state = PolicyState(**{k: Window.from_dict({n: torch.as_tensor(v) for n, v in s.items()})
+                                     for k, s in state.items()})
         with torch.no_grad():
             distribution, _ = policy.get_distribution(torch.as_tensor(obs), torch_state,
                                                       torch.tensor([start], dtype=torch.bool))
@@ -267,7 +270,7 @@ def test_by_env_minibatches_hold_whole_envs_and_share_records():
     model.collect_rollouts(model.env, callback, model.rollout_buffer, 32)
     seen = []
     for batch in model.rollout_buffer.segments(64, 1, "by-env"):
-        assert "records" in batch.states["pi"], "whole-env windows share their records"
+        assert isinstance(batch.states.pi, SharedWindows), "whole-env windows share their records"
         seen.append(batch.observations)
     assert len(seen) == 2
     with pytest.raises(ValueError, match="minibatch_order='random': expected one of shuffled, by-env"):
@@ -304,7 +307,7 @@ def test_rollout_equals_training_with_shared_records(order):
                         backbone_options={"memory_length": 16})
     gaps = LogpGaps()
     model.learn(4 * 32 * 4, callback=gaps)
-    assert all("records" in batch.states["pi"] for batch in model.rollout_buffer.segments(128, 1, order))
+    assert all(isinstance(batch.states.pi, SharedWindows) for batch in model.rollout_buffer.segments(128, 1, order))
     assert len(gaps.gaps) == 3 and max(gaps.gaps) < 1e-5, gaps.gaps
 
 

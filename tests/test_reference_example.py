@@ -28,6 +28,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import Tensor
 
 from agents import MemoryPPO
+from policies.policy import PolicyState
+from policies.window import Window
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gtrxl_ppo_reference.py"
 ATOL = 1e-5
@@ -151,8 +153,8 @@ def test_rollout_steps_give_library_logits_and_values(ref: ModuleType, args: Any
                                                       torch.zeros(E, M, dtype=torch.bool))
     torch.testing.assert_close(ref_logits.log_softmax(-1), torch.stack(logits), atol=ATOL, rtol=0)
     torch.testing.assert_close(ref_values, torch.stack(values), atol=ATOL, rtol=0)
-    torch.testing.assert_close(memory, state["pi"]["memory"], atol=ATOL, rtol=0)  # the windows left behind
-    assert torch.equal(valid, state["pi"]["valid"])
+    torch.testing.assert_close(memory, state.pi.memory, atol=ATOL, rtol=0)  # the windows left behind
+    assert torch.equal(valid, state.pi.valid)
 
 
 def test_segments_give_library_logits_and_values(ref: ModuleType, args: Any) -> None:
@@ -165,7 +167,7 @@ def test_segments_give_library_logits_and_values(ref: ModuleType, args: Any) -> 
     valid = torch.tensor([[True] * M, [False] * M, [False, False, True, True]])
     actions = torch.randint(0, 4, (T * N,), generator=generator)
     values, distribution, _ = policy.evaluate_segments(obs.reshape(T * N, 2), actions,
-                                                       {"pi": {"memory": memory, "valid": valid}}, starts)
+                                                       PolicyState(Window(memory, valid)), starts)
     ref_logits, ref_values, _ = agent(obs, memory, valid, starts)
     torch.testing.assert_close(ref_logits.log_softmax(-1), distribution.distribution.logits.view(T, N, 4),
                                atol=ATOL, rtol=0)

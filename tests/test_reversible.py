@@ -29,8 +29,8 @@ def segment(backbone: torch.nn.Module, dtype: torch.dtype = torch.float64):
     torch.manual_seed(1)
     x = torch.randn(T, B, INPUT_DIM, dtype=dtype)
     state = backbone.initial_state(B)
-    state["memory"] = torch.randn_like(state["memory"])
-    state["valid"] = torch.arange(M).view(1, -1) >= torch.arange(B).view(-1, 1)
+    state = state._replace(memory=torch.randn_like(state.memory),
+                           valid=torch.arange(M).view(1, -1) >= torch.arange(B).view(-1, 1))
     starts = torch.zeros(T, B, dtype=torch.bool)
     starts[3, 1] = starts[4, 2] = True
     return x, state, starts
@@ -50,7 +50,7 @@ def test_inverse_reproduces_the_inputs(attention):
     backbone = build(attention=attention)
     x, state, starts = segment(backbone)
     layer = backbone.layers[0]
-    context = layer_contexts(backbone, state["memory"], state["valid"], starts.T)[0]
+    context = layer_contexts(backbone, state.memory, state.valid, starts.T)[0]
     x1, x2 = torch.randn(2, B, T, D, dtype=torch.float64)
     with torch.no_grad():
         y1, y2, _ = layer(x1, x2, *context)
@@ -109,7 +109,7 @@ def test_stack_keeps_only_its_outputs_and_contexts():
     (mutation caught: saving every layer's inputs as well)."""
     backbone = build(torch.float32, n_layers=3)
     x, state, starts = segment(backbone, torch.float32)
-    contexts = layer_contexts(backbone, state["memory"], state["valid"], starts.T)
+    contexts = layer_contexts(backbone, state.memory, state.valid, starts.T)
     h = torch.randn(B, T, D, requires_grad=True)
     outputs = []
     saved = saved_activation_bytes(lambda: outputs.extend(reversible_stack(list(backbone.layers), h, h, contexts)),

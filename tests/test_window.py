@@ -8,6 +8,8 @@ import torch
 
 from policies import make_backbone
 from policies.window import (
+    SharedWindows,
+    Window,
     attention_mask,
     episode_clock,
     gather_windows,
@@ -54,7 +56,7 @@ def test_a_state_without_its_clock_is_refused():
     """An episode-time backbone never runs without the time: a silent fallback would drop it."""
     backbone = make_backbone("gtrxl", 3, d_model=8, n_heads=2, memory_length=4, episode_time="sinusoidal")
     state = backbone.initial_state(2)
-    del state["clock"]
+    state = state._replace(clock=None)
     with pytest.raises(ValueError, match="encodes episode time.*no 'clock'"):
         backbone.step(torch.randn(2, 3), state, torch.ones(2, dtype=torch.bool))
 
@@ -66,8 +68,27 @@ def test_windows_that_share_little_are_handed_as_plain_windows():
     apart = shared_windows(history, torch.tensor([0, 1, 2]), torch.tensor([0, 4, 8]), M)
     steps = [0, 1, 2, 3] * 4  # 16 windows of 5 slots over 8 distinct records
     together = shared_windows(history, torch.zeros(16, dtype=torch.long), torch.tensor(steps), M)
-    assert set(apart) == {"memory", "valid"} and set(together) == {"records", "slots", "valid"}
+    assert isinstance(apart, Window) and isinstance(together, SharedWindows)
     for state, (env, t) in ((apart, ([0, 1, 2], [0, 4, 8])), (together, ([0] * 16, steps))):
         memory, valid = gather_windows(history, torch.tensor(env), torch.tensor(t), M)
         torch.testing.assert_close(windows(state), memory)
-        assert torch.equal(state["valid"], valid)
+        assert torch.equal(state.valid, valid)
+
+
+def test_a_state_crosses_the_predict_boundary_as_a_dict_and_back():
+    """`Window.as_dict` and `Window.from_dict` round-trip every field, the cache included; a cache whose envs
+    hold different parameter generations is dropped (mutation caught: it kept as if current)."""
+    backbone = make_backbone("gtrxl", 3, d_model=8, n_heads=2, n_layers=2, memory_length=4, episode_time="sinusoidal")
+    with torch.no_grad():
+        _, state = backbone.step(torch.randn(2, 3), backbone.initial_state(2), torch.ones(2, dtype=torch.bool))
+    entries = state.as_dict()
+    assert set(entries) == {"memory", "valid", "clock", "cache_keys_0", "cache_values_0", "cache_keys_1",
+                            "cache_values_1", "cache_generation"}
+    back = Window.from_dict(entries)
+    for name in ("memory", "valid", "clock"):
+        assert torch.equal(getattr(back, name), getattr(state, name))
+    assert back.cache.generation == state.cache.generation
+    assert all(torch.equal(a, b) for a, b in zip(back.cache.keys + back.cache.values,
+                                                 state.cache.keys + state.cache.values, strict=True))
+    mixed = {**entries, "cache_generation": torch.tensor([state.cache.generation, state.cache.generation + 1])}
+    assert Window.from_dict(mixed).cache is None

@@ -11,7 +11,7 @@ from policies.backbones.linear_attention import CausalLinearAttention, FeatureMa
 from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL, Gate, GateBias, TransformerXLBlock
 from policies.options import checked
 from policies.rules import Count, CountOrNone
-from policies.window import State, as_bool
+from policies.window import Window, as_bool
 
 
 class LinearTransformer(MemoryBackbone):
@@ -28,7 +28,7 @@ class LinearTransformer(MemoryBackbone):
         >>> backbone = LinearTransformer(8, d_model=32, n_layers=2, n_heads=2)
         >>> state = backbone.initial_state(n_envs=4)
         >>> y, state = backbone.step(torch.randn(4, 8), state, torch.ones(4, dtype=torch.bool))
-        >>> y.shape, state["memory"].shape
+        >>> y.shape, state.memory.shape
         (torch.Size([4, 32]), torch.Size([4, 1, 2, 2, 16, 17]))
     """
 
@@ -59,19 +59,19 @@ class LinearTransformer(MemoryBackbone):
             carried.append(layer_carry)
         return h, torch.stack(carried, dim=1)
 
-    def _carry(self, state: State, valid: Tensor) -> Tensor:
+    def _carry(self, state: Window, valid: Tensor) -> Tensor:
         """The carry of the window, zero where it is invalid."""
-        return state["memory"][:, 0] * valid[:, 0].to(state["memory"].dtype).view(-1, 1, 1, 1, 1)
+        return state.memory[:, 0] * valid[:, 0].to(state.memory.dtype).view(-1, 1, 1, 1, 1)
 
-    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
+    def _read(self, x: Tensor, state: Window, valid: Tensor) -> tuple[Tensor, Tensor]:
         no_start = valid.new_zeros(valid.shape[0], 1)  # the window is already reset
         y, carry = self._run(self.embed(x).unsqueeze(1), self._carry(state, valid), no_start)
-        return y[:, 0], carry, {}
+        return y[:, 0], carry
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+    def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
-        valid = state["valid"]
+        valid = state.valid
         y, carry = self._run(self.embed(x.transpose(0, 1)), self._carry(state, valid),
                              as_bool(episode_starts).transpose(0, 1))
-        after = {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}
+        after = Window(carry.detach().unsqueeze(1), valid.new_ones(valid.shape))
         return Sequence(y.transpose(0, 1), after, {})

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from policies.backbone import MemoryBackbone, Sequence
 from policies.options import checked
 from policies.rules import Count
-from policies.window import State, as_bool, window_before
+from policies.window import Window, as_bool, window_before
 
 
 def mlp(input_dim: int, hidden_size: int, n_layers: int) -> nn.Sequential:
@@ -41,19 +41,19 @@ class FrameStack(MemoryBackbone):
         masked = window * valid.unsqueeze(-1).to(window.dtype)
         return torch.cat([masked.flatten(-2), valid.to(x.dtype), x], dim=-1)
 
-    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
-        return self.net(self._features(x, state["memory"], valid)), x, {}
+    def _read(self, x: Tensor, state: Window, valid: Tensor) -> tuple[Tensor, Tensor]:
+        return self.net(self._features(x, state.memory, valid)), x
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+    def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
         T = x.shape[0]
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         records = x.transpose(0, 1)  # [B, T, D]
         steps = torch.arange(T + 1, device=x.device)
-        windows, valid = window_before(state["memory"], state["valid"], records, starts, steps)
+        windows, valid = window_before(state.memory, state.valid, records, starts, steps)
         valid_now = valid[:, :T] & ~starts.unsqueeze(-1)  # apply each step's own episode start
         y = self.net(self._features(records, windows[:, :T], valid_now))
-        return Sequence(y.transpose(0, 1), {"memory": windows[:, T], "valid": valid[:, T]}, {})
+        return Sequence(y.transpose(0, 1), Window(windows[:, T], valid[:, T]), {})
 
 
 class MLPMemoryless(FrameStack):

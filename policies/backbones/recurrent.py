@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from policies.backbone import MemoryBackbone, Sequence
 from policies.options import checked
 from policies.rules import Count, OneOf
-from policies.window import State, as_bool
+from policies.window import Window, as_bool
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 Cell = Annotated[str, OneOf(lambda: CELLS)]
@@ -44,21 +44,21 @@ class RecurrentMemory(MemoryBackbone):
         y, new = self.rnn(x, (carry[0], carry[1]) if self.is_lstm else carry[0])
         return y, torch.stack(new) if self.is_lstm else new.unsqueeze(0)
 
-    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
-        y, carry = self._run(x.unsqueeze(0), self._carry(state["memory"], valid))
-        return y[0], carry.permute(2, 0, 1, 3), {}  # record: [B, n_carry, n_layers, H]
+    def _read(self, x: Tensor, state: Window, valid: Tensor) -> tuple[Tensor, Tensor]:
+        y, carry = self._run(x.unsqueeze(0), self._carry(state.memory, valid))
+        return y[0], carry.permute(2, 0, 1, 3)  # record: [B, n_carry, n_layers, H]
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+    def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
         starts = as_bool(episode_starts)
         T = x.shape[0]
         bounds = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), T]
-        valid = state["valid"]
-        carry = self._carry(state["memory"], valid)
+        valid = state.valid
+        carry = self._carry(state.memory, valid)
         outputs = []
         for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
             carry = carry * (~starts[begin]).to(carry.dtype).view(1, 1, -1, 1)
             y, carry = self._run(x[begin:end], carry)
             outputs.append(y)
         record = carry.detach().permute(2, 0, 1, 3).unsqueeze(1)  # the carry after the last step
-        return Sequence(torch.cat(outputs), {"memory": record, "valid": valid.new_ones(valid.shape)}, {})
+        return Sequence(torch.cat(outputs), Window(record, valid.new_ones(valid.shape)), {})

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from policies.backbone import MemoryBackbone, Sequence
-from policies.window import State, as_bool
+from policies.window import Window, as_bool
 
 
 def linear_scan(a: Tensor, b: Tensor, h: Tensor) -> Tensor:
@@ -73,18 +73,18 @@ class CarryMemory(MemoryBackbone):
         """Outputs `[T, B, output_dim]` and the carry after the segment, from `carry` `[B, *record_shape]`;
         `episode_starts` `[T, B]` bool clears the carry before the steps where they are set."""
 
-    def _carry(self, state: State, valid: Tensor) -> Tensor:
+    def _carry(self, state: Window, valid: Tensor) -> Tensor:
         """The carry of the window, zero where it is invalid."""
-        memory = state["memory"][:, 0]
+        memory = state.memory[:, 0]
         return memory * valid[:, 0].to(memory.dtype).view(-1, *[1] * (memory.dim() - 1))
 
-    def _read(self, x: Tensor, state: State, valid: Tensor) -> tuple[Tensor, Tensor, State]:
+    def _read(self, x: Tensor, state: Window, valid: Tensor) -> tuple[Tensor, Tensor]:
         no_start = valid.new_zeros(1, valid.shape[0])  # the window is already reset
         y, carry = self._run(x.unsqueeze(0), self._carry(state, valid), no_start)
-        return y[0], carry, {}
+        return y[0], carry
 
-    def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
+    def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
-        valid = state["valid"]
+        valid = state.valid
         y, carry = self._run(x, self._carry(state, valid), as_bool(episode_starts))
-        return Sequence(y, {"memory": carry.detach().unsqueeze(1), "valid": valid.new_ones(valid.shape)}, {})
+        return Sequence(y, Window(carry.detach().unsqueeze(1), valid.new_ones(valid.shape)), {})

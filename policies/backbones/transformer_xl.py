@@ -48,7 +48,18 @@ from policies.backbone import Aux, MemoryBackbone, Sequence
 from policies.options import Relation, checked
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
 from policies.rules import Count, CountOrNone, OneOf, OptionalMapping, Range
-from policies.window import State, as_bool, as_windows, attention_mask, episode_clock, window_before, windows
+from policies.window import (
+    KeyValueCache,
+    SharedWindows,
+    State,
+    Window,
+    as_bool,
+    as_windows,
+    attention_mask,
+    episode_clock,
+    window_before,
+    windows,
+)
 
 
 # -- gates ------------------------------------------------------------------------------------------------------
@@ -295,12 +306,11 @@ class WindowTransformer(MemoryBackbone):
     computation (`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
     the block that reads each memory slot (`memory_blocks`).
 
-    The state holds `memory` `[B, M, n_depth, d_model]` (the input of every depth at each of the last `M`
-    steps), `valid` `[B, M]` and, with an episode clock, `clock` `[B]`. `step` adds
-    `cache_keys_<n>` and `cache_values_<n>` `[B, H, M, d_head]` per depth, rolled with the window, and
-    `cache_generation` `[B]`, the `generation` of the parameters they were computed with. The learner
+    The state's `memory` is `[B, M, n_depth, d_model]` (the input of every depth at each of the last `M`
+    steps), with `clock` `[B]` when the backbone keeps an episode clock. `step` adds a `KeyValueCache`, rolled
+    with the window, stamped with the `generation` of the parameters it was computed with. The learner
     calls `invalidate_caches` after each optimiser step (loading a state dict does too), which drops the
-    position terms computed once per rollout and makes every state's caches stale.
+    position terms computed once per rollout and makes every state's cache stale.
     """
 
     @checked(HEADS_DIVIDE_D_MODEL)
@@ -333,10 +343,10 @@ class WindowTransformer(MemoryBackbone):
         """Whether the state carries the episode clock (time encoding, or `uses_episode_time` attention)."""
         return self.time_encoding is not None or self.memory_blocks[0].attn.pattern.uses_episode_time
 
-    def initial_state(self, n_envs: int) -> State:
+    def initial_state(self, n_envs: int) -> Window:
         state = super().initial_state(n_envs)
         if self.keeps_clock:
-            state["clock"] = torch.zeros(n_envs, dtype=torch.long, device=state["valid"].device)
+            return state._replace(clock=torch.zeros(n_envs, dtype=torch.long, device=state.valid.device))
         return state
 
     def _inputs(self, x: Tensor, clock: Tensor | None) -> Tensor:
@@ -423,9 +433,9 @@ class WindowTransformer(MemoryBackbone):
         `depth` (`_depth` unless given). Shared records (`policies.window.shared_windows`)
         are projected once and never expanded into windows."""
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
-        memory_kv = self._memory_kv(state["memory"]) if "memory" in state else self._shared_memory_kv(state)
-        clock = episode_clock(state["clock"], starts) if "clock" in state else None  # [B, T]
-        mask = self.memory_blocks[0].attn.episode_mask(attention_mask(state["valid"], starts, self.memory_length),
+        memory_kv = self._shared_memory_kv(state) if isinstance(state, SharedWindows) else self._memory_kv(state.memory)
+        clock = None if state.clock is None else episode_clock(state.clock, starts)  # [B, T]
+        mask = self.memory_blocks[0].attn.episode_mask(attention_mask(state.valid, starts, self.memory_length),
                                                       clock)  # [B, T, M + T], or per head [B, H, T, M + T]
         y, records, _, aux = (depth or self._depth)(self._inputs(x.transpose(0, 1), clock), memory_kv, mask,
                                                      self._position_terms())
@@ -436,62 +446,56 @@ class WindowTransformer(MemoryBackbone):
                 aux[name] = aux.get(name, 0.0) + value.expand(x.shape[0], x.shape[1]) / len(blocks)
         return y.transpose(0, 1), records.transpose(0, 1), aux
 
-    def _state_after(self, records: Tensor, state: State, episode_starts: Tensor) -> State:
+    def _state_after(self, records: Tensor, state: State, episode_starts: Tensor) -> Window:
         """The window after the segment: the last `M` steps of `[memory; records]` in the episode."""
         starts = as_bool(episode_starts).transpose(0, 1)
         T = torch.tensor([records.shape[0]], device=records.device)
-        new_memory, new_valid = window_before(windows(state), state["valid"], records.detach().transpose(0, 1),
+        new_memory, new_valid = window_before(windows(state), state.valid, records.detach().transpose(0, 1),
                                               starts, T)
-        after = {"memory": new_memory[:, 0], "valid": new_valid[:, 0]}
-        if "clock" in state:
-            after["clock"] = episode_clock(state["clock"], starts)[:, -1] + 1
-        return after
+        clock = None if state.clock is None else episode_clock(state.clock, starts)[:, -1] + 1
+        return Window(new_memory[:, 0], new_valid[:, 0], clock)
 
     def _memory_kv(self, memory: Tensor) -> list[KeysValues]:
         """Keys and values of every memory slot, each `[B, H, M, d_head]`."""
         return [block.memory_kv(memory[:, :, n]) for n, block in enumerate(self.memory_blocks)]
 
-    def _shared_memory_kv(self, state: State) -> list[KeysValues]:
+    def _shared_memory_kv(self, state: SharedWindows) -> list[KeysValues]:
         """Keys and values of shared records (`policies.window.shared_windows`): each distinct
         record is normalised and projected once; the attention gathers them into every window that holds
         it (`policies.attention.layer.join_memory`; the backward pass sums the gradients of its copies)."""
-        slots = state["slots"]  # [N, M]
-        projected = self._memory_kv(state["records"].unsqueeze(0))  # per depth [1, H, R, d] twice
+        slots = state.slots  # [N, M]
+        projected = self._memory_kv(state.records.unsqueeze(0))  # per depth [1, H, R, d] twice
         return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))
                 for keys, values in projected]
 
-    def step(self, x: Tensor, state: State, episode_start: Tensor) -> tuple[Tensor, State]:
+    def step(self, x: Tensor, state: Window, episode_start: Tensor) -> tuple[Tensor, Window]:
         """One rollout step `x` `[B, D_in]`: the windows of envs whose episode starts are reset, the step
         attends to its window through the state's key/value caches (rebuilt from `memory` when missing or
         stale), and its record (the input of every depth) is pushed."""
         starts = episode_start if episode_start.dtype == torch.bool else episode_start != 0
-        B, M = state["valid"].shape
+        B, M = state.valid.shape
         terms = self._position_terms()
-        valid = state["valid"] & ~starts.view(B, 1)  # [B, M]: the window, reset at episode starts
+        valid = state.valid & ~starts.view(B, 1)  # [B, M]: the window, reset at episode starts
         keys = torch.cat([valid, valid.new_ones(B, 1)], dim=1)  # [B, M + 1]: the keys the step sees
-        clock = state.get("clock")
+        clock = state.clock
         if clock is not None:  # 0 at an episode's first step (its window is empty)
             clock = torch.where(valid.any(dim=1), clock, 0)
-        generation = state.get("cache_generation")
-        if generation is not None and bool((generation == self.generation).all()):
-            memory_kv = [(state[f"cache_keys_{n}"], state[f"cache_values_{n}"]) for n in range(self.record_shape[0])]
+        if state.cache is not None and state.cache.generation == self.generation:
+            memory_kv = list(zip(state.cache.keys, state.cache.values, strict=True))
         else:
             with torch.no_grad():
-                memory_kv = self._memory_kv(state["memory"])  # per depth [B, H, M, d_head] twice
+                memory_kv = self._memory_kv(state.memory)  # per depth [B, H, M, d_head] twice
         mask = keys.view(B, 1, 1, M + 1)  # [B, 1, T = 1, K]
         attn = self.memory_blocks[0].attn
         if attn.pattern.uses_episode_time:
             mask = attn.episode_mask(keys.view(B, 1, M + 1), None if clock is None else clock.view(B, 1))
         y, records, window_kv, _ = self._depth(self._inputs(x, clock).unsqueeze(1), memory_kv, mask, terms)
-        memory = state["memory"]
+        memory = state.memory
         records = records if records.dtype == memory.dtype else records.to(memory.dtype)  # [B, 1, n_depth, D]
-        after = {"memory": torch.cat([memory[:, 1:], records], dim=1), "valid": keys[:, 1:],
-                 "cache_generation": keys.new_full((B,), self.generation, dtype=torch.long)}
-        if clock is not None:
-            after["clock"] = clock + 1
-        for n, (k, v) in enumerate(window_kv):  # [B, H, M + 1, d]: drop the oldest slot
-            after[f"cache_keys_{n}"], after[f"cache_values_{n}"] = k[:, :, 1:], v[:, :, 1:]
-        return y[:, 0], after
+        cache = KeyValueCache(tuple(k[:, :, 1:] for k, _ in window_kv),  # [B, H, M + 1, d]: drop the oldest slot
+                              tuple(v[:, :, 1:] for _, v in window_kv), self.generation)
+        return y[:, 0], Window(torch.cat([memory[:, 1:], records], dim=1), keys[:, 1:],
+                               None if clock is None else clock + 1, cache)
 
 
 # -- the stack --------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from policies import ATTENTIONS, BACKBONES, POSITIONS, make_backbone  # noqa: E402
+from policies.window import strip_cache  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden.pt")
 INPUT_DIM, N_ENVS, WARMUP, STEPS = 3, 2, 4, 10
@@ -83,14 +84,14 @@ def run(backbone: torch.nn.Module, data: dict[str, torch.Tensor]) -> dict[str, A
         state = backbone.initial_state(N_ENVS)
         for x, start in zip(data["warmup"], data["warmup_starts"], strict=True):
             _, state = backbone.step(x, state, start)
-        state = {k: v for k, v in state.items() if not k.startswith("cache_")}
+        state = strip_cache(state)
         y, after, aux = backbone.forward_sequence(data["x"], state, data["starts"])
         steps, stepped = [], state
         for x, start in zip(data["x"], data["starts"], strict=True):
             out, stepped = backbone.step(x, stepped, start)
             steps.append(out)
-    return {"sequence": y, "state_after": {k: v for k, v in after.items() if not k.startswith("cache_")},
-            "aux": dict(aux), "steps": torch.stack(steps), "start_state": state}
+    return {"sequence": y, "state_after": strip_cache(after).as_dict(), "aux": dict(aux), "steps": torch.stack(steps),
+            "start_state": state.as_dict()}
 
 
 def main() -> None:
