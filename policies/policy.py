@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Mapping
 from typing import Annotated, Any, NamedTuple, Unpack
 
 import numpy as np
@@ -427,10 +428,13 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             return (self.value_net(latent_vf).flatten(), self._get_action_dist_from_latent(latent_pi),
                     {name: value.float() for name, value in aux.items()})
 
-    def evaluate_actions(self, obs: PyTorchObs, actions: Tensor, state: PolicyState,  # type: ignore[override]
+    def evaluate_actions(self, obs: PyTorchObs, actions: Tensor,  # type: ignore[override]
+                         state: PolicyState | Mapping[str, Mapping[str, np.ndarray | Tensor]],
                          episode_starts: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """sb3-contrib's `evaluate_actions`: values `[T·N, 1]`, log-probabilities and entropies `[T·N]` of
-        time-major `actions`, recomputed with gradients through the memory (`evaluate_segments`)."""
+        time-major `actions`, recomputed with gradients through the memory (`evaluate_segments`); `state` as
+        `initial_state` or `predict` gives it."""
+        state = self.as_policy_state(state)
         n_envs = len(state.pi.valid)
         starts = torch.as_tensor(episode_starts, device=self.device).bool().reshape(-1, n_envs)
         values, distribution, _ = self.evaluate_segments(obs, actions, state, starts)
@@ -450,8 +454,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         obs, vectorized = self.obs_to_tensor(observation)
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
-            torch_state = self.initial_state(n_envs) if state is None else PolicyState(**{
-                name: Window.from_dict({k: self._as_tensor(v) for k, v in s.items()}) for name, s in state.items()})
+            torch_state = self.initial_state(n_envs) if state is None else self.as_policy_state(state)
             starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
                 torch.as_tensor(np.asarray(episode_start), device=self.device).bool().reshape(n_envs)
             latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)
@@ -467,6 +470,13 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             actions = actions.squeeze(axis=0)
         return actions, {name: s.as_dict(lambda v: (v if v.device.type == "cpu" else v.cpu()).numpy())
                          for name, s in new_state.backbones().items()}
+
+    def as_policy_state(self, state: PolicyState | Mapping[str, Mapping[str, np.ndarray | Tensor]]) -> PolicyState:
+        """The state as the library holds it, from `predict`'s dict of arrays (a `PolicyState` is returned as is)."""
+        if isinstance(state, PolicyState):
+            return state
+        return PolicyState(**{name: Window.from_dict({k: self._as_tensor(v) for k, v in entries.items()})
+                              for name, entries in state.items()})
 
     def _as_tensor(self, value: np.ndarray | Tensor) -> Tensor:
         """A state entry at SB3's `predict` boundary as a tensor on the policy's device (NumPy memory shared)."""

@@ -113,6 +113,10 @@ def test_evaluate_actions_recomputes_the_rollout_with_memory_and_gradients(backb
     torch.testing.assert_close(new_values.flatten(), values, atol=1e-5, rtol=0)
     flat = policy_.evaluate_actions(obs, actions, policy_.initial_state(2), starts.flatten())[1]
     torch.testing.assert_close(flat, new_log_prob)
+    _, arrays = model.predict(np.zeros((2, 2), dtype=np.float32), episode_start=np.ones(2, dtype=bool))
+    fresh = {name: {**entries, "valid": np.zeros_like(entries["valid"])} for name, entries in arrays.items()}
+    from_predict = policy_.evaluate_actions(obs, actions, fresh, starts)[1]  # predict's dict of arrays is taken too
+    torch.testing.assert_close(from_predict, new_log_prob)
     (new_log_prob.sum() + new_values.sum()).backward()
     assert all(p.grad is not None for p in policy_.backbone.parameters() if p.requires_grad)
 
