@@ -4,6 +4,7 @@ losses of the backbone, and the guard against non-finite losses, gradients and p
 from __future__ import annotations
 
 import json
+import warnings
 import zipfile
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
@@ -37,7 +38,7 @@ from policies.backbone import Aux
 from policies.options import Relation, checked
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
-from policies.rules import Count, Entries, OneOf, Range, Switch
+from policies.rules import Count, Device, Entries, OneOf, Range, Switch
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -61,6 +62,11 @@ AdvantageScaleDecay = Annotated[float, Range(0.0, 1.0, note="0: SB3's per-miniba
 def _whole_segments(option: str) -> Relation:
     return Relation(option, (option, "segment_length"), lambda o: o[option] % o["segment_length"] == 0,
                     lambda o: f"a multiple of the training segment, {o.show('segment_length')}")
+
+
+def rollout_fit(n_steps: int, n_envs: int, n_steps_key: str = "n_steps") -> str:
+    """What `batch_size` must be within: the rollout of `n_steps` steps of `n_envs` envs."""
+    return f"at most the rollout, {n_steps_key}={n_steps} x n_envs={n_envs} = {n_steps * n_envs} steps"
 
 
 WHOLE_SEGMENTS = (_whole_segments("n_steps"), _whole_segments("batch_size"))
@@ -177,6 +183,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                  segment_length: Count, aux_coefs: AuxCoefs, normalize_advantage: Switch,
                  uniform_kl_coef: UniformKLCoef, advantage_scale_decay: AdvantageScaleDecay = 0.999,
                  minibatch_order: MinibatchOrder = "shuffled", precision: Precision = "fp32", **kwargs: Any) -> None:
+        Device().check("device", kwargs.get("device", "auto"))  # a missing accelerator is an error, not the CPU
+        if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
+            from envs import make_vec_env
+
+            env = make_vec_env(env, 1, kwargs.get("seed"))
+        Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         self.precision = precision
         self.batch_size = batch_size
         self.segment_length = segment_length
@@ -252,8 +264,16 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                             f"got {type(self.policy).__name__}")
         # saved with the model: every memory option, so that a later default cannot change how it loads
         self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
+        if self.batch_size > self.n_steps * self.n_envs:  # SB3 trains on it as one minibatch; the CLI refuses it
+            warnings.warn(f"batch_size={self.batch_size} is larger than the rollout (n_steps={self.n_steps} x "
+                          f"n_envs={self.n_envs}): each epoch trains on the whole rollout as one minibatch",
+                          stacklevel=2)
+        losses = self.policy.backbone.aux_loss_coefs
         if self.aux_coefs is None:
-            self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
+            self.aux_coefs = dict(losses)
+        elif unknown := sorted(set(self.aux_coefs) - set(losses)):
+            raise ValueError(f"aux_coefs: {unknown[0]!r} is not an auxiliary loss of backbone "
+                             f"{self.policy.backbone_name!r}; its losses: {', '.join(losses) or 'none'}")
         if self.uniform_kl_coef is None:
             self.uniform_kl_coef = DEFAULT_UNIFORM_KL if isinstance(self.action_space, FINITE) else 0.0
         if self.uniform_kl_coef:

@@ -41,7 +41,7 @@ def flat_encoding(space: spaces.Space) -> tuple[spaces.Box, Encoder]:
     """A flat float32 Box for `space` and the function that encodes its elements.
 
     Box: flattened; Discrete: one-hot; MultiDiscrete: one one-hot per component,
-    concatenated; MultiBinary: 0/1 floats; Tuple: the encodings of its parts, concatenated.
+    concatenated; MultiBinary: 0/1 floats; Tuple and Dict (nested too): the encodings of their parts, concatenated.
     """
     if isinstance(space, spaces.Box):
         box = spaces.Box(space.low.reshape(-1).astype(np.float32), space.high.reshape(-1).astype(np.float32),
@@ -70,11 +70,12 @@ def flat_encoding(space: spaces.Space) -> tuple[spaces.Box, Encoder]:
         size = int(np.prod(space.shape))
         return (spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32),
                 lambda x: np.asarray(x, dtype=np.float32).reshape(-1))
-    if isinstance(space, spaces.Tuple):
-        parts = [flat_encoding(s) for s in space.spaces]
+    if isinstance(space, spaces.Tuple | spaces.Dict):
+        keys = list(space.spaces) if isinstance(space, spaces.Dict) else list(range(len(space.spaces)))
+        parts = [flat_encoding(space.spaces[key]) for key in keys]
         box = spaces.Box(np.concatenate([b.low for b, _ in parts]), np.concatenate([b.high for b, _ in parts]),
                          dtype=np.float32)
-        return box, lambda x: np.concatenate([enc(xi) for (_, enc), xi in zip(parts, x, strict=True)])
+        return box, lambda x: np.concatenate([enc(x[key]) for key, (_, enc) in zip(keys, parts, strict=True)])
     raise TypeError(f"no flat encoding for observation space {space}")
 
 
@@ -218,6 +219,8 @@ def make_popgym(env_id: str, prev_action: bool | None = None, max_episode_steps:
     """
     import popgym  # noqa: F401  (registers the popgym-* ids)
 
+    if not (prev_action is None or isinstance(prev_action, bool)):
+        raise TypeError(f"prev_action={prev_action!r}: expected true, false or null (POPGym's own choice)")
     env: gym.Env = gym.make(env_id, **env_kwargs)
     needs_action = env.unwrapped.obs_requires_prev_action if prev_action is None else prev_action
     env = FlatObservation(env)

@@ -62,9 +62,10 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
             wrapper = load_object(spec.path)
         except ImportPathError as error:
             raise EnvWrapperError(f"env_wrapper {spec.path!r}: {error}") from None
-        if not callable(wrapper):
-            raise EnvWrapperError(f"env_wrapper {spec.path!r} is a {type(wrapper).__name__}, not a wrapper class "
-                                  "or function")
+        if not callable(wrapper) or isinstance(wrapper, type) and not issubclass(wrapper, gym.Wrapper):
+            kind = f"the class {wrapper.__name__}" if isinstance(wrapper, type) else f"a {type(wrapper).__name__}"
+            raise EnvWrapperError(f"env_wrapper {spec.path!r} is {kind}, not a gymnasium.Wrapper subclass or a "
+                                  "function of the env")
         try:
             wrapped = wrapper(env, **spec.kwargs)
         except Exception as error:  # the wrapper's own refusal of this env or of its keywords

@@ -70,8 +70,32 @@ def atomic_path(path: Path) -> Iterator[Path]:
         replace_synced(tmp, path)
     except OSError as error:
         raise write_error(error, path) from error
+    except Exception as error:  # a writer that reports a failed write in its own words (torch.save: RuntimeError)
+        _remove(tmp)
+        fault = _probe(path.parent)
+        if fault is None:
+            raise
+        raise write_error(fault, path) from error
     finally:
         _remove(tmp)  # gone already after a rename
+
+
+PROBE_BYTES = 1 << 16
+
+
+def _probe(folder: Path) -> OSError | None:
+    """The error the machine gives for a small write in `folder` now (a full disk), or `None` when it takes it."""
+    probe = temporary_name(folder / ".probe")
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(bytes(PROBE_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        return error
+    finally:
+        _remove(probe)
+    return None
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -36,9 +36,10 @@ from typing import Any
 import yaml
 
 from experiments import strict_yaml
-from experiments.rules import Device, Directory, EnvWrappers, SavedModel
+from experiments.rules import Directory, EnvWrappers, SavedModel
 from policies.rules import (
     ConfigError,
+    Device,
     Entries,
     Items,
     OneOf,
@@ -201,13 +202,16 @@ def parse_value(text: str) -> Any:
     return value if isinstance(value, bool | type(None)) or flow_collection else text
 
 
-def coerce(key: str, value: Any, default: Any) -> Any:
-    """Check `value` against the type of `default`; numbers written as strings are converted."""
+def coerce(key: str, value: Any, default: Any, schedules: bool = True) -> Any:
+    """Check `value` against the type of `default`; numbers written as strings are converted; a `lin_` schedule
+    only with `schedules` (a learner's options, not an env's keyword arguments)."""
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key}={shown(value)}: expected true or false")
-    if isinstance(default, int) and not isinstance(value, bool):
+    if isinstance(default, int) and isinstance(value, bool):
+        raise ConfigError(f"{key}={shown(value)}: expected an integer")
+    if isinstance(default, int):
         number = _parse_number(value)
         if isinstance(number, float) and number.is_integer():
             number = int(number)
@@ -216,11 +220,12 @@ def coerce(key: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"{key}={shown(value)}: expected an integer")
     number_like = isinstance(default, float) or is_linear_schedule(default)
     if number_like or (default is None and _parse_number(value) is not None):
-        if isinstance(value, str) and value.startswith("lin_"):
+        if isinstance(value, str) and value.startswith("lin_") and schedules:
             return _linear_schedule(key, value)
         number = _parse_number(value)
         if number is None and not (default is None and value is None):
-            raise ConfigError(f"{key}={shown(value)}: expected a number (or lin_<number> for a linear schedule)")
+            raise ConfigError(f"{key}={shown(value)}: expected a number"
+                              + (" (or lin_<number> for a linear schedule)" if schedules else ""))
         if number is None or default is None:  # optional options keep ints as ints (d_head, d_inner)
             return number
         if isinstance(number, int) and abs(number) > _LARGEST_FLOAT:  # a float holds inf, not an int this large

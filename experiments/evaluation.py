@@ -49,11 +49,26 @@ def _blank_if_none(value: float | None) -> float | str:
     return "" if value is None else value
 
 
+STALL_STEPS = 100_000
+"""steps of every copy without an episode ending after which an evaluation stops (`StalledEvaluationError`)"""
+
+
+class StalledEvaluationError(ValueError):
+    """No episode of the evaluation env ends: an env without a time limit whose episodes never terminate."""
+
+
 def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: bool = True) -> EvalResult:
-    """Run `n_episodes` with SB3's `evaluate_policy` (memory state carried by `predict`)."""
+    """Run `n_episodes` with SB3's `evaluate_policy` (memory state carried by `predict`); `StalledEvaluationError`
+    when no episode ends within `STALL_STEPS` steps of every copy."""
     successes: list[float] = []
+    since_end = [0]
 
     def record_success(local: dict[str, Any], _: dict[str, Any]) -> None:
+        since_end[0] = 0 if local["done"] else since_end[0] + 1
+        if since_end[0] > STALL_STEPS * env.num_envs:
+            raise StalledEvaluationError(f"evaluation: no episode ended within {STALL_STEPS:,} steps of each of "
+                                    f"{env.num_envs} copies; give the env a time limit (env_kwargs "
+                                    "max_episode_steps, or a gymnasium.wrappers.TimeLimit env_wrapper)")
         if local["done"] and "is_success" in local["info"]:
             successes.append(float(local["info"]["is_success"]))
 

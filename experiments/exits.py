@@ -6,7 +6,8 @@
   cleanup written for Ctrl-C runs for it too) wherever the process is, also when it was started with SIGINT
   ignored (a background job of a script); the command ends with `128 +` the signal's number: 130 and 143. A
   signal that some library swallowed still gives that status, never 0. A second signal while the first is being
-  handled ends the process at once, as the signal's default action does.
+  handled ends the process at once, as the signal's default action does. Whatever the interrupted code raises on its
+  way out (a library's error about the half-written file it was saving) ends the command with that status too.
 - A write that fails for a reason of the machine (a full disk or quota, a read-only file system, an immutable file,
   no permission, an I/O error) ends it with status 1 and one line naming the file and the errno, no traceback:
   `error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device`.
@@ -102,6 +103,12 @@ def signals_raised() -> Iterator[Received]:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
+def _after_signal(received: Received) -> int:
+    """The status of a command that a signal interrupted, when the code it interrupted raised something else."""
+    print(_words(received.signum), file=sys.stderr, flush=True)
+    return 128 + received.signum
+
+
 def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
     """`command(argv)`'s exit status, with signals and machine faults ending it as the module doc says."""
     with signals_raised() as received:
@@ -110,11 +117,14 @@ def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
         except KeyboardInterrupt as interrupt:
             print(interruption(interrupt), file=sys.stderr, flush=True)
             status = exit_status(interrupt)
-        except OSError as error:
-            if not is_fault(error):
+        except Exception as error:
+            if received.signum is not None:  # what the interrupted code raised on its way out (a half-written zip)
+                status = _after_signal(received)
+            elif isinstance(error, OSError) and is_fault(error):
+                print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
+                status = EXIT_FAULT
+            else:
                 raise
-            print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
-            status = EXIT_FAULT
     if received.signum is not None and status != 128 + received.signum:  # a library swallowed the interrupt
         print(_words(received.signum), file=sys.stderr, flush=True)
         status = 128 + received.signum

@@ -21,16 +21,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from agents import ALGOS, saved_learner
+from envs.imports import cause
 from experiments.atomic import write_new
 from experiments.config import ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
-from experiments.rules import Device
 from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env
-from policies.rules import short
+from policies.rules import Device, short, shown
 
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
             "both": ("deterministic", "stochastic")}
@@ -146,6 +147,23 @@ def scored_on(config: RunConfig, env: str, env_kwargs: dict[str, Any], algo: str
     return config
 
 
+def load_agent_with_env(options: Any, device: str) -> SavedAgent:
+    """`load_agent` with a command's environment options (`experiments.cli.parser.add_env_options`); the
+    hyper-parameter entry an `--env` starts from is named on one line (stderr)."""
+    import sys
+
+    from experiments.config import parse_override, parse_value
+    from experiments.hyperparams import applied_line
+
+    kwargs = dict(map(parse_override, options.env_kwargs))
+    wrappers = None if options.env_wrapper is None else [parse_value(text) for text in options.env_wrapper]
+    agent = load_agent(options.path, device, options.env, kwargs, wrappers, options.gym_packages, options.hyperparams)
+    line = applied_line([agent.config.hyperparams], under="--env-kwargs") if options.env is not None else None
+    if line is not None:
+        print(line, file=sys.stderr)
+    return agent
+
+
 def check_agent_env(agent: SavedAgent) -> None:
     """The agent's environment passes the run settings' rules (`experiments.validation.check_env`) and has
     the observation and action spaces the model was trained on; else `ConfigError` naming the env."""
@@ -177,18 +195,40 @@ def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tu
         env.close()
 
 
-def play(agent: SavedAgent, episodes: int, seed: int, deterministic: bool, render_mode: str) -> Iterator[Any]:
-    """Play `episodes` episodes (the i-th seeded `seed + i`) on one gymnasium copy of the environment,
-    which does not reset itself, and yield `render()` at each episode's start and after every step, its
-    last one included."""
+def env_action(action_space: Any, action: Any) -> Any:
+    """`predict`'s action for one gymnasium env: a Python int for a Discrete space (toy-text envs index their
+    tables with it), else as it is."""
+    return int(action) if isinstance(action_space, spaces.Discrete) else action
+
+
+def open_player(agent: SavedAgent, render_mode: str, flag: str) -> Any:
+    """One gymnasium copy of the agent's environment that renders in `render_mode` (a first frame is drawn to
+    check it); `ConfigError` naming `flag` and the env when it cannot, before any episode is scored."""
     from envs import make_env
 
     config = agent.config
     try:
         env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
                        render_mode=render_mode, **config.env_kwargs)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(str(error)) from error
+    except Exception as error:  # an env constructor that takes no render_mode, or fails with one
+        raise ConfigError(f"{flag}: env={shown(config.env)} cannot render in {render_mode!r} mode "
+                          f"({short(cause(error), 200)})") from None
+    try:
+        env.reset(seed=agent.eval_seed)
+        frame = env.render()
+        if getattr(env, "render_mode", None) != render_mode or (frame is None and render_mode != "human"):
+            raise ValueError(f"its render_mode is {getattr(env, 'render_mode', None)!r}")
+    except Exception as error:
+        env.close()
+        raise ConfigError(f"{flag}: env={shown(config.env)} cannot render in {render_mode!r} mode "
+                          f"({short(cause(error), 200)})") from None
+    return env
+
+
+def play(agent: SavedAgent, env: Any, episodes: int, seed: int, deterministic: bool) -> Iterator[Any]:
+    """Play `episodes` episodes (the i-th seeded `seed + i`) on `env` (`open_player`), which does not reset
+    itself, and yield `render()` at each episode's start and after every step, its last one included; closes
+    `env` at the end."""
     try:
         for episode in range(episodes):
             observation, _ = env.reset(seed=seed + episode)
@@ -197,7 +237,7 @@ def play(agent: SavedAgent, episodes: int, seed: int, deterministic: bool, rende
             while not over:
                 action, state = agent.model.predict(observation, state=state, episode_start=start,
                                                     deterministic=deterministic)
-                observation, _, terminated, truncated, _ = env.step(action)
+                observation, _, terminated, truncated, _ = env.step(env_action(env.action_space, action))
                 start, over = np.zeros(1, dtype=bool), terminated or truncated
                 yield env.render()
     finally:

@@ -46,39 +46,26 @@ class Directory:
 
     def check(self, key: str, value: Any) -> None:
         Text().check(key, value)
-        if Path(value).exists() and not Path(value).is_dir():
-            raise ConfigError(f"{key}={shown(value)}: is a file; expected {self.describe()}")
+        path = Path(value)
+        for folder in (path, *path.parents):  # the nearest existing one must be a directory
+            if folder.exists():
+                if not folder.is_dir():
+                    where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
+                    raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
+                return
 
 
 @dataclass(frozen=True)
-class Device:
-    """A torch device this machine has: `auto` (CUDA if available, else CPU), `cpu`, `cuda`,
-    `cuda:N` or `mps`. An explicit accelerator that is missing is an error, not a silent CPU run."""
+class FolderName:
+    """The name of one folder made under the log directory (a study's, a tune study's): one path component."""
+
+    note: str = ""
 
     def describe(self) -> str:
-        return "auto, cpu, cuda, cuda:N or mps"
+        return "a folder name (not empty, . or .., without '/' or '\\')" + (f" ({self.note})" if self.note else "")
 
     def check(self, key: str, value: Any) -> None:
-        import torch
-
-        if value == "auto":
-            return
-        try:
-            device = torch.device(value)
-        except (RuntimeError, TypeError, ValueError):
-            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}") from None
-        if device.type == "cuda":
-            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            if count == 0:
-                raise ConfigError(f"{key}={shown(value)}: CUDA is not available on this machine; expected cpu, or auto "
-                                  "(CUDA when there is one, else the CPU)")
-            if device.index is not None and device.index >= count:
-                raise ConfigError(f"{key}={shown(value)}: this machine has {count} CUDA device(s), cuda:0 to "
-                                  f"cuda:{count - 1}")
-        elif device.type == "mps":
-            if not torch.backends.mps.is_available():
-                raise ConfigError(f"{key}={shown(value)}: MPS is not available on this machine; expected cpu or auto")
-        elif device.type != "cpu":
+        if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0"):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
 
 

@@ -84,6 +84,11 @@ def check_node(loader: StrictLoader, root: yaml.Node) -> None:
             seen: dict[Any, yaml.Node] = {}
             for key_node, value_node in node.value:
                 key = None if key_node.tag == MERGE_TAG else _key(loader, key_node)
+                if key_node.tag != MERGE_TAG and not isinstance(key, str):
+                    shown_key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "a collection"
+                    raise StrictYAMLError(problem=f"key {shown_key!r}{f' in {path}' if path else ''} is not a string "
+                                                  "(settings, options and env ids are named by strings; quote it)",
+                                          problem_mark=key_node.start_mark)
                 if key is not None:
                     if key in seen:
                         name = f"{path}.{key}" if path else str(key)

@@ -15,33 +15,34 @@ before a run directory is made or anything big allocated. `docs/validation.md` l
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from agents import ALGOS
 from agents.exploration import check_action_space
-from envs import env_family, make_vec_env
+from agents.on_policy import rollout_fit
+from envs import env_family, make_env, make_vec_env
 from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs, keywords
 from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, coerce, plain, section_defaults
 from experiments.footprint import check_fits, estimate
+from experiments.rules import FolderName
 from experiments.training import policy_kwargs
 from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.catalogue import Catalogue
 from policies.options import check_options, option_rules, relations
-from policies.policy import MemoryActorCriticPolicy
+from policies.policy import MemoryActorCriticPolicy, default_features_extractor
 from policies.rules import ConfigError, Range, Rule, one_line, short, shown
-
-OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-"""the observation spaces SB3's preprocessing takes (also as the values of a Dict)"""
-ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-"""the action spaces MemoryPPO and V-MPO take"""
+from policies.spaces import check_spaces
 
 FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
 """learner options that, when set above 0, need a finite action space (:mod:`agents.exploration`)"""
@@ -82,14 +83,9 @@ class RunRelation:
     expected: Callable[[Settings], str]
 
 
-def _rollout(s: Settings) -> int:
-    return s["algo.n_steps"] * s["n_envs"]
-
-
 RELATIONS: tuple[RunRelation, ...] = (
-    RunRelation("algo.batch_size", lambda s: s["algo.batch_size"] <= _rollout(s),
-                lambda s: f"at most the rollout, {s.show('algo.n_steps')} x n_envs={s['n_envs']} = {_rollout(s)} "
-                          "steps"),
+    RunRelation("algo.batch_size", lambda s: s["algo.batch_size"] <= s["algo.n_steps"] * s["n_envs"],
+                lambda s: rollout_fit(s["algo.n_steps"], s["n_envs"], s.show("algo.n_steps").split("=")[0])),
     RunRelation("stop_when_solved", lambda s: s["stop_when_solved"] == 0 or s["eval_freq"] > 0,
                 lambda s: "0 when eval_freq=0 (stopping early needs evaluations during training)"),
 )
@@ -101,6 +97,8 @@ CLI_OPTIONS: dict[str, Rule] = {
     "max_retries": Range(0, integer=True),
     "reps": COUNT,
     "verbose": Range(0, 2, integer=True),
+    "study": FolderName(note="the study directory under --log-dir"),
+    "name": FolderName(note="the tune study directory under {log_dir}/tune"),
 }
 """Command-line options that are not run settings (``--workers``, ``--reps``, ...)."""
 
@@ -162,7 +160,7 @@ def _check_component_options(key: str, catalogue: Catalogue, name: str, options:
     check_options(catalogue[name].cls.__init__, options or {}, prefix=f"{key}.")
 
 
-def _check_relations(config: RunConfig) -> None:
+def check_relations(config: RunConfig) -> None:
     """The relations the chosen learner, backbone, attention and position declare between their options (every
     option at its value in this run), then `RELATIONS`."""
     spec = BACKBONES[config.backbone]
@@ -190,35 +188,32 @@ def check_env(config: RunConfig) -> Any:
     try:
         accepted = keywords(config.env)
         check_kwargs(config.env, config.env_kwargs)
-    except (ValueError, ImportError) as error:
+    except (ValueError, ImportError, gym.error.Error) as error:  # gymnasium's own: a missing optional package
         raise ConfigError(f"env={shown(config.env)}: {one_line(error).replace(repr(config.env), shown(config.env))}"
                           ) from None
     except TypeError as error:
         raise ConfigError(f"env_kwargs: {one_line(error)}") from None
     for name, value in config.env_kwargs.items():
         if accepted.named.get(name) is not None:
-            coerce(f"env_kwargs.{name}", value, accepted.named[name])
+            number = coerce(f"env_kwargs.{name}", value, accepted.named[name], schedules=False)
+            if isinstance(number, float) and math.isnan(number):  # an env's own keywords have no range rule here
+                raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected a number, not NaN")
     try:
+        probe = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
+                         **config.env_kwargs)
+        try:
+            check_spaces(probe.observation_space, probe.action_space)  # before a VecEnv allocates for them
+        except ValueError as error:
+            raise ConfigError(f"env={shown(config.env)}: {error}") from None
+        finally:
+            probe.close()
         return make_vec_env(config.env, 1, config.seed, env_wrapper=config.env_wrapper,
                             gym_packages=config.gym_packages, **config.env_kwargs)
-    except EnvWrapperError as error:
+    except (ConfigError, EnvWrapperError) as error:
         raise ConfigError(one_line(error)) from None
     except Exception as error:  # any failure of the env's own checks, named with the kwargs given
         given = " ".join(f"{k}={shown(v)}" for k, v in config.env_kwargs.items()) or "(no kwargs)"
         raise ConfigError(f"env={shown(config.env)} with env_kwargs {given} does not build ({cause(error)})") from None
-
-
-def _check_spaces(config: RunConfig, env: Any) -> None:
-    """The env's observation and action spaces are ones SB3's policies take; else one line saying how to adapt."""
-    observation, action = env.observation_space, env.action_space
-    parts = observation.spaces.values() if isinstance(observation, spaces.Dict) else [observation]
-    if not all(isinstance(part, OBSERVATION_SPACES) for part in parts):
-        raise ConfigError(f"env={shown(config.env)}: its observation space {short(str(observation))} is not one SB3 "
-                          "takes (Box, Discrete, MultiDiscrete, MultiBinary, or a flat Dict of them); flatten it with "
-                          "env_wrapper: envs.adapters.FlatObservation")
-    if not isinstance(action, ACTION_SPACES):
-        raise ConfigError(f"env={shown(config.env)}: its action space {short(str(action))} is not one the learners "
-                          "take (Box, Discrete, MultiDiscrete or MultiBinary)")
 
 
 def _check_action_space(config: RunConfig, action_space: Any) -> None:
@@ -237,11 +232,19 @@ def _build_policy_on_meta(config: RunConfig, env: Any) -> torch.nn.Module:
     algo = config.algo_options()
     extra = {k: algo[k] for k in ("popart", "popart_beta") if k in algo}
     spaces = OnPolicyAlgorithm._wrap_env(env, verbose=0, monitor_wrapper=False)  # as the learner sees them
+    kwargs = policy_kwargs(config)
     try:
         with torch.device("meta"):
             return MemoryActorCriticPolicy(spaces.observation_space, spaces.action_space, lambda _: 0.0,
-                                           **policy_kwargs(config), **extra)
+                                           **kwargs, **extra)
     except Exception as error:  # a constructor's own check, named with the section it came from
+        extractor = kwargs.get("features_extractor_class") or default_features_extractor(
+            spaces.observation_space, kwargs.get("normalize_images", True))
+        frames = traceback.extract_tb(error.__traceback__)
+        if any(frame.filename == inspect.getsourcefile(extractor) for frame in frames):  # the extractor failed
+            raise ConfigError(f"env={shown(config.env)}: its observation space {short(str(spaces.observation_space))} "
+                              f"does not fit the features extractor {extractor.__name__} ({one_line(error)}); choose "
+                              "another with policy.features_extractor_class") from None
         given = config.backbone_options() or "(defaults)"
         raise ConfigError(f"{config.backbone} options {given} with policy {config.policy or '(defaults)'}: "
                           f"{one_line(error)}") from None
@@ -259,10 +262,9 @@ def validate(config: RunConfig) -> None:
     if any setting is out of its range, the settings contradict each other, the environment cannot be
     built with its kwargs, the policy cannot be built, or the run would not fit in memory."""
     check_settings(config)
-    _check_relations(config)
+    check_relations(config)
     env = check_env(config)
     try:
-        _check_spaces(config, env)
         _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))

@@ -47,7 +47,7 @@ from torch.utils.tensorboard import SummaryWriter
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
-from experiments.rules import Device, Directory
+from experiments.rules import Directory
 from experiments.run_dir import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -64,7 +64,7 @@ from policies.lm.knn import Datastore, knn_lm_loss, segment_keys
 from policies.lm.model import MemoryLanguageModel, scored_mean
 from policies.lm.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
 from policies.options import check_options
-from policies.rules import Entries, Flag, Items, OneOf, Range, Rule, one_line, short
+from policies.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, one_line, short
 from policies.window import State
 
 CHECKPOINT_PREFIX = "lm_"

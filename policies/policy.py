@@ -40,6 +40,7 @@ from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
 from policies.rules import Flag, OptionalMapping, Switch
+from policies.spaces import check_spaces
 from policies.window import State, Window
 
 
@@ -244,6 +245,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                  **kwargs: Unpack[ActorCriticOptions]) -> None:
         if kwargs.pop("use_sde", False) or "sde_sample_freq" in kwargs:  # SB3's learners pass use_sde=False
             raise ValueError(GSDE_REFUSED)
+        check_spaces(observation_space, action_space)
         if "lstm_kwargs" in kwargs:
             raise ValueError(f"lstm_kwargs={kwargs['lstm_kwargs']!r}: engram's lstm backbone takes hidden_size and "
                              "n_layers in backbone_kwargs (or sb3-contrib's lstm_hidden_size and n_lstm_layers) and "
@@ -455,6 +457,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
             torch_state = self.initial_state(n_envs) if state is None else self.as_policy_state(state)
+            if len(torch_state.pi.valid) != n_envs:
+                raise ValueError(f"state holds the memory of {len(torch_state.pi.valid)} env(s), the observation "
+                                 f"{n_envs}: pass the state predict returned for these envs (or None to start)")
             starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
                 torch.as_tensor(np.asarray(episode_start), device=self.device).bool().reshape(n_envs)
             latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)

@@ -22,7 +22,7 @@ from policies.backbones.recurrent import RecurrentMemory
 from policies.backbones.reversible_transformer import ReversibleTransformerXL
 from policies.backbones.transformer_xl import TransformerXL
 from policies.backbones.universal import UniversalTransformerACT
-from policies.rules import ConfigError, OneOf
+from policies.rules import ConfigError, OneOf, Range
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:
     """
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; valid backbones: {', '.join(BACKBONES)}")
+    Range(1, integer=True).check("input_dim", input_dim)
     spec = BACKBONES[name]
     valid = spec.options()
     unknown = sorted(set(options) - set(valid))

@@ -64,6 +64,11 @@ def _is_number(value: Any) -> bool:
             and (isinstance(value, numbers.Integral) or math.isfinite(value)))  # an int of any size is finite
 
 
+INTEGER_LIMIT = 2**31 - 1
+"""the largest count an integer setting without a bound of its own takes: torch, numpy and the env libraries
+hold counts in C ints, and a larger one would overflow there or run without end"""
+
+
 @dataclass(frozen=True)
 class Range:
     """A finite number in an interval; `integer` for counts, `optional` to allow `None` (meaning: the
@@ -114,6 +119,8 @@ class Range:
     def _check_number(self, key: str, number: Any, value: Any, end: bool) -> None:
         if not _is_number(number) or (self.integer and not isinstance(number, numbers.Integral)):
             self._fail(key, value)
+        if self.integer and self.high is None and number > INTEGER_LIMIT:
+            self._fail(key, value, f"at most {INTEGER_LIMIT} (a C int)")
         low_open = self.low_open and not end  # a schedule may decay to its lower bound
         if self.low is not None and (number < self.low or (low_open and number == self.low)):
             self._fail(key, value)
@@ -301,3 +308,35 @@ Finite = Annotated[float, Range()]
 Switch = Annotated[bool, Flag()]
 OptionalMapping = Annotated[dict[str, Any] | None, Entries()]
 """the options of a sub-component (a mapping, or ``None`` for its defaults)"""
+
+
+@dataclass(frozen=True)
+class Device:
+    """A torch device this machine has: `auto` (CUDA if available, else CPU), `cpu`, `cuda`,
+    `cuda:N` or `mps`. An explicit accelerator that is missing is an error, not a silent CPU run."""
+
+    def describe(self) -> str:
+        return "auto, cpu, cuda, cuda:N or mps"
+
+    def check(self, key: str, value: Any) -> None:
+        import torch
+
+        if value == "auto":
+            return
+        try:
+            device = torch.device(value)
+        except (RuntimeError, TypeError, ValueError):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}") from None
+        if device.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count == 0:
+                raise ConfigError(f"{key}={shown(value)}: CUDA is not available on this machine; expected cpu, or auto "
+                                  "(CUDA when there is one, else the CPU)")
+            if device.index is not None and device.index >= count:
+                raise ConfigError(f"{key}={shown(value)}: this machine has {count} CUDA device(s), cuda:0 to "
+                                  f"cuda:{count - 1}")
+        elif device.type == "mps":
+            if not torch.backends.mps.is_available():
+                raise ConfigError(f"{key}={shown(value)}: MPS is not available on this machine; expected cpu or auto")
+        elif device.type != "cpu":
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")

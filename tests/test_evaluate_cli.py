@@ -119,7 +119,7 @@ def test_render_prints_the_episode(run, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--record", "x.avi"], "--record 'x.avi': unknown video format '.avi'; valid formats: .gif, .mp4"),
-    (["--episodes", "0"], "--episodes=0: expected a positive number"),
+    (["--episodes", "0"], "--episodes=0: expected an integer >= 1"),
     (["--env-kwargs", "lenght=5"], "unexpected keyword argument(s) 'lenght' (did you mean 'length'?)"),
     (["--env", "TMaze-v9"], "Unknown env id 'TMaze-v9'"),
 ])

@@ -270,6 +270,23 @@ def _signal_at(moment: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_what_an_interrupted_save_raises_on_its_way_out_still_ends_with_the_signals_status(signum, capsys):
+    """A signal inside a library's write (torch.save's zip writer) can surface as that library's own error
+    (`RuntimeError: unexpected pos`) raised while it cleans up: the command still ends with 130 or 143 and one line,
+    no traceback."""
+
+    def saving(argv: list[str]) -> int:
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(1)
+        finally:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 8768 vs 8592")
+
+    assert run_command(saving, []) == 128 + signum
+    one_line(capsys.readouterr().err, "SIGINT" if signum == signal.SIGINT else "SIGTERM")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("moment", ["rollout", "update", "evaluation", "checkpoint", "final save"])
 def test_a_signal_at_any_moment_of_training_exits_130_or_143_and_the_run_resumes(moment, signum, tmp_path, capsys,
                                                                                    monkeypatch):
@@ -321,3 +338,22 @@ def test_a_real_process_signalled_while_it_trains_exits_130_or_143_and_resumes(s
     code, err = cli([*TINY, "--log-dir", str(log_dir), "--resume"], capsys)  # -n 64: ends at its newest checkpoint
     assert code == 0, err
     assert (log_dir / RUN / "summary.json").exists()
+
+
+def test_a_writer_that_fails_in_its_own_words_on_a_full_disk_is_named_as_a_write_fault(tmp_path, monkeypatch):
+    """torch.save reports a full disk as `RuntimeError: unexpected pos`: `atomic_path` probes the folder and raises
+    the machine's errno naming the file; when the folder takes a write, the writer's own error stands."""
+    import experiments.atomic as atomic
+
+    def failing(tmp: Path) -> None:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 15168 vs 15062")
+
+    target = tmp_path / "lm_10.pt"
+    with pytest.raises(RuntimeError, match="unexpected pos"), atomic.atomic_path(target) as tmp:
+        failing(tmp)
+    monkeypatch.setattr(atomic, "_probe", lambda folder: OSError(errno.ENOSPC, "No space left on device"))
+    with pytest.raises(atomic.WriteError) as raised, atomic.atomic_path(target) as tmp:
+        failing(tmp)
+    assert str(raised.value) == f"cannot write {str(target)!r}: [Errno 28] No space left on device"
+    assert list(tmp_path.iterdir()) == []

@@ -17,7 +17,7 @@ TINY = ["-p", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1", "ppo.segm
 def train(log_dir: Path, attention: str) -> None:
     argv = ["--env", "TMaze-v0", "--env-kwargs", "length=4", "--n-envs", "4", "-n", "128", "--eval-freq", "0",
             "--n-eval-episodes", "2", "--checkpoint-freq", "64", "--threads", "1", "--log-dir", str(log_dir),
-            *TINY, f"gtrxl.attention={attention}", "ppo.aux_coefs={span: 10.0}"]
+            *TINY, f"gtrxl.attention={attention}", *(["ppo.aux_coefs={span: 10.0}"] if attention != "full" else [])]
     assert train_rl.main(argv) == 0
 
 

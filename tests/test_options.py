@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.utils import LinearSchedule
@@ -80,6 +81,31 @@ def test_the_python_api_refuses_what_the_command_line_refuses():
     with pytest.raises(ConfigError, match=r"^local_window=0: expected an integer >= 1 \(or null for the default\)$"):
         make_backbone("gtrxl", 8, attention="local", attention_options={"local_window": 0})
     assert issubclass(ConfigError, ValueError)
+
+
+def test_the_python_api_names_devices_seeds_losses_widths_and_batches_it_cannot_take():
+    """Held-out kinds of the same rule: a missing accelerator, a seed numpy refuses, a misspelt auxiliary loss, an
+    input width below one and a state of other envs are each a `ValueError` naming the option, not a silent CPU run,
+    an ignored key or a torch error deep inside; a string env is any spec the command line takes."""
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="^device='cuda': CUDA is not available on this machine"):
+            MemoryPPO("MemoryPolicy", env, device="cuda")
+    with pytest.raises(ValueError, match="^device='tpu': expected auto, cpu, cuda, cuda:N or mps$"):
+        MemoryPPO("MemoryPolicy", env, device="tpu")
+    with pytest.raises(ValueError, match=r"^seed=-1: expected an integer in \[0, 4294967295\]"):
+        MemoryPPO("MemoryPolicy", env, seed=-1)
+    with pytest.raises(ValueError, match="^aux_coefs: 'zzz' is not an auxiliary loss of backbone 'gtrxl'; its losses: "
+                                         "none$"):
+        MemoryPPO("MemoryPolicy", env, aux_coefs={"zzz": 1.0})
+    for width in (0, 8.0, True):
+        with pytest.raises(ValueError, match=f"^input_dim={width}: expected an integer >= 1$"):
+            make_backbone("lstm", width)
+    model = MemoryPPO("MemoryPolicy", "TMaze-v0", n_steps=16, batch_size=16)  # engram's id, not gym.make's
+    assert model.observation_space.shape == (2,)
+    _, state = model.predict(np.zeros((2, 2), np.float32))
+    with pytest.raises(ValueError, match="^state holds the memory of 2 env"):
+        model.predict(np.zeros((3, 2), np.float32), state=state)
 
 
 def test_relations_live_in_the_component_and_name_its_options():

@@ -65,11 +65,13 @@ def test_plot_takes_run_directories_and_any_grouping_key(runs, tmp_path, capsys)
 
 @pytest.mark.parametrize("argv,message", [
     (["--group-by", "colour"], "--group-by 'colour': not a run setting of"),
-    (["missing-dir"], "'missing-dir' is not a run directory and holds none"),
+    (["missing-dir"], "'missing-dir' holds no run that plot can read"),
+    (["--out", "curves.txt"], "--out='curves.txt': expected a file name ending in an image format"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, runs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert train_rl.main(["plot", str(runs), *argv, "--out", str(tmp_path / "x.png")]) == 2
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "x.png")]
+    assert train_rl.main(["plot", str(runs), *argv, *out]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
@@ -86,3 +88,18 @@ def test_by_default_runs_are_grouped_by_what_differs_between_them(tmp_path, caps
     make_run(tmp_path / "runs", "gtrxl", 1, env="MemoryChain-v0", finished=False)
     assert train_rl.main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "x.png"), "--reps", "50"]) == 0
     assert "3 runs in 2 groups: MemoryChain-v0 (length=5) (2), TMaze-v0 (length=5) (1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["evaluations.csv", "config.yaml"])
+def test_a_run_plot_cannot_read_is_skipped_on_one_line(damage, runs, tmp_path, capsys):
+    """A garbled file of one run: `plot` names the run and skips it, as `report` does, and draws the others."""
+    broken = runs / "TMaze-v0__ppo-lstm__1"
+    if damage == "evaluations.csv":
+        (broken / damage).write_bytes(b"timesteps,mean_return\n\xff\xfe100,0.5\n")  # not UTF-8
+    else:
+        (broken / damage).write_text("algo: [ppo\n")
+    assert train_rl.main(["plot", str(runs), "--out", str(tmp_path / "x.png"), "--reps", "50"]) == 0
+    captured = capsys.readouterr()
+    skipped = [line for line in captured.err.splitlines() if line.startswith("plot: skipping run")]
+    assert len(skipped) == 1 and "TMaze-v0__ppo-lstm__1" in skipped[0]
+    assert "3 runs" in captured.out and (tmp_path / "x.png").is_file()

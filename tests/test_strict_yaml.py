@@ -26,7 +26,7 @@ BOMB = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]",
     ("ppo:\n  n_steps: 16\nn_envs: 2\nppo:\n  gamma: 0.9\n", "ppo", (1, 4)),
     ("ppo:\n  n_steps: 16\n  gamma: 0.9\n  n_steps: 32\n", "ppo.n_steps", (2, 4)),
     ("tasks:\n  - env: TMaze-v0\n    env: CountRecall-v0\n", "tasks[0].env", (2, 3)),
-    ("1: a\n1.0: b\n", "1.0", (1, 2)),  # one key to Python
+    ("'a': 1\n\"a\": 2\n", "a", (1, 2)),  # one key, quoted two ways
     ("{a: 1, 'a': 2}", "a", (1, 1)),
 ])
 def test_a_repeated_key_is_refused_naming_it_and_both_lines(text, key, lines):

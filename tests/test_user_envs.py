@@ -35,9 +35,16 @@ USER_MODULE = textwrap.dedent('''
         "discrete": lambda n: spaces.Discrete(3),
         "multidiscrete": lambda n: spaces.MultiDiscrete([3, n + 1]),
         "multibinary": lambda n: spaces.MultiBinary(3),
+        "scalar": lambda n: spaces.Box(0.0, 1.0, (), np.float32),
+        "shifted": lambda n: spaces.Discrete(3, start=-1),
+        "nested": lambda n: spaces.Dict({"inner": spaces.Dict({"cue": spaces.Discrete(3)}),
+                                         "clock": spaces.Discrete(n + 2)}),
+        "string": lambda n: spaces.Text(4),
+        "tiny": lambda n: spaces.Box(0, 255, (7, 7, 3), np.uint8),
     }
     ACTIONS = {"discrete": spaces.Discrete(2), "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
-               "multidiscrete": spaces.MultiDiscrete([2, 2]), "multibinary": spaces.MultiBinary(2)}
+               "multidiscrete": spaces.MultiDiscrete([2, 2]), "multibinary": spaces.MultiBinary(2),
+               "shifted": spaces.Discrete(2, start=1), "unbounded": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
 
 
     class Cue(gym.Env):
@@ -65,6 +72,12 @@ USER_MODULE = textwrap.dedent('''
                 return {"cue": np.array([shown == 1, shown == 2], np.float32), "clock": self.t}
             if self.obs == "discrete":
                 return shown
+            if self.obs == "scalar":
+                return np.array(shown / 2, np.float32)
+            if self.obs == "shifted":
+                return shown - 1
+            if self.obs == "nested":
+                return {"inner": {"cue": shown}, "clock": self.t}
             if self.obs == "multidiscrete":
                 return np.array([shown, self.t])
             return np.array([shown == 1, shown == 2, self.t == self.length], np.int8)
@@ -208,6 +221,17 @@ def test_list_envs_shows_the_ids_a_package_registers(user_dir: Path, capsys: pyt
      "env_wrapper 'envs.wrappers.MaskVelocity' fails on engram/TMaze-v0 (ValueError: MaskVelocity knows"),
     (["--env-wrapper", "{a: 1, b: 2}"], "env_wrapper=[{'a': 1, 'b': 2}]: env_wrapper entry {'a': 1, 'b': 2}"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=text", "--env-wrapper", "[1]"], "env_wrapper=[[1]]"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=scalar"],
+     "env='user_pomdp:Cue': its observation space Box(0.0, 1.0, (), float32) has shape (), which SB3 cannot flatten; "
+     "flatten it with env_wrapper: envs.adapters.FlatObservation"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=shifted"], "Discrete(3, start=-1) starts at -1, and SB3 one-hot"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=nested"], "its observation 'inner' Dict('cue': Discrete(3)) is "
+                                                                 "a Dict inside a Dict"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=string"], "is not one SB3 takes (Box, Discrete, MultiDiscrete"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=tiny"], "does not fit the features extractor NatureCNN"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "action=shifted"],
+     "its action space Discrete(2, start=1) starts at 1, and the policy's actions start at 0"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "action=unbounded"], "has an unbounded low or high"),
 ])
 def test_a_bad_env_spec_exits_2_with_one_line_and_creates_nothing(user_dir: Path, argv: list[str], expected: str,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -270,3 +294,56 @@ def test_parsed_wrappers_and_run_names() -> None:
     assert masked.observation_space.shape == (2,) and masked.reset(seed=0)[0].shape == (2,)
     with pytest.raises(ValueError, match="MaskObservation with drop"):
         MaskVelocity(gym.make("FrozenLake-v1"))
+
+
+@pytest.mark.parametrize("obs", ["scalar", "shifted", "nested"])
+def test_flat_observation_adapts_the_observations_sb3_refuses(user_dir: Path, obs: str) -> None:
+    """The remedy the refusal names works: the same env trains through `envs.adapters.FlatObservation`."""
+    assert train_rl.main(["--env", "user_pomdp:Cue", "--env-kwargs", f"obs={obs}", "--env-wrapper",
+                          "envs.adapters.FlatObservation", "-n", "32", "--log-dir", "runs", *SMALL]) == 0
+
+
+def test_the_python_api_refuses_the_same_spaces_by_name(user_dir: Path) -> None:
+    from agents import MemoryPPO
+
+    user = __import__("user_pomdp")
+    with pytest.raises(ValueError, match=r"its action space Discrete\(2, start=1\) starts at 1"):
+        MemoryPPO("MemoryPolicy", user.Cue(action="shifted"))
+    with pytest.raises(ValueError, match=r"its observation space Box\(0.0, 1.0, \(\), float32\) has shape \(\)"):
+        MemoryPPO("MemoryPolicy", user.Cue(obs="scalar"))
+
+
+def test_an_env_that_cannot_render_is_refused_before_scoring(user_dir: Path) -> None:
+    """`evaluate --record` on an env whose constructor takes no `render_mode`: exit 2 and one line naming the env,
+    before any episode is scored or any result written."""
+    assert train_rl.main(["--env", "user_pomdp:Cue", "-n", "32", "--log-dir", "runs", *SMALL]) == 0
+    run = user_dir / "runs" / "user_pomdp-Cue__ppo-gtrxl__0"
+    refused = engram("evaluate", str(run), "--record", str(user_dir / "cue.gif"), cwd=user_dir)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("error: --record: env='user_pomdp:Cue' cannot render in 'rgb_array' mode")
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert not list(run.glob("evaluate_*.json")) and not (user_dir / "cue.gif").exists()
+
+
+def test_toy_text_envs_get_their_actions_as_ints_when_played(tmp_path: Path) -> None:
+    """FrozenLake indexes its transition table with the action: the single-copy loops of `evaluate --record` and
+    `inspect` hand it a Python int, as SB3's DummyVecEnv does."""
+    assert train_rl.main(["--env", "FrozenLake-v1", "-n", "32", "--log-dir", str(tmp_path), *SMALL]) == 0
+    run = tmp_path / "FrozenLake-v1__ppo-gtrxl__0"
+    recorded = engram("evaluate", str(run), "--episodes", "1", "--record", str(tmp_path / "lake.gif"), cwd=tmp_path)
+    assert recorded.returncode == 0, recorded.stderr
+    inspected = engram("inspect", str(run), "--episodes", "1", "--max-steps", "4", cwd=tmp_path)
+    assert inspected.returncode == 0, inspected.stderr
+
+
+def test_an_env_whose_episodes_never_end_stops_the_evaluation_with_one_line(user_dir: Path, monkeypatch,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """No time limit and no terminal state: the evaluation stops after `STALL_STEPS` steps of each copy with exit 2
+    and one line naming the remedy, rather than running for ever."""
+    import experiments.evaluation
+
+    monkeypatch.setattr(experiments.evaluation, "STALL_STEPS", 20)
+    assert train_rl.main(["--env", "user_pomdp:Cue", "--env-kwargs", "length=1000000000", "-n", "32",
+                          "--log-dir", "runs", *SMALL]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no episode ended within 20 steps of each of 2 copies" in error, error

@@ -200,7 +200,7 @@ CASES: list[tuple[list[str], str]] = [
     (["study", "{study_zero.yaml}"], "study file '{study_zero.yaml}': seeds=0: expected an integer >= 1"),
     (["study", "{study_seed_list.yaml}"], "seeds[1]=-1: expected an integer in [0, "),
     (["study", "{study_backbones.yaml}"], "backbones[1]='transformer': expected one of trxl"),
-    (["study", "{study_name.yaml}"], "name='../elsewhere': expected a non-empty string without '/'"),
+    (["study", "{study_name.yaml}"], "name='../elsewhere': expected a folder name (not empty, . or .., without"),
     (["study", "{study_tasks.yaml}"], "tasks={'env': 'TMaze-v0'}: expected a non-empty list, each a mapping"),
     (["study", "{study_settings.yaml}"], "settings=[1, 2]: expected a mapping"),
     (["study", "{study_key.yaml}"], "unknown key(s) 'backbone' in study file '{study_key.yaml}'; valid keys: name"),

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, program
+from experiments.cli.parser import OneLineParser, add_env_options, program
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -36,17 +36,7 @@ def make_parser() -> argparse.ArgumentParser:
                        ("stochastic", "actions sampled from the policy, as in training"),
                        ("both", "the deterministic policy, then the stochastic one")):
         policy.add_argument(f"--{name}", dest="policy", action="store_const", const=name, help=text)
-    parser.add_argument("--env", help="score on another environment: an id or module.path:EnvClass (its keyword "
-                                      "arguments start empty)")
-    parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                        help="environment keyword arguments over the run's, e.g. length=40")
-    parser.add_argument("--env-wrapper", nargs="*", metavar="WRAPPER",
-                        help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
-    parser.add_argument("--hyperparams", default="auto", metavar="FILE|none",
-                        help="the hyper-parameter entry whose env_kwargs (and env_wrapper) --env starts from, found "
-                             "as training finds it (default: %(default)s: configs/hyperparams/<algo>.yml; none: none)")
-    parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
-                        help="modules to import first (e.g. ones registering the --env id), besides the run's")
+    add_env_options(parser, "score on")
     parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions "
                                                  "(default: the run's evaluation seed, its seed + 10000)")
     parser.add_argument("--n-envs", type=int, help="parallel environment copies (default: the run's n_eval_envs)")
@@ -65,15 +55,13 @@ def make_parser() -> argparse.ArgumentParser:
 def _check(options: argparse.Namespace) -> None:
     """Exit status 2, naming the flag and what is valid, for counts below one, a frame rate that is not a positive
     number, a device this machine lacks, an unknown video format and a video path that cannot be written."""
-    from experiments.rules import Device
     from experiments.video import check_video_path
     from experiments.writable import check_output
-    from policies.rules import Range
+    from policies.rules import Device, Range
 
     for flag in ("episodes", "n_envs", "threads", "record_episodes"):
-        value = getattr(options, flag)
-        if value is not None and value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')}={value}: expected a positive number")
+        if getattr(options, flag) is not None:
+            Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
     if not (options.fps > 0 and math.isfinite(options.fps)):
         raise ValueError(f"--fps={options.fps}: expected a positive number of frames per second")
     Device().check("--device", options.device)
@@ -90,14 +78,18 @@ def _summary_line(policy: str, result: Any) -> str:
             f"length {result.lengths.mean():.1f} ± {result.lengths.std():.1f}")
 
 
-def _show(agent: Any, options: argparse.Namespace, seed: int, deterministic: bool) -> None:
-    """`--render`: text frames of engram's tasks on stdout, a window for gymnasium environments."""
+def render_mode(agent: Any) -> str:
+    """`--render`'s mode: text frames of engram's tasks on stdout, a window for gymnasium environments."""
     from envs import env_family
+
+    return "ansi" if env_family(agent.config.env) == "engram" else "human"
+
+
+def _show(agent: Any, player: Any, options: argparse.Namespace, seed: int, deterministic: bool) -> None:
     from experiments.replay import play
 
-    text = env_family(agent.config.env) == "engram"
-    for frame in play(agent, options.record_episodes, seed, deterministic, "ansi" if text else "human"):
-        if text:
+    for frame in play(agent, player, options.record_episodes, seed, deterministic):
+        if player.render_mode == "ansi":
             print(f"{frame}\n")
         time.sleep(1 / options.fps)
 
@@ -112,29 +104,34 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
-    from experiments.config import ConfigError, parse_override, parse_value
-    from experiments.hyperparams import applied_line
-    from experiments.replay import POLICIES, check_agent_env, load_agent, play, result_record, score, write_result
+    from experiments.config import ConfigError
+    from experiments.evaluation import StalledEvaluationError
+    from experiments.replay import (
+        POLICIES,
+        check_agent_env,
+        load_agent_with_env,
+        open_player,
+        play,
+        result_record,
+        score,
+        write_result,
+    )
     from experiments.video import write_video
     from experiments.writable import check_directory
 
     torch.set_num_threads(options.threads)
     try:
-        kwargs = dict(map(parse_override, options.env_kwargs))
-        wrappers = None if options.env_wrapper is None else [parse_value(text) for text in options.env_wrapper]
-        agent = load_agent(options.path, options.device, options.env, kwargs, wrappers, options.gym_packages,
-                           options.hyperparams)
-        line = applied_line([agent.config.hyperparams], under="--env-kwargs") if options.env is not None else None
-        if line is not None:
-            print(line, file=sys.stderr)
+        agent = load_agent_with_env(options, options.device)
         check_agent_env(agent)
         check_directory(agent.directory)  # where the result goes: a fault found before the episodes are played
+        players = {flag: open_player(agent, mode, f"--{flag}") for flag, mode in (
+            ("render", render_mode(agent)), ("record", "rgb_array")) if getattr(options, flag)}
         episodes = options.episodes or agent.config.n_eval_episodes
         seed = agent.eval_seed if options.seed is None else options.seed
         n_envs = options.n_envs or agent.config.n_eval_envs
         policies = POLICIES[options.policy or "deterministic"]
         results = score(agent, episodes, seed, n_envs, policies)
-    except (ConfigError, TypeError) as error:
+    except (ConfigError, StalledEvaluationError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     kwargs_text = ", ".join(f"{k}={v}" for k, v in agent.config.env_kwargs.items())
@@ -148,9 +145,9 @@ def main(argv: list[str]) -> int:
     print(f"  written: {path}")
     deterministic = policies[0] == "deterministic"
     if options.render:
-        _show(agent, options, seed, deterministic)
+        _show(agent, players["render"], options, seed, deterministic)
     if options.record:
-        frames = list(play(agent, options.record_episodes, seed, deterministic, "rgb_array"))
+        frames = list(play(agent, players["record"], options.record_episodes, seed, deterministic))
         video = write_video(frames, Path(options.record), options.fps)
         print(f"  video:   {video} ({len(frames)} frames, {options.record_episodes} episode(s))")
     return 0

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.cli.parser import OneLineParser, program
+from experiments.cli.parser import OneLineParser, add_env_options, program
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=f"{program()} inspect", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
-                        help="a run directory (its final model.zip) or a saved .zip beside a run's config.yaml")
+                        help="a run directory (its final model.zip) or a saved .zip (with --env when no run's "
+                             "config.yaml is beside it)")
     parser.add_argument("--episodes", "-n", type=int, default=4, help="episodes to play (default: %(default)s)")
     parser.add_argument("--out", "-o", help="the directory to write to (default: RUN_DIR/inspect)")
     parser.add_argument("--seed", type=int, help="seed of the first episode, the next ones counting up (default: "
@@ -40,6 +41,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=500,
                         help="steps an episode is cut at (the saliency map grows as its square; default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    add_env_options(parser, "play on")
     return parser
 
 
@@ -60,6 +62,7 @@ def _check(options: argparse.Namespace) -> None:
 def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str, Any]:
     """One episode on a gymnasium copy of the run's env seeded `seed`: observations, actions and rewards."""
     from envs import make_env
+    from experiments.replay import env_action
 
     config = agent.config
     env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
@@ -73,7 +76,7 @@ def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str
                                                 deterministic=deterministic)
             observations.append(observation)
             actions.append(action)
-            observation, reward, terminated, truncated, _ = env.step(action)
+            observation, reward, terminated, truncated, _ = env.step(env_action(env.action_space, action))
             rewards.append(float(reward))
             start, over = np.zeros(1, dtype=bool), terminated or truncated
     finally:
@@ -230,11 +233,11 @@ def main(argv: list[str]) -> int:
     import torch
 
     from experiments.atomic import write_atomic
-    from experiments.replay import check_agent_env, load_agent
+    from experiments.replay import check_agent_env, load_agent_with_env
 
     torch.set_num_threads(options.threads)
     try:
-        agent = load_agent(options.path, device="cpu")
+        agent = load_agent_with_env(options, "cpu")
         check_agent_env(agent)
     except (ConfigError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -41,3 +41,19 @@ class OneLineParser(argparse.ArgumentParser):
         text = " ".join(part.strip() for part in message.splitlines() if part.strip())
         print(f"{self.prog}: error: {text} (see --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def add_env_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The environment options of the commands that load a trained agent (`evaluate`, `inspect`): `--env` and
+    its keyword arguments, wrappers, hyper-parameter entry and packages, in place of the run's."""
+    parser.add_argument("--env", help=f"{verb} another environment: an id or module.path:EnvClass (its keyword "
+                                      "arguments start empty; needed for a saved .zip without a run's config.yaml)")
+    parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="environment keyword arguments over the run's, e.g. length=40")
+    parser.add_argument("--env-wrapper", nargs="*", metavar="WRAPPER",
+                        help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
+    parser.add_argument("--hyperparams", default="auto", metavar="FILE|none",
+                        help="the hyper-parameter entry whose env_kwargs (and env_wrapper) --env starts from, found "
+                             "as training finds it (default: %(default)s: configs/hyperparams/<algo>.yml; none: none)")
+    parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
+                        help="modules to import first (e.g. ones registering the --env id), besides the run's")

@@ -16,7 +16,7 @@ from typing import Any
 
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import DEFAULT_REPS
-from experiments.studies.runs import Run, find_runs, task_label
+from experiments.studies.runs import Run, find_runs, readable, task_label
 
 DEFAULT_GROUPING = ("algo", "backbone", "task")
 """the keys grouped by when none is given: those whose values differ between the runs"""
@@ -57,6 +57,18 @@ def group_runs(runs: list[Run], keys: list[str]) -> dict[str, list[Run]]:
     return dict(groups)
 
 
+def check_image_path(flag: str, path: str) -> None:
+    """Refuse (`ConfigError` naming `flag`) a file name whose suffix is no image format matplotlib writes."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from experiments.config import ConfigError
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix.lstrip(".").lower() not in formats:
+        raise ConfigError(f"{flag}={path!r}: expected a file name ending in an image format: "
+                          f"{', '.join('.' + f for f in sorted(formats))}")
+
+
 def varying_keys(runs: list[Run], candidates: tuple[str, ...] = DEFAULT_GROUPING) -> list[str]:
     """The `candidates` whose values differ between `runs` (`backbone` when none does)."""
     keys = [key for key in candidates if len({str(config_value(run, key)) for run in runs}) > 1]
@@ -75,15 +87,16 @@ def main(argv: list[str]) -> int:
         Range(1, integer=True).check("--reps", options.reps)
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
         check_output("--out", options.out)
+        check_image_path("--out", options.out)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     runs = []
     for path in map(Path, options.paths):
-        found = find_runs(path) if path.is_dir() else []
+        found = readable(find_runs(path), "plot") if path.is_dir() else []
         if not found:
-            print(f"error: {str(path)!r} is not a run directory and holds none (no config.yaml below it)",
-                  file=sys.stderr)
+            print(f"error: {str(path)!r} holds no run that plot can read (no config.yaml below it, or only the runs "
+                  "skipped above)", file=sys.stderr)
             return 2
         runs += found
     try:

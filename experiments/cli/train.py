@@ -192,6 +192,7 @@ def _run(argv: list[str], study_file: bool) -> int:
     args = make_parser(study_file).parse_args(argv)
     from agents import NonFiniteError
     from experiments.config import ConfigError
+    from experiments.evaluation import StalledEvaluationError
     from experiments.studies.launchers import LauncherError
     from experiments.validation import check_cli_options
 
@@ -205,7 +206,7 @@ def _run(argv: list[str], study_file: bool) -> int:
                              args.retry_failed, args.report, args.reps, args.verbose,
                              max_retries=args.max_retries)
         train_one(config_from_args(args), args)
-    except ConfigError as error:
+    except (ConfigError, StalledEvaluationError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except LauncherError as error:

@@ -28,7 +28,6 @@ counts as solved. Each run's outcome (`outcome`) and best evaluation are listed 
 from __future__ import annotations
 
 import fnmatch
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -53,6 +52,7 @@ from experiments.studies.runs import (
     Run,
     find_runs,
     read_study_record,
+    readable,
     slug,
     task_label,
 )
@@ -211,7 +211,7 @@ class Study:
         patterns of env ids (`popgym-*`), keeps the runs of the envs that match one."""
         directory = Path(directory)
         record = read_study_record(directory)
-        runs = _readable(_ordered_runs(directory, record.get("runs", [])))
+        runs = readable(_ordered_runs(directory, record.get("runs", [])), "report")
         if envs:
             runs = [run for run in runs if any(fnmatch.fnmatchcase(str(run.config.get("env")), p) for p in envs)]
         label = _backbone_labeller(runs)
@@ -241,15 +241,6 @@ def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
     found = {run.directory.relative_to(directory).as_posix(): run for run in find_runs(directory)}
     order = [name for name in listed if name in found] + [name for name in found if name not in listed]
     return [found[name] for name in order]
-
-
-def _readable(runs: list[Run]) -> list[Run]:
-    """The runs a report can read; every other one is named on stderr and skipped."""
-    problems = {run.directory: run.problem() for run in runs}
-    for directory, problem in problems.items():
-        if problem is not None:
-            print(f"report: skipping run {str(directory)!r}: {problem}", file=sys.stderr)
-    return [run for run in runs if problems[run.directory] is None]
 
 
 def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
@@ -576,7 +567,7 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
         raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
     study = Study.analyse(study_dir, reps, threshold, seed, envs)
     if not study.runs and envs:
-        every = sorted({str(run.config.get("env")) for run in _readable(_ordered_runs(study_dir, []))})
+        every = sorted({str(run.config.get("env")) for run in readable(_ordered_runs(study_dir, []), "report")})
         raise FileNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
                                 f"its envs: {', '.join(every) or 'none'}")
     if not study.runs:

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from envs.wrappers import parse_env_wrapper
 from experiments.config import RunConfig
 from experiments.run_dir import STATUS_FILE, RunDirectory, read_json
 from experiments.strict_yaml import load as load_yaml_text
+from policies.rules import one_line
 
 STUDY_FILE = "study.yaml"
 FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
@@ -210,6 +212,15 @@ def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float
 
 def _score_column(success: bool, stochastic: bool) -> str:
     return ("stochastic_" if stochastic else "") + ("success_rate" if success else "mean_return")
+
+
+def readable(runs: list[Run], command: str) -> list[Run]:
+    """The runs `command` (`report`, `plot`) can read; every other one is named on one line of stderr and skipped."""
+    problems = {run.directory: run.problem() for run in runs}
+    for directory, problem in problems.items():
+        if problem is not None:
+            print(f"{command}: skipping run {str(directory)!r}: {one_line(problem)}", file=sys.stderr)
+    return [run for run in runs if problems[run.directory] is None]
 
 
 def find_runs(directory: Path) -> list[Run]:

@@ -66,6 +66,7 @@ from agents import NonFiniteError
 from experiments.atomic import write_atomic
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
+from experiments.rules import FolderName
 from experiments.run_dir import RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
@@ -90,7 +91,7 @@ from policies.registry import BACKBONES
 from policies.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
 
 STUDY_KEYS: dict[str, Rule] = {
-    "name": Text(forbidden="/\\", note="the study directory under log_dir"),
+    "name": FolderName(note="the study directory under log_dir"),
     "config": Text(note="a run configuration file, relative to the study file"),
     "settings": Entries(optional=False),
     "tasks": Items(Entries(optional=False)),
@@ -168,8 +169,12 @@ class Grid:
     def configs(self) -> list[RunConfig]:
         """One resolved configuration per run, task by task, backbone by backbone, seed by seed."""
         configs = []
-        for task in self.tasks:
+        for index, task in enumerate(self.tasks):
             keys = {k: v for k, v in task.items() if k != "config"}
+            for where, layer in ((f"tasks[{index}]", keys), ("settings", self.settings)):
+                if self.seeds and "seed" in layer:  # it would be overwritten by every seed of the study
+                    raise ConfigError(f"{where}.seed={layer['seed']!r}: the study's seeds ({self.seeds}) set the "
+                                      "seed of every run; list seeds under seeds: (or --seed) instead")
             file = task.get("config", self.config_file)
             layer = _merge(_merge(self.settings, keys), self.flags)
             if self.gym_packages:

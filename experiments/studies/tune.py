@@ -58,6 +58,7 @@ from experiments.config import (
 )
 from experiments.config_files import config_path, shipped_dir
 from experiments.hyperparams import applied_line
+from experiments.rules import FolderName
 from experiments.run_dir import EvalLog, RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.runs import slug, task_folder, task_label
@@ -77,6 +78,7 @@ TUNE_OPTIONS: dict[str, Rule] = {
     "threads": Range(1, integer=True), "startup_trials": Range(0, integer=True),
     "timeout": Range(0, low_open=True),
     "seed": Range(0, SEED_LIMIT, integer=True),
+    "name": FolderName(note="the study directory under {log_dir}/tune"),
 }
 """the options of ``train_rl.py tune`` that are not settings of the runs, with their rules"""
 DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -169,11 +171,18 @@ def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Pat
 def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
     """Train the trial's runs one after another; the aggregate of their final scores."""
     from experiments.training import train
+    from experiments.validation import validate_all
 
     values = settings.space.suggest(trial)
     trial_dir = settings.directory / f"trial_{trial.number:04d}"
     scores, offset = [], 0
-    for config in trial_configs(settings, values, trial_dir):
+    configs = trial_configs(settings, values, trial_dir)
+    try:
+        validate_all(configs)  # values that break a relation together: the trial fails before it trains
+    except ConfigError as error:
+        trial.set_user_attr("error", str(error))
+        raise
+    for config in configs:
         run = RunDirectory.of(config)
         reporter = ReportEvaluations(trial, run.evaluations, settings.metric, offset)
         try:
@@ -241,7 +250,7 @@ def work(settings: TuneSettings, worker: int) -> None:
 
     The sampler's seed moves with the trials already in the study and the worker, so a resumed or parallel
     worker does not draw the same random start-up trials again."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is one line of `announce`, no traceback
     study = open_study(settings)
     study = open_study(settings, settings.seed + 1000 * worker + len(study.trials))
     if finished(study) >= settings.trials:
@@ -270,8 +279,9 @@ def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """One line per finished trial."""
     value = "" if trial.value is None else f" value {trial.value:.3f}"
     scores = trial.user_attrs.get("scores")
+    error = trial.user_attrs.get("error") if trial.state == optuna.trial.TrialState.FAIL else None
     print(f"trial {trial.number}: {trial.state.name.lower()}{value}" + (f" (runs {scores})" if scores else "")
-          + f" {trial.params}", flush=True)
+          + f" {trial.params}" + (f": {error}" if error else ""), flush=True)
 
 
 def run_workers(settings: TuneSettings, workers: int) -> int:
@@ -449,9 +459,15 @@ def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"--enqueue {unknown[0]}: not a key of the search space; valid keys: {', '.join(keys)}")
     for param in space.params:
-        if param.type == "categorical" and param.key in values and values[param.key] not in param.choices:
+        if param.key not in values:
+            continue
+        if param.type == "categorical" and values[param.key] not in param.choices:
             raise ConfigError(f"--enqueue {param.key}={values[param.key]!r}: valid choices: "
                               f"{', '.join(map(str, param.choices))}")
+        if param.type != "categorical" and not (isinstance(values[param.key], int | float)
+                                                 and param.low <= values[param.key] <= param.high):
+            raise ConfigError(f"--enqueue {param.key}={values[param.key]!r}: expected a number in the space's range "
+                              f"[{param.low}, {param.high}]")
     return values
 
 

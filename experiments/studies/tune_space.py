@@ -83,8 +83,9 @@ class SearchSpace:
 
     def check(self, base: RunConfig) -> None:
         """Raise `ConfigError` (naming the space file, the key and the value) if a key is not a setting of
-        `base` or a value the space can give (`Param.examples`) breaks the rule of its setting."""
-        from experiments.validation import check_settings
+        `base` or a value the space can give (`Param.examples`) breaks the rule of its setting or, with `base`'s
+        other settings, a relation between settings."""
+        from experiments.validation import check_relations, check_settings
 
         for param in self.params:
             for where, value in param.examples().items():
@@ -92,6 +93,7 @@ class SearchSpace:
                 try:
                     apply(config, param.key, value)
                     check_settings(config)
+                    check_relations(config)
                 except ConfigError as error:
                     raise ConfigError(f"search space {param.source!r}, {param.key} ({where}): {error}") from None
 
@@ -114,8 +116,15 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
     if kind not in TYPES:
         raise ConfigError(f"{where}: type={short(repr(kind))}; valid types: {', '.join(TYPES)}")
     template = str(spec.get("template", ""))
-    if template and "{}" not in template:
-        raise ConfigError(f"{where}: template={short(repr(template))} must contain {{}} where the value goes")
+    if template and (template.count("{}") != 1 or template.replace("{}", "").count("{") + template.count("}") > 1):
+        raise ConfigError(f"{where}: template={short(repr(template))} must contain {{}} once, where the value goes, "
+                          "and no other braces")
+    fields = {"categorical": ("choices",), "int": ("low", "high", "step", "log"), "uniform": ("low", "high"),
+              "log_uniform": ("low", "high")}[kind]
+    unused = sorted(set(spec) - {"type", "template", *fields})
+    if unused:
+        raise ConfigError(f"{where}: {unused[0]!r} is not a field of type {kind}; its fields: "
+                          f"{', '.join(('type', *fields, 'template'))}")
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or not choices:
@@ -131,8 +140,10 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
         raise ConfigError(f"{where}: low={short(repr(low))}, high={short(repr(high))}: an int range needs integer "
                           "bounds")
     step = spec.get("step", 1)
-    if kind == "int" and (not isinstance(step, int) or step < 1):
+    if kind == "int" and (not isinstance(step, int) or isinstance(step, bool) or step < 1):
         raise ConfigError(f"{where}: step={short(repr(step))}: expected a positive integer")
+    if not isinstance(spec.get("log", False), bool):
+        raise ConfigError(f"{where}: log={short(repr(spec['log']))}: expected true or false")
     return Param(key, kind, float(low), float(high), step=step, log=bool(spec.get("log", False)), template=template,
                  source=source)
 

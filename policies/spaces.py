@@ -1,0 +1,56 @@
+"""The observation and action spaces a memory policy takes: SB3's, with those it cannot take refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+from policies.rules import short
+
+OBSERVATION_PARTS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""the observation spaces SB3's preprocessing takes, alone or as the values of a Dict"""
+ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""the action spaces the learners take"""
+FLATTEN = "flatten it with env_wrapper: envs.adapters.FlatObservation"
+
+
+def _observation_problem(space: spaces.Space) -> str | None:
+    if isinstance(space, spaces.Dict):
+        return f"is a Dict inside a Dict, which SB3 does not take; {FLATTEN}"
+    if isinstance(space, spaces.Tuple):
+        return f"is a Tuple, which SB3 does not take; {FLATTEN}"
+    if not isinstance(space, OBSERVATION_PARTS):
+        return ("is not one SB3 takes (Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of them); encode it as "
+                "one with a gymnasium.ObservationWrapper")
+    if isinstance(space, spaces.Box) and space.shape == ():
+        return f"has shape (), which SB3 cannot flatten; {FLATTEN}"
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(space.start != 0):
+        return f"starts at {space.start}, and SB3 one-hot encodes from 0; {FLATTEN}"
+    return None
+
+
+def _action_problem(space: spaces.Space) -> str | None:
+    if not isinstance(space, ACTION_SPACES):
+        return "is not one the learners take (Box, Discrete, MultiDiscrete or MultiBinary)"
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(space.start != 0):
+        return (f"starts at {space.start}, and the policy's actions start at 0; shift them with a "
+                "gymnasium.ActionWrapper")
+    if isinstance(space, spaces.Box) and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        return "has an unbounded low or high; SB3 samples and clips Box actions within finite bounds"
+    return None
+
+
+def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> None:
+    """Refuse spaces a memory policy cannot take.
+
+    Raises:
+        ValueError: naming the space (the Dict key of an observation part) and how to adapt the env.
+    """
+    parts = (observation_space.spaces.items() if isinstance(observation_space, spaces.Dict)
+             else [(None, observation_space)])
+    for key, part in parts:
+        if (problem := _observation_problem(part)) is not None:
+            where = "observation space" if key is None else f"observation {key!r}"
+            raise ValueError(f"its {where} {short(str(part))} {problem}")
+    if (problem := _action_problem(action_space)) is not None:
+        raise ValueError(f"its action space {short(str(action_space))} {problem}")
