@@ -41,7 +41,8 @@ def make_parser() -> argparse.ArgumentParser:
                                                  "(default: the run's evaluation seed, its seed + 10000)")
     parser.add_argument("--n-envs", type=int, help="parallel environment copies (default: the run's n_eval_envs)")
     parser.add_argument("--device", default="auto", help="torch device (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads, 0: every core (default: %(default)s)")
     parser.add_argument("--render", action="store_true",
                         help="show episodes as they are played (text for engram's tasks, a window for MiniGrid)")
     parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4")
@@ -59,7 +60,8 @@ def _check(options: argparse.Namespace) -> None:
     from experiments.writable import check_output
     from policies.rules import Device, Range
 
-    for flag in ("episodes", "n_envs", "threads", "record_episodes"):
+    Range(0, integer=True, note="0: every core").check("--threads", options.threads)  # as a run's threads
+    for flag in ("episodes", "n_envs", "record_episodes"):
         if getattr(options, flag) is not None:
             Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
     if not (options.fps > 0 and math.isfinite(options.fps)):
@@ -116,10 +118,11 @@ def main(argv: list[str]) -> int:
         score,
         write_result,
     )
+    from experiments.training import torch_threads
     from experiments.video import write_video
     from experiments.writable import check_directory
 
-    torch.set_num_threads(options.threads)
+    torch.set_num_threads(torch_threads(options.threads))
     try:
         agent = load_agent_with_env(options, options.device)
         check_agent_env(agent)

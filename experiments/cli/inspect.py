@@ -40,7 +40,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the most probable")
     parser.add_argument("--max-steps", type=int, default=500,
                         help="steps an episode is cut at (the saliency map grows as its square; default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads, 0: every core (default: %(default)s)")
     add_env_options(parser, "play on")
     return parser
 
@@ -51,7 +52,8 @@ def _check(options: argparse.Namespace) -> None:
     from experiments.writable import check_output
     from policies.rules import Range
 
-    for flag in ("episodes", "max_steps", "threads"):
+    Range(0, integer=True, note="0: every core").check("--threads", options.threads)  # as a run's threads
+    for flag in ("episodes", "max_steps"):
         Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
     if options.seed is not None:
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)
@@ -234,8 +236,9 @@ def main(argv: list[str]) -> int:
 
     from experiments.atomic import write_atomic
     from experiments.replay import check_agent_env, load_agent_with_env
+    from experiments.training import torch_threads
 
-    torch.set_num_threads(options.threads)
+    torch.set_num_threads(torch_threads(options.threads))
     try:
         agent = load_agent_with_env(options, "cpu")
         check_agent_env(agent)

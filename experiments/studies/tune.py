@@ -75,7 +75,7 @@ PRUNERS = ("median", "none")
 MAX_FAILURES = 3
 TUNE_OPTIONS: dict[str, Rule] = {
     "trials": Range(1, integer=True), "tune_seeds": Range(1, integer=True), "workers": Range(1, integer=True),
-    "threads": Range(1, integer=True), "startup_trials": Range(0, integer=True),
+    "threads": Range(0, integer=True, note="0: every core"), "startup_trials": Range(0, integer=True),
     "timeout": Range(0, low_open=True),
     "seed": Range(0, SEED_LIMIT, integer=True),
     "name": FolderName(note="the study directory under {log_dir}/tune"),
