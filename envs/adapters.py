@@ -197,6 +197,9 @@ def make_minigrid(env_id: str, obs: str = "symbolic", agent_view_size: int = 7, 
     import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
     from minigrid.wrappers import ImgObsWrapper, RGBImgPartialObsWrapper
 
+    if not (isinstance(agent_view_size, int) and agent_view_size >= 3 and agent_view_size % 2):
+        raise ValueError(f"agent_view_size={agent_view_size!r}: expected an odd integer >= 3 (MiniGrid centres the "
+                         "agent in its view)")
     if obs not in MINIGRID_OBS_MODES:
         raise ValueError(f"obs must be one of {MINIGRID_OBS_MODES}, got {obs!r}")
     if actions not in MINIGRID_ACTION_SETS:

@@ -77,3 +77,12 @@ def test_a_bad_flag_value_exits_2_on_one_line(capsys):
 def test_a_path_without_a_model_exits_2(tmp_path, capsys):
     code, _, err = inspect([str(tmp_path)], capsys)
     assert code == 2 and "holds no model.zip" in err
+
+
+def test_a_decision_that_reads_no_earlier_step_is_said_so():
+    """A one-step episode (Blackjack's) has no earlier step to read: the summary says so, not `step None`."""
+    from experiments.cli.inspect import reads
+
+    assert reads([{"step": 0, "memory_peak": None, "recall_distance": None}]) == \
+        "the decision at step 0 reads no earlier step"
+    assert "reads step 2 most" in reads([{"step": 5, "memory_peak": 2, "recall_distance": 1.5}])

@@ -208,6 +208,8 @@ def reads(decisions: list[dict[str, Any]]) -> str:
     """What an episode's decisions read, in words: the earlier step each reads most, as a lag behind it."""
     if len(decisions) == 1:
         (d,) = decisions
+        if d["memory_peak"] is None:  # the episode's first step, or a decision no earlier step moves
+            return f"the decision at step {d['step']} reads no earlier step"
         return (f"the decision at step {d['step']} reads step {d['memory_peak']} most of the earlier steps "
                 f"(recall distance {d['recall_distance']})")
     lags = Counter(d["step"] - d["memory_peak"] for d in decisions if d["memory_peak"] is not None)
