@@ -282,7 +282,8 @@ class EnvFactory:
 
 def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_wrapper: Any = None,
                  vec_env: str = "dummy", gym_packages: Sequence[str] = (), **env_kwargs: Any) -> VecMonitor:
-    """An SB3 VecEnv of `n_envs` copies of the spec `env_id`, wrapped in `VecMonitor`.
+    """An SB3 VecEnv of `n_envs` copies of the spec `env_id`, wrapped in `VecMonitor` (`EpisodeMonitor`, which
+    keeps the reset infos).
 
     engram ids give the numpy-batched `BatchedVecEnv` (unless `env_wrapper` or `vec_env="subproc"` asks for
     single copies); other specs a DummyVecEnv (`vec_env="subproc"`: a SubprocVecEnv) of `make_env` envs, each
@@ -297,9 +298,9 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     wrappers = parse_env_wrapper(env_wrapper)
     family = env_family(env_id)
     check_kwargs(env_id, env_kwargs)
-    from stable_baselines3.common.vec_env import VecEnv, VecMonitor
+    from stable_baselines3.common.vec_env import VecEnv
 
-    from envs.vec_env import BatchedVecEnv, SeededDummyVecEnv, SeededSubprocVecEnv
+    from envs.vec_env import BatchedVecEnv, EpisodeMonitor, SeededDummyVecEnv, SeededSubprocVecEnv
 
     venv: VecEnv
     if family == "engram" and not wrappers and vec_env == "dummy":
@@ -311,7 +312,7 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
         venv = vectorise([factory] * n_envs)
     if seed is not None:
         venv.seed(seed)
-    return VecMonitor(venv)
+    return EpisodeMonitor(venv)
 
 
 def _plain_wrappers(wrappers: list[WrapperSpec]) -> list[dict[str, dict[str, Any]]] | None:

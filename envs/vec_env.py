@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 from envs.batched import RENDER_MODES, BatchedTask, copy_seeds
@@ -139,3 +139,13 @@ class BatchedVecEnv(CopySeeding, VecEnv):
             return self.task.render_rgb(0)
         warnings.warn(f"render mode {mode!r} is not supported; use one of {RENDER_MODES}", stacklevel=2)
         return None
+
+
+class EpisodeMonitor(VecMonitor):
+    """SB3's `VecMonitor` (episode returns and lengths in `info["episode"]`) that keeps the reset infos of the
+    VecEnv it wraps, as SB3's own `make_vec_env` (a `DummyVecEnv` of `Monitor`s) shows them in `reset_infos`."""
+
+    def reset(self) -> Any:
+        observations = super().reset()
+        self.reset_infos = self.venv.reset_infos
+        return observations

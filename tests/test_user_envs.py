@@ -58,7 +58,7 @@ USER_MODULE = textwrap.dedent('''
         def reset(self, *, seed=None, options=None):
             super().reset(seed=seed)
             self.t, self.cue = 0, int(self.np_random.integers(2))
-            return self._observe(), {}
+            return self._observe(), {"cue": self.cue}
 
         def _observe(self):
             shown = self.cue + 1 if self.t == 0 else 0  # 0: nothing, 1 or 2: the cue
@@ -347,3 +347,11 @@ def test_an_env_whose_episodes_never_end_stops_the_evaluation_with_one_line(user
                           "--log-dir", "runs", *SMALL]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "no episode ended within 20 steps of each of 2 copies" in error, error
+
+
+def test_make_vec_env_shows_the_reset_infos_as_sb3s_does(user_dir: Path) -> None:
+    """SB3's `make_vec_env` shows what each copy's `reset` returned in `reset_infos`; so does engram's, through the
+    episode monitor."""
+    env = envs.make_vec_env("user_pomdp:Cue", 2, 0)
+    env.reset()
+    assert [sorted(info) for info in env.reset_infos] == [["cue"], ["cue"]]
