@@ -64,11 +64,6 @@ def _whole_segments(option: str) -> Relation:
                     lambda o: f"a multiple of the training segment, {o.show('segment_length')}")
 
 
-def rollout_fit(n_steps: int, n_envs: int, n_steps_key: str = "n_steps") -> str:
-    """What `batch_size` must be within: the rollout of `n_steps` steps of `n_envs` envs."""
-    return f"at most the rollout, {n_steps_key}={n_steps} x n_envs={n_envs} = {n_steps * n_envs} steps"
-
-
 WHOLE_SEGMENTS = (_whole_segments("n_steps"), _whole_segments("batch_size"))
 """``n_steps`` and ``batch_size`` are multiples of ``segment_length``: the buffer cuts both into segments"""
 

@@ -28,7 +28,6 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from agents import ALGOS
 from agents.exploration import check_action_space
-from agents.on_policy import rollout_fit
 from envs import env_family, make_env, make_vec_env
 from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs, keywords
@@ -83,9 +82,14 @@ class RunRelation:
     expected: Callable[[Settings], str]
 
 
+def _rollout(s: Settings) -> int:
+    return s["algo.n_steps"] * s["n_envs"]
+
+
 RELATIONS: tuple[RunRelation, ...] = (
-    RunRelation("algo.batch_size", lambda s: s["algo.batch_size"] <= s["algo.n_steps"] * s["n_envs"],
-                lambda s: rollout_fit(s["algo.n_steps"], s["n_envs"], s.show("algo.n_steps").split("=")[0])),
+    RunRelation("algo.batch_size", lambda s: s["algo.batch_size"] <= _rollout(s),
+                lambda s: f"at most the rollout, {s.show('algo.n_steps')} x n_envs={s['n_envs']} = {_rollout(s)} "
+                          "steps"),
     RunRelation("stop_when_solved", lambda s: s["stop_when_solved"] == 0 or s["eval_freq"] > 0,
                 lambda s: "0 when eval_freq=0 (stopping early needs evaluations during training)"),
 )
