@@ -330,3 +330,25 @@ def test_the_learning_table_leaves_out_tasks_without_a_success_rate(tmp_path: Pa
     assert [row["task"] for row in result["rows"]] == ["TMaze-v0 (length=10)"]
     assert result["return_scored"] == ["popgym-RepeatFirstEasy-v0"]
     assert "the runs of popgym-RepeatFirstEasy-v0" in (tmp_path / "mixed.md").read_text()
+
+
+def test_runs_of_one_backbone_with_different_settings_are_reported_as_variants(tmp_path: Path) -> None:
+    """Two studies of the same backbone and tasks with different model sizes, read from their parent directory:
+    one row per variant, labelled by the settings that differ (the same label on every task), not one pooled row."""
+    for study_name, d_model in (("today", 64), ("previous", 128)):
+        for env, scores in (("TMaze-v0", [1.0, 0.5]), ("MemoryChain-v0", [0.2, 0.3])):
+            for seed, score in enumerate(scores):
+                run = fake_run(tmp_path / study_name, "gtrxl", seed, score if d_model == 64 else score / 2,
+                               env=env, curve=[score])
+                config = yaml.safe_load((run / "config.yaml").read_text())
+                config["gtrxl"] = {"d_model": d_model, "n_heads": 4}
+                (run / "config.yaml").write_text(yaml.safe_dump(config))
+    fake_run(tmp_path / "today", "lstm", 0, 0.9, curve=[0.9])
+    tasks = {task.label: task for task in Study.analyse(tmp_path, reps=REPS).tasks}
+    assert set(tasks["TMaze-v0 (length=10)"].runs) == {"gtrxl d_model=64", "gtrxl d_model=128", "lstm"}
+    assert set(tasks["MemoryChain-v0 (length=10)"].runs) == {"gtrxl d_model=64", "gtrxl d_model=128"}
+    assert [s.seed for s in tasks["TMaze-v0 (length=10)"].finished["gtrxl d_model=128"]] == [0, 1]
+
+
+def test_a_study_of_one_setting_per_backbone_is_labelled_by_backbone_alone(study: Path) -> None:
+    assert set(Study.analyse(study, reps=REPS).tasks[0].runs) == {"a", "b"}

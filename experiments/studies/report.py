@@ -201,6 +201,8 @@ class Study:
     """the tasks with a normalised score (``None`` unless there are several tasks and one has it)"""
     suite_stats: ScoreStats | None
     """the suite's normalised MMER statistics (``None`` while no task can be compared)"""
+    suite_final_stats: ScoreStats | None
+    """the same statistics of the normalised final evaluation, which a run that lost what it learned scores low"""
     reps: int
 
     @classmethod
@@ -231,9 +233,10 @@ class Study:
             tasks.append(Task(name, str(members[0].config.get("env", "?")), success, task_threshold,
                               dict(by_backbone), ScoreStats.compute(scores, reps, seed),
                               {b: reliability(g, success, task_threshold) for b, g in by_backbone.items()}, finished))
-        suite = _suite(tasks)
-        suite_stats = ScoreStats.compute(suite.scores, reps, seed) if suite is not None and suite.tasks else None
-        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, reps)
+        suite, final = _suite(tasks), _suite(tasks, final=True)
+        suite_stats, final_stats = (ScoreStats.compute(s.scores, reps, seed) if s is not None and s.tasks else None
+                                    for s in (suite, final))
+        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, final_stats, reps)
 
 
 def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
@@ -244,10 +247,43 @@ def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
 
 
 def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
-    """Label runs by backbone, or by algorithm and backbone when the study has several algorithms."""
+    """Label runs by backbone (by algorithm and backbone when the study has several algorithms), and tell variants
+    apart: where runs of one task, algorithm and backbone differ in a setting, every run of that algorithm and
+    backbone is labelled with its values of those settings, e.g. ``gtrxl d_model=128 n_layers=2``."""
     several_algos = len({run.config.get("algo") for run in runs}) > 1
-    return lambda run: (f"{run.config.get('algo')}-{run.config.get('backbone')}" if several_algos
-                        else str(run.config.get("backbone")))
+
+    def base(run: Run) -> str:
+        return f"{run.config.get('algo')}-{run.config.get('backbone')}" if several_algos else str(
+            run.config.get("backbone"))
+
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        groups[base(run), task_label(run.config)].append(_settings(run.config))
+    varying: dict[str, set[str]] = defaultdict(set)
+    for (name, _), settings in groups.items():
+        varying[name] |= {key for key in set().union(*settings) if len({repr(s.get(key)) for s in settings}) > 1}
+
+    def label(run: Run) -> str:
+        name, settings = base(run), _settings(run.config)
+        keys = sorted(varying[name])
+        return " ".join([name, *(f"{key.split('.', 1)[-1]}={_shown(settings.get(key))}" for key in keys)])
+
+    return label
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings that make a variant of a run's algorithm and backbone, as dotted keys: its learner's and
+    backbone's sections, the policy's options and the number of env copies."""
+    flat = {"n_envs": config.get("n_envs")}
+    for section in ("policy", config.get("algo"), config.get("backbone")):
+        for key, value in (config.get(section) or {}).items():
+            flat[f"{section}.{key}"] = value
+    return flat
+
+
+def _shown(value: Any) -> str:
+    """`value` as YAML spells it in a label (`null`, `true`), everything else as `str` does."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
@@ -265,12 +301,13 @@ def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
     return ScoreStats.compute(matrices, reps, seed) if matrices else None
 
 
-def _suite(tasks: list[Task]) -> Suite | None:
-    """The suite of the tasks with a normalised score, when there are several tasks and one has it."""
+def _suite(tasks: list[Task], final: bool = False) -> Suite | None:
+    """The suite of the tasks with a normalised score (of the best evaluation, or with `final` of the final one),
+    when there are several tasks and one has it."""
     if len(tasks) < 2 or not any(normalisation_name(task.env, task.success) for task in tasks):
         return None
     return suite_matrices({
-        task.label: {b: [(s.seed, s.normalised(task.env)) for s in runs] for b, runs in task.finished.items()}
+        task.label: {b: [(s.seed, s.normalised(task.env, final)) for s in runs] for b, runs in task.finished.items()}
         if normalisation_name(task.env, task.success) else None for task in tasks})
 
 
@@ -462,6 +499,12 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
                  if x == REFERENCE_BACKBONE]
     if reference:
         lines += [*(f"- P({REFERENCE_BACKBONE} > {y}) = {estimate}" for y, estimate in reference), ""]
+    if study.suite_final_stats is not None:
+        lines += ["### Suite: normalised final evaluation", "",
+                  "The same aggregates of each run's final evaluation, normalised the same way (0.5·R + 0.5, the final "
+                  "success rate): a run that learned and then lost it scores its loss here, its peak above.", "",
+                  *_score_section("suite, final evaluation", "suite_final", study.suite_final_stats,
+                                  "normalised final evaluation", directory)]
     return lines
 
 

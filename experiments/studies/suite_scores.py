@@ -79,8 +79,10 @@ class RunScores:
     best_success: float | None
     """the highest success rate of any evaluation, the final one included"""
 
-    def normalised(self, env_id: str) -> float | None:
-        """The run's normalised MMER (`normalised_score` of its best evaluation)."""
+    def normalised(self, env_id: str, final: bool = False) -> float | None:
+        """The run's normalised MMER (`normalised_score` of its best evaluation), or with `final` of its final one."""
+        if final:
+            return normalised_score(env_id, self.final_return, self.final_success)
         return normalised_score(env_id, self.best_return, self.best_success)
 
 
