@@ -113,6 +113,10 @@ def test_a_base_config_that_breaks_a_rule_exits_2_before_any_trial(tmp_path, cap
     ({"ppo.ent_cof": {"type": "uniform", "low": 0.0, "high": 0.1}}, "unknown option 'ent_cof' for ppo"),
     ({"ppo.n_epochs": {"type": "categorical", "choices": ["many"]}}, "ppo.n_epochs='many': expected an integer"),
     ({"ppo.gamma": {"type": "categorical"}}, "choices=None: expected a non-empty list"),
+    ({"gtrxl.d_model": {"type": "categorical", "choices": [32, 64]}},
+     "gtrxl.d_model: an option of the backbone gtrxl, but the runs use mlp, so it would change nothing"),
+    ({"vmpo.eta_init": {"type": "uniform", "low": 0.5, "high": 2.0}},
+     "vmpo.eta_init: an option of the learner vmpo, but the runs use ppo, so it would change nothing"),
 ])
 def test_bad_space_exits_2_naming_it(space, message, tmp_path, capsys):
     path = write_space(tmp_path / "bad.yaml", space)

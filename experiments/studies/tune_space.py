@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.config import ConfigError, RunConfig, apply, load_yaml
+from experiments.config import ConfigError, RunConfig, algos, apply, backbones, load_yaml
 from policies.rules import short
 
 TYPES = ("log_uniform", "uniform", "int", "categorical")
@@ -83,11 +83,16 @@ class SearchSpace:
 
     def check(self, base: RunConfig) -> None:
         """Raise `ConfigError` (naming the space file, the key and the value) if a key is not a setting of
-        `base` or a value the space can give (`Param.examples`) breaks the rule of its setting or, with `base`'s
-        other settings, a relation between settings."""
+        `base`, is an option of a learner or backbone that `base` does not use, or a value the space can give
+        (`Param.examples`) breaks the rule of its setting or, with `base`'s other settings, a relation."""
         from experiments.validation import check_relations, check_settings
 
         for param in self.params:
+            section = param.key.split(".", 1)[0]
+            for kind, names, used in (("learner", algos(), base.algo), ("backbone", backbones(), base.backbone)):
+                if section in names and section != used:
+                    raise ConfigError(f"search space {param.source!r}, {param.key}: an option of the {kind} {section}, "
+                                      f"but the runs use {used}, so it would change nothing; valid {kind}: {used}")
             for where, value in param.examples().items():
                 config = copy.deepcopy(base)
                 try:
