@@ -22,6 +22,8 @@ Usage::
     .venv/bin/python benchmarks/speed.py            # a few minutes on 2 cores
     .venv/bin/python benchmarks/speed.py --quick    # about a minute: one round, fewer cases
     .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/T-Maze-20 --json /tmp/x.json
+    .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/RepeatPreviousEasy gru/RepeatPreviousEasy \
+        --batch-sizes 256 1024 --name minibatch_speed   # results/minibatch_speed.{json,md}
 """
 
 from __future__ import annotations
@@ -320,11 +322,16 @@ def profile_split(c: Case, rollouts: int) -> dict[str, float]:
     return {label: cumulative.get(key, 0.0) / total for key, label in PHASES.items()}
 
 
-def render(result: dict[str, Any]) -> str:
+def render_throughput(result: dict[str, Any]) -> str:
+    """The page of a ``--throughput-only`` run: the throughput table alone."""
+    return "\n".join([*_throughput_lines(result, "Training speed")]) + "\n"
+
+
+def _throughput_lines(result: dict[str, Any], title: str) -> list[str]:
     s = result["settings"]
-    lines = [*heading("Training speed against its arithmetic", result), machine_line(result), "",
-             f"{N_ENVS} envs, each learner's defaults (engram: 64 steps × 16 envs per rollout, minibatch 256, "
-             "4 epochs, segments of 16; RecurrentPPO: 128 × 16, minibatch 128, 10 epochs), "
+    lines = [*heading(title, result), machine_line(result), "",
+             f"{N_ENVS} envs, each learner's defaults (engram: 64 steps × 16 envs per rollout, minibatch 256 unless "
+             "the case names another, 4 epochs, segments of 16; RecurrentPPO: 128 × 16, minibatch 128, 10 epochs), "
              f"{s['threads']} torch thread(s). "
              f"Median of {s['rounds']} interleaved rounds of `learn` over {s['rollouts']} rollout(s) "
              "(RecurrentPPO: one); × RecurrentPPO = median of the per-round ratios on the same task (range).", "",
@@ -334,6 +341,11 @@ def render(result: dict[str, Any]) -> str:
                  if "ratio_to_recurrent_ppo" in r else "—")
         lines.append(f"| {name} | {r['parameters']:,} | {r['median_steps_per_cpu_s']:,.0f} | {ratio} | "
                      f"{r['median_rollout_cpu_share']:.0%} |")
+    return lines
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = _throughput_lines(result, "Training speed against its arithmetic")
     lines += ["", "Arithmetic of one rollout and one update (`TorchDispatchMode`, `FlopCounterMode` plus the CPU "
               "attention kernel; the bound times every matrix product alone at its shapes on this machine):", "",
               "| case | ops per policy call | ops per rollout step | ops per minibatch | MFLOP/step (rollout + update) "
@@ -387,7 +399,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rollouts", type=int, default=4, help="rollouts per engram measurement")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the default and the docs: 1)")
     parser.add_argument("--throughput-only", action="store_true", help="skip ops, FLOPs, bound and profile")
-    parser.add_argument("--json", type=Path, help="with --throughput-only: write the measurements here")
+    parser.add_argument("--json", type=Path, help="with --throughput-only: write the measurements here alone "
+                                                  "(default: results/<name>.json and .md)")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, metavar="N",
+                        help="with --throughput-only: each engram case at each of these minibatch sizes (16 envs)")
     parser.add_argument("--name", default="speed", help="results file name")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -395,6 +410,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     names = args.cases or (QUICK_CASES if args.quick else CASES)
     rounds, rollouts = (1, 1) if args.quick else (args.rounds, args.rollouts)
     cases = [case(n) for n in names]
+    if args.batch_sizes:
+        if not args.throughput_only:
+            parser.error("--batch-sizes needs --throughput-only")
+        cases = [Case(c.backbone, c.task, N_ENVS, b) for c in cases if c.engram for b in args.batch_sizes]
     result: dict[str, Any] = {**provenance(), "machine": machine_info(),
                               "settings": {"rounds": rounds, "rollouts": rollouts, "n_envs": N_ENVS, "cases": names,
                                            "threads": args.threads}}
@@ -402,6 +421,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.throughput_only:
         if args.json:
             args.json.write_text(json.dumps(result, indent=2) + "\n")
+        else:
+            write_results(args.name, result, render_throughput, args.out)
         return result
     if not args.cases:
         trades = [Case("gtrxl", "T-Maze-20", n, b) for n, b in (TRADES[:2] if args.quick else TRADES)]
