@@ -27,18 +27,16 @@ from policies.rules import ConfigError, OneOf, Range
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """A registry entry: the class, the options the name fixes, the defaults the name sets (overriding the
-    class's), and a one-line summary."""
+    """A registry entry: the class, a one-line summary, and the options the name fixes."""
 
     cls: type[MemoryBackbone]
     summary: str
     fixed: dict[str, Any] = field(default_factory=dict)
-    defaults: dict[str, Any] = field(default_factory=dict)
 
     def options(self) -> dict[str, Any]:
         """The options a user may set, with their defaults."""
         params = inspect.signature(self.cls.__init__).parameters
-        return {name: self.defaults.get(name, p.default) for name, p in params.items()
+        return {name: p.default for name, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in self.fixed}
 
     def resolve(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -46,18 +44,13 @@ class BackboneSpec:
         return {**self.options(), **options}
 
 
-EPISODE_TIME = {"episode_time": "sinusoidal"}
-"""The Transformer-XL family's default in RL: the step's time in its episode, encoded and added to the input.
-Relative positions alone give no time since the episode began, so a count or an order cannot be read off
-(docs/benchmarks/popgym-suite.md, "Why the failures fail"); the POPGym suite study runs with it."""
-
 BACKBONES: dict[str, BackboneSpec] = {
     "trxl": BackboneSpec(TransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
-                         {"layout": "post-ln", "gate": "residual", "gate_bias": None}, EPISODE_TIME),
+                         {"layout": "post-ln", "gate": "residual", "gate_bias": None}),
     "trxl-i": BackboneSpec(TransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
-                           {"layout": "identity-map", "gate": "residual", "gate_bias": None}, EPISODE_TIME),
+                           {"layout": "identity-map", "gate": "residual", "gate_bias": None}),
     "gtrxl": BackboneSpec(TransformerXL, "GTrXL: TrXL-I with gating layers (Parisotto et al. 2020)",
-                          {"layout": "identity-map"}, EPISODE_TIME),
+                          {"layout": "identity-map"}),
     "trxl-rev": BackboneSpec(ReversibleTransformerXL,
                              "reversible Transformer-XL: TrXL-I submodules in RevNet couplings, no activations "
                              "kept for backward (Gomez et al. 2017; Kitaev et al. 2020)"),
@@ -96,8 +89,8 @@ def saved_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     missing = sorted(set(BACKBONES[name].options()) - set(options))
     if missing:
         raise ConfigError(f"saved backbone {name!r} lacks option(s) {', '.join(missing)}: it was saved before every "
-                         "option was recorded, and defaults have changed since (episode_time is now 'sinusoidal' "
-                         "for the Transformer-XL family); retrain it, or add the options it was trained with")
+                         "option was recorded, and defaults may have changed since; retrain it, or add the options it "
+                         "was trained with")
     return BACKBONES[name].resolve(options)
 
 

@@ -47,9 +47,9 @@ def _forget(path: Path, option: str) -> None:
     path.write_bytes(buffer.getvalue())
 
 
-def test_the_default_gtrxl_keeps_an_episode_clock_and_files_without_it_are_refused():
-    assert BACKBONES["gtrxl"].options()["episode_time"] == "sinusoidal"
-    with pytest.raises(ValueError, match="lacks option\\(s\\) episode_time: .* 'sinusoidal'"):
+def test_files_without_an_option_are_refused_whatever_its_default():
+    assert BACKBONES["gtrxl"].options()["episode_time"] == "none"
+    with pytest.raises(ValueError, match="lacks option\\(s\\) episode_time: .* defaults may have changed since"):
         saved_options("gtrxl", {k: v for k, v in BACKBONES["gtrxl"].options().items() if k != "episode_time"})
     assert saved_options("gtrxl", BACKBONES["gtrxl"].resolve({"episode_time": "learned"}))["episode_time"] == "learned"
 
@@ -59,7 +59,7 @@ def test_a_saved_model_records_every_backbone_option(tmp_path):
     model.save(tmp_path / "model.zip")
     saved = MemoryPPO.load(tmp_path / "model.zip").policy_kwargs["backbone_kwargs"]
     assert saved == BACKBONES["gtrxl"].resolve(BACKBONE)
-    assert saved["episode_time"] == "sinusoidal"
+    assert saved["episode_time"] == "none" and saved["max_episode_time"] == 1024
 
 
 def test_a_model_saved_before_options_were_recorded_is_refused(tmp_path):
@@ -75,8 +75,8 @@ def test_a_run_records_every_option_and_refuses_a_resume_with_a_changed_default(
     assert train_rl.main(argv) == 0
     config = tmp_path / RUN / "config.yaml"
     saved = yaml.safe_load(config.read_text())
-    assert saved["gtrxl"]["episode_time"] == "sinusoidal" and saved["ppo"]["gae_lambda"] == 0.95
-    # the same run as a version before options were recorded would have left it: made with no episode clock
+    assert saved["gtrxl"]["episode_time"] == "none" and saved["ppo"]["gae_lambda"] == 0.95
+    # the same run as a version before options were recorded would have left it
     del saved["gtrxl"]["episode_time"]
     config.write_text(yaml.safe_dump(saved, sort_keys=False))
     (tmp_path / RUN / "summary.json").unlink()

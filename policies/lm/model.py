@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from policies.backbone import Aux
 from policies.backbones.transformer_xl import TransformerXL, WindowTransformer
 from policies.lm.depths import forward_with_depths, forward_with_exits
-from policies.registry import BACKBONES, make_backbone
+from policies.registry import make_backbone
 from policies.window import State, strip_cache
 
 
@@ -31,11 +31,6 @@ def scored_mean(nats: Tensor, scored: Tensor | None) -> Tensor:
         return nats.mean()
     weights = scored[1:].flatten().to(nats.dtype)
     return (nats * weights).sum() / weights.sum().clamp(min=1)
-
-
-NO_EPISODE_TIME = {"episode_time": "none"}
-"""What a language model takes where the RL registry's default differs: no episode clock (the RL default,
-`policies.registry.EPISODE_TIME`, was chosen on RL tasks; the language-model results were measured without it)."""
 
 
 class MemoryLanguageModel(nn.Module):
@@ -55,9 +50,7 @@ class MemoryLanguageModel(nn.Module):
         if future_targets < 0:
             raise ValueError(f"future_targets must be >= 0, got {future_targets}")
         self.embedding = nn.Embedding(vocab_size, d_embed)
-        valid = BACKBONES[backbone].options() if backbone in BACKBONES else {}
-        defaults = {key: value for key, value in NO_EPISODE_TIME.items() if key in valid}
-        self.backbone = make_backbone(backbone, d_embed, **{**defaults, **backbone_options})
+        self.backbone = make_backbone(backbone, d_embed, **backbone_options)
         self.head = nn.Linear(self.backbone.output_dim, vocab_size)
         # Al-Rfou et al. (2019): extra heads, head k predicting the token k + 2 steps ahead
         self.future_heads = nn.ModuleList(nn.Linear(self.backbone.output_dim, vocab_size)
