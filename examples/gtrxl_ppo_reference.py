@@ -15,9 +15,8 @@ and ``window_before`` are the window operations of the memory contract; ``Rollou
 are ``MemoryRolloutBuffer``; ``ppo_loss`` is ``MemoryPPO.train``. The library adds, with the same results:
 cached keys and values for rollout steps, each stored record projected once per minibatch, other gates,
 attentions and backbones, dropout, a separate critic backbone, and bootstrapping of truncated episodes. Its
-default GTrXL also adds an encoding of each step's time in its episode to the input (``episode_time``,
-Decision Transformer's timestep embedding), which this file leaves out: it equals the library's GTrXL with
-``episode_time="none"``.
+GTrXL can also add an encoding of each step's time in its episode to the input (``episode_time``, the
+Decision Transformer's timestep embedding; off by default), which this file leaves out.
 
 Papers: Transformer-XL (Dai et al. 2019), GTrXL (Parisotto et al. 2020), PPO (Schulman et al. 2017),
 GAE (Schulman et al. 2016), T-Maze (Ni et al. 2023). Shapes: S rollout steps, E envs, T segment steps,

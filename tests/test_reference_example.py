@@ -55,8 +55,7 @@ def args(ref: ModuleType) -> Any:
 def make_library(ref: ModuleType, args: Any, seed: int = 0) -> MemoryPPO:
     env = DummyVecEnv([lambda length=length: ref.TMaze(length) for length in CORRIDORS])
     backbone = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
-                "memory_length": args.memory_length, "gate_bias": args.gate_bias,
-                "episode_time": "none"}  # the reference leaves out the default episode clock (its docstring)
+                "memory_length": args.memory_length, "gate_bias": args.gate_bias}
     return MemoryPPO("MemoryPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size,
                      segment_length=args.segment_length, n_epochs=args.n_epochs, gamma=args.gamma,
                      gae_lambda=args.gae_lambda, clip_range=args.clip_range, ent_coef=args.ent_coef,
