@@ -413,6 +413,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.batch_sizes:
         if not args.throughput_only:
             parser.error("--batch-sizes needs --throughput-only")
+        if min(args.batch_sizes) < 1:
+            parser.error(f"--batch-sizes {min(args.batch_sizes)}: expected integers >= 1")
         cases = [Case(c.backbone, c.task, N_ENVS, b) for c in cases if c.engram for b in args.batch_sizes]
     result: dict[str, Any] = {**provenance(), "machine": machine_info(),
                               "settings": {"rounds": rounds, "rollouts": rollouts, "n_envs": N_ENVS, "cases": names,
