@@ -28,9 +28,12 @@ from typing import Any
 import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 from stable_baselines3.common.callbacks import BaseCallback
+from torch.utils._pytree import tree_map
 
 from agents import MemoryPPO
 from envs.torch_tasks import make_torch_vec_env
+from policies.policy import PolicyState
+from policies.window import strip_cache
 
 BACKBONES = ("gtrxl", "gru", "mlp")
 SIZES = (1, 16, 256, 1024)
@@ -75,31 +78,41 @@ def build(backbone: str, n_envs: int, n_steps: int, device: torch.device) -> Mem
 def capture(model: MemoryPPO) -> str:
     """Compile the policy's rollout step for CUDA graphs; ``""`` or why it could not be."""
     try:
-        model.policy.forward = torch.compile(model.policy.forward, mode="reduce-overhead", dynamic=False)
+        compiled = torch.compile(model.policy.forward, mode="reduce-overhead", dynamic=False)
     except Exception as error:  # noqa: BLE001 - reported in the results, the run goes on
         return f"{type(error).__name__}: {error}"
+
+    def replay(obs: torch.Tensor, state: PolicyState, *args: Any, **kwargs: Any) -> Any:
+        # the key/value cache is dropped (its generation number would recompile the step after every update), and a
+        # graph's outputs live in its memory pool until the next replay: the state and values read later are copied
+        state = PolicyState(*(s if s is None else strip_cache(s) for s in state))
+        model.policy.invalidate_caches()  # the position terms are computed in the graph, not kept from a replay
+        torch.compiler.cudagraph_mark_step_begin()
+        step = compiled(obs, state, *args, **kwargs)
+        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, step)
+
+    model.policy.forward = replay
     return ""
 
 
 def measure(backbone: str, n_envs: int, device: torch.device, n_steps: int, rollouts: int,
             graph: bool = False) -> dict[str, Any]:
-    model = build(backbone, n_envs, n_steps, device)
-    note = capture(model) if graph else ""
     steps = n_steps * n_envs
-    began = time.perf_counter()
     try:
+        model = build(backbone, n_envs, n_steps, device)
+        note = capture(model) if graph else ""
+        began = time.perf_counter()
         model.learn(steps)  # warm-up (and compilation)
-    except Exception as error:  # noqa: BLE001 - a failed capture is reported
-        if not graph:
-            raise
-        return {"backbone": backbone, "n_envs": n_envs, "device": str(device), "graph": True,
+        warm_up = time.perf_counter() - began
+        phases = DevicePhases(device)
+        synchronize(device)
+        began, cpu = time.perf_counter(), time.process_time()
+        model.learn(rollouts * steps, callback=phases, reset_num_timesteps=False)
+        synchronize(device)
+    except Exception as error:  # noqa: BLE001 - a failed cell is reported in the results, the others run
+        print(f"{device} {backbone} {n_envs} envs failed: {error!r}", file=sys.stderr, flush=True)
+        return {"backbone": backbone, "n_envs": n_envs, "device": str(device), "graph": graph,
                 "error": f"{type(error).__name__}: {error}"[:300]}
-    warm_up = time.perf_counter() - began
-    phases = DevicePhases(device)
-    synchronize(device)
-    began, cpu = time.perf_counter(), time.process_time()
-    model.learn(rollouts * steps, callback=phases, reset_num_timesteps=False)
-    synchronize(device)
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     row = {"backbone": backbone, "n_envs": n_envs, "device": str(device), "graph": graph,
            "batch_size": model.batch_size, "steps": rollouts * steps, "steps_per_s": rollouts * steps / wall,
@@ -130,7 +143,8 @@ def render(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         name = r["backbone"] + (" (CUDA graph step)" if r.get("graph") else "")
         if "steps_per_s" not in r:
-            lines.append(f"| {r['device']} | {name} | {r['n_envs']} | — | failed: {r['error']} | | | | | |")
+            error = r["error"].replace("\n", " ").replace("|", "/")
+            lines.append(f"| {r['device']} | {name} | {r['n_envs']} | — | failed: {error} | | | | | |")
             continue
         base = cpu.get((r["backbone"], r["n_envs"]))
         ratio = f"{r['steps_per_s'] / base:.1f}" if base and r["device"] != "cpu" else "—"
@@ -158,17 +172,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = torch.device(args.device)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     n_steps, rollouts = (QUICK_N_STEPS, 1) if args.quick else (N_STEPS, args.rollouts)
-    devices = [device] + ([] if device.type == "cpu" or args.no_cpu else [torch.device("cpu")])
-    rows = [measure(b, n, d, n_steps, rollouts) for d in devices for b in args.backbones for n in sizes]
+    cells = [(b, n, device, False) for b in args.backbones for n in sizes]
     if args.graph and device.type == "cuda":
-        rows.append(measure("gtrxl", max(sizes), device, n_steps, rollouts, graph=True))
+        cells.append(("gtrxl", max(sizes), device, True))
+    if device.type != "cpu" and not args.no_cpu:
+        cells += [(b, n, torch.device("cpu"), False) for b in args.backbones for n in sizes]
     result: dict[str, Any] = {
         **provenance(), "machine": machine_info(), "gpu_available": torch.cuda.is_available(),
         "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "settings": {"n_steps": n_steps, "rollouts": rollouts, "sizes": list(sizes), "cpu_threads": args.cpu_threads,
                      "device": str(device)},
-        "rows": rows}
-    write_results(args.name, result, render, args.out)
+        "rows": []}
+    for backbone, n_envs, on, graph in cells:  # the results are rewritten after each cell: a cut run keeps its rows
+        result["rows"].append(measure(backbone, n_envs, on, n_steps, rollouts, graph))
+        write_results(args.name, result, render, args.out)
     return result
 
 

@@ -363,7 +363,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                               new_state, distribution)
         actions, log_pmf = self._sample_categorical(latent_pi, deterministic)  # [B, 1], [B, n]
         return PolicyStep(actions.view(-1), values, log_pmf.gather(-1, actions).view(-1), new_state,
-                          LazyCategorical(int(self.action_space.n), log_pmf))
+                          LazyCategorical(log_pmf.shape[-1], log_pmf))
 
     def _sample_categorical(self, latent_pi: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
         """Actions `[B, 1]` drawn from the action head's logits without `torch.distributions` (the same draws as
