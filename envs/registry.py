@@ -14,8 +14,9 @@ An env spec is one of:
 
 Copies of gymnasium envs and entry points are wrapped by `env_wrapper` (`envs.wrappers`) and vectorised
 with SB3's DummyVecEnv, or SubprocVecEnv (`vec_env="subproc"`, one process per copy; engram's tasks
-then run as single copies too). Every `make_vec_env` result is wrapped in SB3's `VecMonitor`, and copy i
-of a run seeded s uses `copy_seeds(s, n)[i]`.
+then run as single copies too). Every such `make_vec_env` result is wrapped in SB3's `VecMonitor`, and copy i
+of a run seeded s uses `copy_seeds(s, n)[i]`. With `vec_env="torch"`, engram's tasks that have a torch twin
+(`envs.torch_tasks`) run as tensors on the learner's device, seeded alike.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
 
 if TYPE_CHECKING:
-    from stable_baselines3.common.vec_env import VecMonitor
+    from stable_baselines3.common.vec_env import VecEnv
 
 ENV_IDS: dict[str, type[BatchedTask]] = {
     "TMaze-v0": PassiveTMaze,
@@ -55,8 +56,9 @@ ENV_IDS: dict[str, type[BatchedTask]] = {
 GYM_NAMESPACE = "engram"
 FAMILIES: tuple[str, ...] = ("engram", "minigrid", "popgym", "memory_gym", "gymnasium")
 """the families of ids `list_env_ids` lists; entry points (``module:Class``) are specs of family ``entry_point``"""
-VEC_ENVS: tuple[str, ...] = ("dummy", "subproc")
-"""``dummy``: every copy in this process (engram's tasks numpy-batched); ``subproc``: a process per copy"""
+VEC_ENVS: tuple[str, ...] = ("dummy", "subproc", "torch")
+"""``dummy``: every copy in this process (engram's tasks numpy-batched); ``subproc``: a process per copy; ``torch``:
+engram's tasks as torch tensors on the learner's device (`envs.torch_tasks`), so a rollout never leaves it"""
 TIME_LIMIT = "max_episode_steps"
 
 
@@ -281,7 +283,8 @@ class EnvFactory:
 
 
 def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_wrapper: Any = None,
-                 vec_env: str = "dummy", gym_packages: Sequence[str] = (), **env_kwargs: Any) -> VecMonitor:
+                 vec_env: str = "dummy", device: Any = "cpu", gym_packages: Sequence[str] = (),
+                 **env_kwargs: Any) -> VecEnv:
     """An SB3 VecEnv of `n_envs` copies of the spec `env_id`, wrapped in `VecMonitor` (`EpisodeMonitor`, which
     keeps the reset infos).
 
@@ -289,6 +292,7 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     single copies); other specs a DummyVecEnv (`vec_env="subproc"`: a SubprocVecEnv) of `make_env` envs, each
     wrapped by `env_wrapper`. With `seed`, copy i is seeded with `copy_seeds(seed, n_envs)[i]` at the first
     reset (SB3 semantics; `venv.seed(s)` re-seeds at the next reset). `ValueError`/`TypeError` as `make_env`.
+    `vec_env="torch"` gives the `TorchVecEnv` of an engram task on `device` (its episodes kept by the env itself).
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
@@ -298,8 +302,15 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     wrappers = parse_env_wrapper(env_wrapper)
     family = env_family(env_id)
     check_kwargs(env_id, env_kwargs)
-    from stable_baselines3.common.vec_env import VecEnv
+    if vec_env == "torch":
+        from envs.torch_tasks import TORCH_TASKS, make_torch_vec_env
 
+        if env_id not in TORCH_TASKS:
+            raise ValueError(f"vec_env='torch': env={env_id!r} has no torch implementation; expected one of "
+                             f"{', '.join(TORCH_TASKS)} (or vec_env dummy or subproc)")
+        if wrappers:
+            raise ValueError("vec_env='torch': the torch tasks take no env_wrapper (or vec_env dummy or subproc)")
+        return make_torch_vec_env(env_id, n_envs, seed, device=device, **env_kwargs)
     from envs.vec_env import BatchedVecEnv, EpisodeMonitor, SeededDummyVecEnv, SeededSubprocVecEnv
 
     venv: VecEnv

@@ -98,7 +98,9 @@ class RunConfig:
     env_wrapper: Any = _rule(EnvWrappers(), default=None, doc=(
         "wrappers of each environment copy, in order: an import path, {path: {keyword: value}}, or a list of them"))
     vec_env: str = _rule(OneOf(registry("envs.registry", "VEC_ENVS")), default="dummy", doc=(
-        "how copies are stepped: dummy (in this process; engram's tasks numpy-batched) or subproc (a process each)"))
+        "how copies are stepped: dummy (in this process; engram's tasks numpy-batched), subproc (a process each), or "
+        "torch (engram's tasks as tensors on the run's device, the rollout never copied to the host; scored on their "
+        "numpy twins)"))
     n_envs: int = _rule(COUNT, default=16, doc="parallel environment copies")
     seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0, doc="random seed of the run")
     total_timesteps: int = _rule(COUNT, default=100_000, doc="environment steps to train for")

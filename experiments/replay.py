@@ -30,7 +30,7 @@ from experiments.config import ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
 from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, read_json
-from experiments.training import EVAL_SEED_OFFSET, make_run_env
+from experiments.training import EVAL_SEED_OFFSET, make_run_env, scoring_vec_env
 from policies.rules import Device, short, shown
 
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
@@ -187,7 +187,7 @@ def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tu
     """`episodes` episodes per policy (`deterministic`, `stochastic`), one after the other on one
     VecEnv of `n_envs` copies seeded `seed`, as the run's evaluations do; sampling is seeded too."""
     torch.manual_seed(seed)
-    env = make_run_env(agent.config, n_envs, seed)
+    env = make_run_env(agent.config, n_envs, seed, scoring_vec_env(agent.config))
     try:
         return {policy: evaluate(agent.model, env, episodes, deterministic=policy == "deterministic")
                 for policy in policies}

@@ -14,6 +14,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.utils import get_device
 
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
@@ -32,19 +33,25 @@ EVAL_SEED_OFFSET = 10_000
 
 def make_run_env(config: RunConfig, n_envs: int, seed: int, vec_env: str | None = None, **extra_kwargs: Any) -> Any:
     """A VecEnv of `n_envs` copies of the run's environment, wrapped and vectorised as the run says (`vec_env`
-    replaces its `vec_env`); bad specs or kwargs become `ConfigError`."""
+    replaces its `vec_env`; torch tasks on the run's device); bad specs or kwargs become `ConfigError`."""
     try:
         return make_vec_env(config.env, n_envs, seed, env_wrapper=config.env_wrapper,
-                            vec_env=vec_env or config.vec_env, gym_packages=config.gym_packages,
-                            **config.env_kwargs, **extra_kwargs)
+                            vec_env=vec_env or config.vec_env, device=get_device(config.device),
+                            gym_packages=config.gym_packages, **config.env_kwargs, **extra_kwargs)
     except (ValueError, TypeError, KeyError) as error:
         raise ConfigError(one_line(error)) from error
+
+
+def scoring_vec_env(config: RunConfig) -> str | None:
+    """How copies that score a policy are stepped: as in training, except that a run on torch tasks is scored on
+    their numpy twins (the same episodes for the same seeds), through SB3's `predict`."""
+    return "dummy" if config.vec_env == "torch" else None
 
 
 def make_envs(config: RunConfig) -> tuple[Any, Any]:
     """Training and evaluation VecEnvs (the evaluation copies seeded `seed + EVAL_SEED_OFFSET`)."""
     return (make_run_env(config, config.n_envs, config.seed),
-            make_run_env(config, config.n_eval_envs, config.seed + EVAL_SEED_OFFSET))
+            make_run_env(config, config.n_eval_envs, config.seed + EVAL_SEED_OFFSET, scoring_vec_env(config)))
 
 
 def policy_kwargs(config: RunConfig) -> dict[str, Any]:

@@ -211,6 +211,13 @@ def check_env(config: RunConfig) -> Any:
             raise ConfigError(f"env={shown(config.env)}: {error}") from None
         finally:
             probe.close()
+        if config.vec_env == "torch":  # a torch twin that takes these kwargs (one copy, on the CPU)
+            try:
+                make_vec_env(config.env, 1, config.seed, env_wrapper=config.env_wrapper, vec_env="torch",
+                             **config.env_kwargs).close()
+            except (ValueError, TypeError) as error:
+                raise ConfigError(one_line(error) if "vec_env=" in str(error) else
+                                  f"vec_env='torch': env_kwargs: {one_line(error)}") from None
         return make_vec_env(config.env, 1, config.seed, env_wrapper=config.env_wrapper,
                             gym_packages=config.gym_packages, **config.env_kwargs)
     except (ConfigError, EnvWrapperError) as error:

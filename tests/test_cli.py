@@ -45,6 +45,8 @@ TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eva
     (["-n", "0", "--n-envs", "0"], "n_envs=0: expected an integer >= 1"),
     (["--threads", "-2"], "threads=-2: expected an integer >= 0 (0: every core)"),
     (["--stop-when-solved", "-1"], "stop_when_solved=-1: expected an integer >= 0 (0: never stop early)"),
+    (["--vec-env", "torch", "--env-kwargs", "length=3", "render_mode=rgb_array"], "vec_env='torch': env_kwargs: "),
+    (["--vec-env", "gpu"], "invalid choice: 'gpu' (choose from dummy, subproc, torch)"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -187,3 +189,25 @@ def test_init_from_starts_from_the_saved_policy_weights(tmp_path, capsys):
     wider = [*argv, "--log-dir", str(tmp_path / "wider"), "-p", f"init_from={source}", "gtrxl.d_model=32"]
     assert train_rl.main(wider) == 2
     assert "holds a policy of another architecture" in capsys.readouterr().err
+
+
+def test_a_run_on_torch_tasks_scores_as_the_same_run_on_numpy_ones(tmp_path):
+    """`--vec-env torch` trains on the task's torch twin (here on the CPU) and scores on its numpy one: every
+    evaluation equals the same run's with `--vec-env dummy`, and the config records how the copies were stepped."""
+    scores = {}
+    for vec_env in ("torch", "dummy"):
+        assert train_rl.main([*TINY, "--log-dir", str(tmp_path / vec_env), "-n", "192", "--vec-env", vec_env]) == 0
+        run = tmp_path / vec_env / "TMaze-v0__ppo-gtrxl__0"
+        assert f"vec_env: {vec_env}" in (run / "config.yaml").read_text()
+        with (run / "evaluations.csv").open() as rows:
+            scores[vec_env] = [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(rows)]
+    assert len(scores["torch"]) == 3 and scores["torch"] == scores["dummy"]
+
+
+def test_torch_copies_of_a_task_without_a_torch_twin_are_refused_before_anything_is_made(tmp_path, capsys):
+    assert train_rl.main(["--env", "CartPole-v1", "--vec-env", "torch", "--log-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (
+        "error: vec_env='torch': env='CartPole-v1' has no torch implementation; expected one of TMaze-v0, "
+        "TMazeActive-v0, MemoryChain-v0, RepeatFirst-v0, RepeatPrevious-v0, CountRecall-v0 (or vec_env dummy or "
+        "subproc)\n")
+    assert not (tmp_path / "runs").exists()

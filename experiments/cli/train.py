@@ -63,7 +63,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--env": ("env", {}),
     "--gym-packages": ("gym_packages", {"nargs": "+", "metavar": "MODULE"}),
     "--env-wrapper": ("env_wrapper", {"nargs": "+", "type": literal, "metavar": "WRAPPER"}),
-    "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc}"}),
+    "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc,torch}"}),
     "--seed": ("seed", {"type": int, "nargs": "+"}),
     "--total-timesteps": ("total_timesteps", {"type": float}),
     "--n-envs": ("n_envs", {"type": int}),

@@ -373,7 +373,7 @@ def make_parser() -> argparse.ArgumentParser:
     base.add_argument("--env-wrapper", nargs="+", type=parse_value, metavar="WRAPPER",
                       help="wrappers of each environment copy, as for training")
     base.add_argument("--gym-packages", nargs="+", metavar="MODULE", help="modules to import first, as for training")
-    base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy or subproc, as for training")
+    base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy, subproc or torch, as for training")
     base.add_argument("--total-timesteps", "-n", type=float, help="env steps per run of a trial")
     base.add_argument("--eval-freq", type=int, help="evaluate (and report to the pruner) every this many steps")
     base.add_argument("--n-eval-episodes", type=int, help="episodes per evaluation")
