@@ -70,7 +70,7 @@ def test_the_captured_rollout_step_acts_as_the_eager_one(monkeypatch):
 
     model = gpu.build("gtrxl", 3, 16, torch.device("cpu"))
     eager = model.policy.forward
-    assert gpu.capture(model) == ""
+    gpu.capture(model)
     model.learn(96)  # compiles, and moves the parameters: the caches of the first generation are stale
     env = model.env
     with torch.inference_mode():  # as in a rollout: the env's tensors were made there
