@@ -8,6 +8,9 @@
   signal that some library swallowed still gives that status, never 0. A second signal while the first is being
   handled ends the process at once, as the signal's default action does. Whatever the interrupted code raises on its
   way out (a library's error about the half-written file it was saving) ends the command with that status too.
+  The status comes with one line, `interrupted (SIGINT)`, ended by what to do next where the command said so
+  (:func:`advise_on_signal`): `interrupted (SIGINT); rerun the same command with --resume to continue`, whichever
+  of these ways the signal ended it.
 - A write that fails for a reason of the machine (a full disk or quota, a read-only file system, an immutable file,
   no permission, an I/O error) ends it with status 1 and one line naming the file and the errno, no traceback:
   `error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device`.
@@ -40,16 +43,6 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is, like Ctrl-C's `KeyboardInterrupt`."""
 
 
-def exit_status(interrupt: KeyboardInterrupt) -> int:
-    """The exit status of an interrupted command: 143 for SIGTERM, 130 for Ctrl-C."""
-    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
-
-
-def interruption(interrupt: KeyboardInterrupt) -> str:
-    """What stopped the command, in words: `interrupted (SIGINT)` or `terminated (SIGTERM)`."""
-    return _words(signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
-
-
 def _words(signum: int) -> str:
     return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (SIGINT)"
 
@@ -70,9 +63,26 @@ def fault_line(error: OSError) -> str:
 
 @dataclass
 class Received:
-    """The first signal received while `signals_raised` was active (`None`: none)."""
+    """The first signal received while `signals_raised` was active (`None`: none), and what the running command
+    advises doing after one (`""`: nothing)."""
 
     signum: int | None = None
+    advice: str = ""
+
+    def line(self, signum: int) -> str:
+        """The line that reports `signum`: its words, then the advice."""
+        return f"{_words(signum)}; {self.advice}" if self.advice else _words(signum)
+
+
+_running: list[Received] = []
+"""the commands `run_command` is running, innermost last"""
+
+
+def advise_on_signal(advice: str) -> None:
+    """End the line that reports a signal ending the running command with `advice` (`rerun the same command with
+    --resume to continue`); outside `run_command` nothing changes."""
+    if _running:
+        _running[-1].advice = advice
 
 
 @contextlib.contextmanager
@@ -103,29 +113,30 @@ def signals_raised() -> Iterator[Received]:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def _after_signal(received: Received) -> int:
-    """The status of a command that a signal interrupted, when the code it interrupted raised something else."""
-    print(_words(received.signum), file=sys.stderr, flush=True)
-    return 128 + received.signum
+def _reported(received: Received, signum: int) -> int:
+    """Print the line of `signum` and return its status."""
+    print(received.line(signum), file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
     """`command(argv)`'s exit status, with signals and machine faults ending it as the module doc says."""
     with signals_raised() as received:
+        _running.append(received)
         try:
             status = command(argv)
         except KeyboardInterrupt as interrupt:
-            print(interruption(interrupt), file=sys.stderr, flush=True)
-            status = exit_status(interrupt)
+            status = _reported(received, signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
         except Exception as error:
             if received.signum is not None:  # what the interrupted code raised on its way out (a half-written zip)
-                status = _after_signal(received)
+                status = _reported(received, received.signum)
             elif isinstance(error, OSError) and is_fault(error):
                 print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
                 status = EXIT_FAULT
             else:
                 raise
+        finally:
+            _running.remove(received)
     if received.signum is not None and status != 128 + received.signum:  # a library swallowed the interrupt
-        print(_words(received.signum), file=sys.stderr, flush=True)
-        status = 128 + received.signum
+        status = _reported(received, received.signum)
     return status

@@ -47,6 +47,7 @@ from torch.utils.tensorboard import SummaryWriter
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
+from experiments.exits import advise_on_signal
 from experiments.rules import Directory
 from experiments.run_dir import (
     CHECKPOINTS,
@@ -620,6 +621,7 @@ def main(argv: list[str]) -> int:
     try:
         check_command_options(args)
         if args.command == "train":
+            advise_on_signal("rerun the same command with --resume to continue")
             summary = train_lm(build_lm_config(config_path(args.config, "lm"), args.param), args.resume, args.progress)
             print(json.dumps(summary, indent=2))
         elif args.command == "eval":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import shutil
 import signal
@@ -29,7 +30,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 import train_rl
 from experiments import atomic, evaluation
-from experiments.exits import Received, run_command, signals_raised
+from experiments.exits import Received, advise_on_signal, run_command, signals_raised
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "2", "--threads", "1", "-n", "64",
@@ -264,6 +265,19 @@ def _signal_at(moment: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> Non
         wrap(ALGOS["ppo"], "train", before=True)
     elif moment == "evaluation":
         wrap(evaluation, "evaluate", before=False)
+    elif moment == "inside a checkpoint save":  # torch's zip writer raises its own error as it cleans up
+        save = BaseAlgorithm.save
+
+        def breaking(self: BaseAlgorithm, path: str, *args: object, **kwargs: object) -> None:
+            if sent or not Path(path).name.startswith(".model_"):
+                return save(self, path, *args, **kwargs)
+            try:
+                send()
+                time.sleep(1)
+            finally:
+                raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 8768 vs 8592")
+
+        monkeypatch.setattr(BaseAlgorithm, "save", breaking)
     else:  # the tmp file is whole, not yet renamed
         wrap(BaseAlgorithm, "save", before=False, when=lambda self, path, *a, **k: Path(path).name.startswith(
             ".model_" if moment == "checkpoint" else ".model.tmp"))
@@ -276,6 +290,7 @@ def test_what_an_interrupted_save_raises_on_its_way_out_still_ends_with_the_sign
     no traceback."""
 
     def saving(argv: list[str]) -> int:
+        advise_on_signal("rerun it")
         try:
             os.kill(os.getpid(), signum)
             time.sleep(1)
@@ -283,11 +298,12 @@ def test_what_an_interrupted_save_raises_on_its_way_out_still_ends_with_the_sign
             raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 8768 vs 8592")
 
     assert run_command(saving, []) == 128 + signum
-    one_line(capsys.readouterr().err, "SIGINT" if signum == signal.SIGINT else "SIGTERM")
+    one_line(capsys.readouterr().err, f"{'SIGINT' if signum == signal.SIGINT else 'SIGTERM'}); rerun it")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("moment", ["rollout", "update", "evaluation", "checkpoint", "final save"])
+@pytest.mark.parametrize("moment", ["rollout", "update", "evaluation", "inside a checkpoint save", "checkpoint",
+                                    "final save"])
 def test_a_signal_at_any_moment_of_training_exits_130_or_143_and_the_run_resumes(moment, signum, tmp_path, capsys,
                                                                                    monkeypatch):
     log_dir = tmp_path / "runs"
@@ -305,7 +321,9 @@ def test_a_signal_at_any_moment_of_training_exits_130_or_143_and_the_run_resumes
 def test_a_signal_a_library_swallowed_still_ends_the_command_with_its_status(capsys):
     before = signal.getsignal(signal.SIGINT)  # SIG_IGN in a process started in the background by a shell
 
-    def swallowing(argv: list[str]) -> int:
+    def swallowing(argv: list[str], advice: str = "rerun it") -> int:
+        if advice:
+            advise_on_signal(advice)
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)
@@ -314,7 +332,10 @@ def test_a_signal_a_library_swallowed_still_ends_the_command_with_its_status(cap
         return 0
 
     assert run_command(swallowing, []) == 130
-    one_line(capsys.readouterr().err, "interrupted (SIGINT)")
+    one_line(capsys.readouterr().err, "interrupted (SIGINT); rerun it")
+    advise_on_signal("outside a command: no effect")
+    assert run_command(lambda argv: swallowing(argv, advice=""), []) == 130  # the advice ended with its command
+    assert capsys.readouterr().err.strip() == "interrupted (SIGINT)"
     with signals_raised() as received:
         assert isinstance(received, Received) and received.signum is None
     assert signal.getsignal(signal.SIGINT) is before
@@ -357,3 +378,21 @@ def test_a_writer_that_fails_in_its_own_words_on_a_full_disk_is_named_as_a_write
         failing(tmp)
     assert str(raised.value) == f"cannot write {str(target)!r}: [Errno 28] No space left on device"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("command", "where", "advice"), [
+    (["tune", "--env", "TMaze-v0", "--env-kwargs", "length=3", "-n", "64", "--trials", "1", "--log-dir", "OUT"],
+     ("experiments.studies.tune", "run_workers"), "rerun the same command to resume the search"),
+    (["lm", "train", "-p", "data=copy", "log_dir=OUT", "copy_tokens=2000"],
+     ("lm.workbench", "train_lm"), "rerun the same command with --resume to continue"),
+], ids=["tune", "lm train"])
+def test_every_resumable_command_says_how_to_resume_when_a_signal_ends_it(command, where, advice, tmp_path, capsys,
+                                                                         monkeypatch):
+    def interrupted(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+
+    monkeypatch.setattr(importlib.import_module(where[0]), where[1], interrupted)
+    code, err = cli([word.replace("OUT", str(tmp_path)) for word in command], capsys)
+    assert code == 143
+    one_line(err, f"terminated (SIGTERM); {advice}")

@@ -193,6 +193,7 @@ def _run(argv: list[str], study_file: bool) -> int:
     from agents import NonFiniteError
     from experiments.config import ConfigError
     from experiments.evaluation import StalledEvaluationError
+    from experiments.exits import advise_on_signal
     from experiments.studies.launchers import LauncherError
     from experiments.validation import check_cli_options
 
@@ -205,6 +206,7 @@ def _run(argv: list[str], study_file: bool) -> int:
             return run_study(grid_from_args(args), command, args.launcher, args.workers, args.ray_address,
                              args.retry_failed, args.report, args.reps, args.verbose,
                              max_retries=args.max_retries)
+        advise_on_signal("rerun the same command with --resume to continue")
         train_one(config_from_args(args), args)
     except (ConfigError, StalledEvaluationError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -215,11 +217,6 @@ def _run(argv: list[str], study_file: bool) -> int:
     except NonFiniteError as error:
         print(f"training stopped: {error}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt as interrupt:
-        from experiments.exits import exit_status, interruption
-
-        print(f"{interruption(interrupt)}; rerun the same command with --resume to continue", file=sys.stderr)
-        return exit_status(interrupt)
     return 0
 
 

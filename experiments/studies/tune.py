@@ -57,6 +57,7 @@ from experiments.config import (
     plain,
 )
 from experiments.config_files import config_path, shipped_dir
+from experiments.exits import advise_on_signal
 from experiments.hyperparams import applied_line
 from experiments.rules import FolderName
 from experiments.run_dir import EvalLog, RunDirectory
@@ -497,6 +498,7 @@ def main(argv: list[str]) -> int:
         print(line, file=sys.stderr)
     settings.directory.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    advise_on_signal("rerun the same command to resume the search")
     failed_workers = run_workers(settings, args.workers)
     paths = write_outputs(settings)
     print("\n".join(summary_lines(settings, paths)))
