@@ -3,11 +3,11 @@ et al. 2020), a memory that reaches back to the episode's first step at O(1) cos
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from policies.backbone import MemoryBackbone, Sequence
 from policies.backbones.linear_attention import CausalLinearAttention, FeatureMap
+from policies.backbones.scan import through_layers
 from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL, Gate, GateBias, TransformerXLBlock
 from policies.options import checked
 from policies.rules import Count, CountOrNone
@@ -53,11 +53,7 @@ class LinearTransformer(MemoryBackbone):
 
     def _run(self, h: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
         """Every layer on `h` `[B, T, D]` from `carry` `[B, n_layers, H, d, d+1]`."""
-        carried = []
-        for n, layer in enumerate(self.layers):
-            h, layer_carry = layer(h, carry[:, n], episode_starts)
-            carried.append(layer_carry)
-        return h, torch.stack(carried, dim=1)
+        return through_layers(self.layers, h, carry, episode_starts)
 
     def _carry(self, state: Window, valid: Tensor) -> Tensor:
         """The carry of the window, zero where it is invalid."""

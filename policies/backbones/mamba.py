@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.backbones.scan import CarryMemory, linear_scan
+from policies.backbones.scan import CarryMemory, linear_scan, through_layers
 from policies.options import checked
 from policies.rules import Count
 
@@ -104,9 +104,5 @@ class Mamba(CarryMemory):
         self.record_shape = (n_layers, E * (d_state + d_conv - 1))
 
     def _run(self, x: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
-        h = self.embed(x)
-        carried = []
-        for n, layer in enumerate(self.layers):
-            h, last = layer(h, carry[:, n], episode_starts)
-            carried.append(last)
-        return self.norm(h), torch.stack(carried, dim=1)
+        h, carried = through_layers(self.layers, self.embed(x), carry, episode_starts)
+        return self.norm(h), carried

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from policies.backbones.scan import CarryMemory, keep, linear_scan
+from policies.backbones.scan import CarryMemory, keep, linear_scan, through_layers
 from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL
 from policies.options import checked
 from policies.rules import Count, CountOrNone
@@ -144,9 +144,4 @@ class MatrixLSTM(CarryMemory):
         self.record_shape = (n_layers, n_heads * (d_head * d_head + d_head + 1))
 
     def _run(self, x: Tensor, carry: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
-        h = self.embed(x)
-        carried = []
-        for n, layer in enumerate(self.layers):
-            h, last = layer(h, carry[:, n], episode_starts)
-            carried.append(last)
-        return h, torch.stack(carried, dim=1)
+        return through_layers(self.layers, self.embed(x), carry, episode_starts)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import abstractmethod
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from policies.backbone import MemoryBackbone, Sequence
 from policies.window import Window, as_bool
@@ -55,6 +55,16 @@ def _scan(a: Tensor, b: Tensor) -> Tensor:
 def keep(episode_starts: Tensor, like: Tensor) -> Tensor:
     """`1 − start` as `like`'s dtype, `[T, B]`: the factor that clears the carry where an episode starts."""
     return (~as_bool(episode_starts)).to(like.real.dtype if like.is_complex() else like.dtype)
+
+
+def through_layers(layers: nn.ModuleList, h: Tensor, carry: Tensor, *args: Tensor) -> tuple[Tensor, Tensor]:
+    """`h` through each of `layers` in turn, layer `n` from `carry[:, n]` (and `args`), as `layer(h, carry_n,
+    *args) -> (h, carry_n after)`; returns the last output and the carries after, `[B, n_layers, ...]`."""
+    carried = []
+    for n, layer in enumerate(layers):
+        h, last = layer(h, carry[:, n], *args)
+        carried.append(last)
+    return h, torch.stack(carried, dim=1)
 
 
 class CarryMemory(MemoryBackbone):
