@@ -25,6 +25,7 @@ import io
 import json
 import math
 import os
+import shutil
 import socket
 import struct
 import sys
@@ -269,6 +270,23 @@ class RunDirectory:
             yield
 
     # -- a new run, or a resumed one ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def claimed(self, resume: bool, refuse: Callable[[], None]) -> Iterator[None]:
+        """Hold the lock while a run trains here. A new run (not `resume`) calls `refuse` once the lock is held,
+        for a run another process started here meanwhile (refused, never removed); a directory this call
+        created is removed again when the run is refused (`ConfigError`) before it trains."""
+        existed = self.path.exists()
+        try:
+            with self.lock():
+                if not resume and self.holds_run():
+                    existed = True
+                    refuse()
+                yield
+        except ConfigError:
+            if not existed:
+                shutil.rmtree(self.path, ignore_errors=True)
+            raise
 
     def refuse_existing(self) -> None:
         """Raise `ConfigError` when the directory already holds a run: a run directory is never reused."""

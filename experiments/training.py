@@ -5,7 +5,6 @@ there)."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -138,17 +137,8 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
                 notify(f"{str(run.path)!r} already finished ({finished['env_steps']} steps of "
                        f"{config.total_timesteps}): nothing to resume, nothing changed")
                 return finished
-        existed = run.path.exists()
-        try:
-            with run.lock():
-                if not resume and run.holds_run():  # another process started it meanwhile: refused, never removed
-                    existed = True
-                    run.refuse_existing()
-                return _train_locked(config, run, resume, progress_bar, verbose, extra_callback)
-        except ConfigError:
-            if not existed:  # refused before training: leave no directory behind
-                shutil.rmtree(run.path, ignore_errors=True)
-            raise
+        with run.claimed(resume, run.refuse_existing):
+            return _train_locked(config, run, resume, progress_bar, verbose, extra_callback)
     except RunBusyError as error:
         raise ConfigError(str(error)) from error
     except OSError as error:

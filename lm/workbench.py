@@ -30,7 +30,6 @@ import io
 import itertools
 import json
 import math
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -444,19 +443,11 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
             notify(f"{str(run.path)!r} already trained {saved['step']} steps of {config.steps}: nothing to resume, "
                    "nothing changed")
             return summary
-    existed = run.path.exists()
     try:
-        with run.lock():
-            if not resume and run.holds_run():  # another process started it meanwhile: refused, never removed
-                existed = True
-                _refuse_existing(run)
+        with run.claimed(resume, lambda: _refuse_existing(run)):
             return _train_lm_locked(config, run, saved, progress)
     except RunBusyError as error:
         raise ConfigError(str(error)) from None
-    except ConfigError:
-        if not existed:  # refused before training: leave no directory behind
-            shutil.rmtree(run.path, ignore_errors=True)
-        raise
 
 
 def _refuse_existing(run: RunDirectory) -> None:
