@@ -103,3 +103,21 @@ def test_a_run_plot_cannot_read_is_skipped_on_one_line(damage, runs, tmp_path, c
     skipped = [line for line in captured.err.splitlines() if line.startswith("plot: skipping run")]
     assert len(skipped) == 1 and "TMaze-v0__ppo-lstm__1" in skipped[0]
     assert "3 runs" in captured.out and (tmp_path / "x.png").is_file()
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_a_language_model_run_among_the_runs_is_skipped_as_such(command, runs, tmp_path, capsys):
+    """`lm train` runs have a config.yaml too: `plot` and `report` name them as language-model runs, skip them
+    and read the others (finished or not, an LM run has no env or learner to group by)."""
+    lm = ["lm", "train", "-p", f"log_dir={runs}", "data=copy", "steps=2", "segment_length=8", "batch_size=2",
+          "copy_tokens=2000", "backbone_options.d_model=16", "backbone_options.n_heads=2",
+          "backbone_options.n_layers=1", "backbone_options.memory_length=8", "eval_segments=1"]
+    for seed in (0, 1):
+        assert train_rl.main([*lm, f"seed={seed}"]) == 0
+    (unfinished,) = runs.glob("copy__lm-*__1")
+    (unfinished / "summary.json").unlink()  # one finished, one not
+    capsys.readouterr()
+    out = ["--out", str(tmp_path / ("x.png" if command == "plot" else "report"))]
+    assert train_rl.main([command, str(runs), *out, "--reps", "50"]) == 0
+    skipped = [line for line in capsys.readouterr().err.splitlines() if "skipping run" in line]
+    assert len(skipped) == 2 and all("copy__lm-" in line and "language-model run" in line for line in skipped)

@@ -183,11 +183,15 @@ class Run:
         return "" if self.status is None else str(self.status.get("error", ""))
 
     def problem(self) -> str | None:
-        """Why a report cannot read this run (a configuration that is not a mapping, evaluation steps that repeat
-        or go back, a summary without its scores), else `None`."""
+        """Why a report cannot read this run (a configuration that is not a mapping or not a training run's,
+        evaluation steps that repeat or go back, a summary without its scores), else `None`."""
         try:
             if not isinstance(self.config, dict):
                 return "config.yaml is not a mapping"
+            missing = [key for key in ("algo", "backbone", "env") if key not in self.config]
+            if missing:
+                return (f"config.yaml names no {' or '.join(missing)}: not a run of train_rl.py's training (a "
+                        "language-model run is read by `lm eval`)")
             success = self.has_success()
             for stochastic in (False, True):
                 steps, _ = self.curve(success, stochastic)
