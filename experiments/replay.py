@@ -29,7 +29,7 @@ from experiments.atomic import write_new
 from experiments.config import ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
-from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, read_json
+from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, RunDirectory, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env, scoring_vec_env
 from policies.rules import Device, short, shown
 
@@ -83,6 +83,8 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
     path = Path(path)
     if path.is_dir():
         if not (path / MODEL_FILE).is_file():
+            if RunDirectory(path).reader() == "lm eval":
+                raise ConfigError(f"{str(path)!r} is a language-model run: `lm eval {path}` reads it")
             raise ConfigError(f"{str(path)!r} holds no {MODEL_FILE}: give a finished run directory or a saved .zip")
         return path / MODEL_FILE, path
     if path.suffix != ".zip" or not path.is_file():

@@ -218,6 +218,17 @@ class RunDirectory:
         path = self / CONFIG_FILE
         return (load_yaml_text(path.read_text()) or {}) if path.exists() else None
 
+    def reader(self) -> str | None:
+        """The command that reads the run here: `evaluate` for a training run (its `config.yaml` names an env),
+        `lm eval` for a language-model run (it names its data); `None` without a readable `config.yaml`."""
+        try:
+            config = self.config()
+        except (ConfigError, OSError, ValueError):
+            return None
+        if not isinstance(config, dict):
+            return None
+        return "evaluate" if "env" in config else "lm eval" if "data" in config else None
+
     def summary(self) -> dict[str, Any] | None:
         return read_json(self / SUMMARY_FILE)
 

@@ -525,6 +525,9 @@ def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, Memory
     (`memory_length` for evaluation with a longer memory than training)."""
     if not (directory / "config.yaml").exists():
         raise ConfigError(f"{str(directory)!r} is not an LM run directory (no config.yaml)")
+    if RunDirectory(directory).reader() == "evaluate":
+        raise ConfigError(f"{str(directory)!r} is a training run of train_rl.py, not a language-model run: "
+                          f"`evaluate {directory}` reads it")
     config = build_lm_config(directory / "config.yaml")
     checkpoint = _latest_checkpoint(lm_run(directory))
     if checkpoint is None:

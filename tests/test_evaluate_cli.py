@@ -142,3 +142,22 @@ def test_a_vmpo_run_is_loaded_with_vmpo(tmp_path, capsys):
     assert code == 0 and "(VMPO, mlp, 64 steps)" in out
     assert written(out)["deterministic"]["mean_return"] == json.loads((run / "summary.json").read_text())[
         "final_mean_return"]
+
+
+def test_a_run_of_the_other_kind_is_named_with_the_command_that_reads_it(tmp_path, capsys):
+    """`evaluate` and `inspect` given a language-model run, `lm eval` and `lm sample` given a training run: exit 2
+    naming the command that reads it."""
+    lm = ["lm", "train", "-p", f"log_dir={tmp_path}", "data=copy", "steps=2", "segment_length=8", "batch_size=2",
+          "copy_tokens=2000", "backbone_options.d_model=16", "backbone_options.n_heads=2",
+          "backbone_options.n_layers=1", "backbone_options.memory_length=8", "eval_segments=1"]
+    assert train_rl.main(lm) == 0
+    (lm_run,) = tmp_path.glob("copy__lm-*")
+    rl_run = tmp_path / "TMaze-v0__ppo-gtrxl__0"
+    (rl_run / "checkpoints").mkdir(parents=True)
+    (rl_run / "config.yaml").write_text("algo: ppo\nbackbone: gtrxl\nenv: TMaze-v0\n")
+    capsys.readouterr()
+    for argv, reader in ((["evaluate", str(lm_run)], "lm eval"), (["inspect", str(lm_run)], "lm eval"),
+                         (["lm", "eval", str(rl_run)], "evaluate"), (["lm", "sample", str(rl_run)], "evaluate")):
+        assert train_rl.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"`{reader} " in err, err

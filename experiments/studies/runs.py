@@ -188,10 +188,11 @@ class Run:
         try:
             if not isinstance(self.config, dict):
                 return "config.yaml is not a mapping"
+            if self.files.reader() == "lm eval":
+                return "a language-model run (`lm eval` reads it)"
             missing = [key for key in ("algo", "backbone", "env") if key not in self.config]
             if missing:
-                return (f"config.yaml names no {' or '.join(missing)}: not a run of train_rl.py's training (a "
-                        "language-model run is read by `lm eval`)")
+                return f"config.yaml names no {' or '.join(missing)}"
             success = self.has_success()
             for stochastic in (False, True):
                 steps, _ = self.curve(success, stochastic)
