@@ -10,6 +10,7 @@ file and raises `WriteError`, which names the file meant, not its temporary name
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +130,21 @@ def write_new(path: Path, text: str) -> None:
         raise write_error(error, path) from error
     finally:
         _remove(tmp)
+
+
+def new_directory(path: Path) -> Path:
+    """A directory of its own for one command's output: `path` when it is new or empty, else the first of `path-2`,
+    `path-3`, ... that is (claimed with `mkdir`, so two processes never share one): an earlier output is never
+    overwritten, nor mixed with a later one."""
+    path = Path(path)
+    for n in itertools.count(1):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            if candidate.is_dir() and not any(candidate.iterdir()):
+                return candidate
+        except OSError as error:
+            raise write_error(error, candidate) from error
+    raise AssertionError("unreachable")

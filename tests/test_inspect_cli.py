@@ -86,3 +86,20 @@ def test_a_decision_that_reads_no_earlier_step_is_said_so():
     assert reads([{"step": 0, "memory_peak": None, "recall_distance": None}]) == \
         "the decision at step 0 reads no earlier step"
     assert "reads step 2 most" in reads([{"step": 5, "memory_peak": 2, "recall_distance": 1.5}])
+
+
+def test_an_earlier_inspect_is_never_overwritten_nor_mixed(runs, tmp_path, capsys):
+    """A second inspect of a run goes to `inspect-2` (the first's four figures stay beside their own JSON, not
+    mixed with a later one's two); an `--out` that holds files is refused before anything is written."""
+    run = runs / "TMaze-v0__ppo-ffm__0"
+    first = run / "inspect"
+    if not (first / "inspect.json").exists():
+        assert inspect([str(run), "--episodes", "1"], capsys)[0] == 0
+    before = {path.name: path.read_bytes() for path in first.iterdir()}
+    code, out, _ = inspect([str(run), "--episodes", "2"], capsys)
+    assert code == 0 and "inspect-2: inspect.json" in out
+    assert {path.name: path.read_bytes() for path in first.iterdir()} == before
+    assert len(json.loads((run / "inspect-2" / "inspect.json").read_text())["episodes"]) == 2
+    code, _, err = inspect([str(run), "--out", str(first)], capsys)
+    assert code == 2 and "already holds files" in err and len(err.strip().splitlines()) == 1
+    assert {path.name: path.read_bytes() for path in first.iterdir()} == before

@@ -7,7 +7,9 @@ row scaled to its largest value at an earlier step, with the episode's first ste
 0 marked. For
 attention backbones it also draws the attention weights of every layer and head over the episode. The
 **recall distance** of a step is its saliency-weighted mean of ``t − k``: how far back its decision reaches.
-Writes ``saliency_<i>.png``, ``attention_<i>.png`` and ``inspect.json`` (every map, action, reward and distance)::
+Writes ``saliency_<i>.png``, ``attention_<i>.png`` and ``inspect.json`` (every map, action, reward and distance)
+into a new or empty directory: ``--out``, or ``RUN_DIR/inspect`` (``inspect-2``, ... when an earlier inspect holds
+it; an earlier output is never overwritten)::
 
     python train_rl.py inspect runs/TMaze-v0__ppo-gtrxl__0 --episodes 4 --out inspect/gtrxl
 """
@@ -34,7 +36,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="a run directory (its final model.zip) or a saved .zip (with --env when no run's "
                              "config.yaml is beside it)")
     parser.add_argument("--episodes", "-n", type=int, default=4, help="episodes to play (default: %(default)s)")
-    parser.add_argument("--out", "-o", help="the directory to write to (default: RUN_DIR/inspect)")
+    parser.add_argument("--out", "-o", help="a new or empty directory to write to (default: RUN_DIR/inspect, or "
+                                            "inspect-2, inspect-3, ... when an earlier inspect holds it)")
     parser.add_argument("--seed", type=int, help="seed of the first episode, the next ones counting up (default: "
                                                  "the run's evaluation seed, its seed + 10000)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the most probable")
@@ -49,6 +52,7 @@ def make_parser() -> argparse.ArgumentParser:
 def _check(options: argparse.Namespace) -> None:
     """`ConfigError` naming the flag for a count below one, a seed numpy refuses, a path
     that is no run and an output directory that cannot be written."""
+    from experiments.config import ConfigError
     from experiments.writable import check_output
     from policies.rules import Range
 
@@ -59,6 +63,10 @@ def _check(options: argparse.Namespace) -> None:
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)
     if options.out is not None:
         check_output("--out", options.out, directory=True)
+        out = Path(options.out)
+        if out.is_dir() and any(out.iterdir()):
+            raise ConfigError(f"--out {options.out!r}: already holds files (an earlier output is never overwritten); "
+                              "give a new or empty directory")
 
 
 def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str, Any]:
@@ -236,7 +244,7 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
-    from experiments.atomic import write_atomic
+    from experiments.atomic import new_directory, write_atomic
     from experiments.replay import check_agent_env, load_agent_with_env
     from experiments.training import torch_threads
 
@@ -247,8 +255,7 @@ def main(argv: list[str]) -> int:
     except (ConfigError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(options.out) if options.out is not None else agent.directory / "inspect"
-    out.mkdir(parents=True, exist_ok=True)
+    out = new_directory(Path(options.out) if options.out is not None else agent.directory / "inspect")
     seed = agent.eval_seed if options.seed is None else options.seed
     records = []
     for index in range(options.episodes):
