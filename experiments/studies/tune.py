@@ -9,8 +9,9 @@ success rate where the task reports one, else the mean return (``--metric``). Se
 
 - Sampler: TPE (Bergstra et al. 2011), after ``--startup-trials`` random ones.
 - Pruner: the median rule on the evaluation curve: each evaluation of a run is reported at its step (runs of a
-  trial are laid end to end), and a trial whose value falls below the median of earlier trials at the same step
-  stops there (``--pruner none`` keeps every trial).
+  trial are laid end to end), and a trial whose running mean of evaluations falls below the median of the
+  completed trials' running means at the same step stops there (`experiments.studies.pruning`; ``--pruner none``
+  keeps every trial).
 - Storage: ``{log_dir}/tune/{name}/study.db`` (SQLite). Rerunning the command resumes the study up to
   ``--trials`` trials in all (finished or pruned); trials of a process that died are retried. ``--workers N``
   runs N processes on the same database, each training one trial at a time with ``--threads`` threads.
@@ -62,6 +63,7 @@ from experiments.hyperparams import applied_line
 from experiments.rules import FolderName
 from experiments.run_dir import EvalLog, RunDirectory
 from experiments.run_identity import config_record
+from experiments.studies.pruning import RunningMedianPruner
 from experiments.studies.runs import slug, task_folder, task_label
 from experiments.studies.stats import iqm
 from experiments.studies.study import Grid
@@ -205,7 +207,7 @@ def make_pruner(settings: TuneSettings) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
     first = settings.base[0]
     warmup = max(first.total_timesteps // 3, first.eval_freq)
-    return optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=warmup)
+    return RunningMedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=warmup)
 
 
 def open_study(settings: TuneSettings, sampler_seed: int | None = None) -> optuna.Study:
