@@ -58,3 +58,15 @@ def test_nothing_is_stopped_before_the_warm_up_the_startup_trials_or_a_comparabl
 def test_running_mean_leaves_out_later_steps_and_nan():
     assert running_mean({1: 1.0, 2: math.nan, 3: 0.0, 5: 9.0}, 3) == 0.5
     assert math.isnan(running_mean({4: 1.0}, 3))
+
+
+def test_a_trial_of_several_runs_is_judged_after_its_first_run_one_run_after_a_third_of_it():
+    from types import SimpleNamespace
+
+    from experiments.config import RunConfig
+    from experiments.studies.tune import make_pruner
+
+    base = RunConfig(total_timesteps=90_000, eval_freq=10_000)
+    single = make_pruner(SimpleNamespace(pruner="median", base=[base], seeds=[0], startup_trials=5))
+    suite = make_pruner(SimpleNamespace(pruner="median", base=[base, base], seeds=[0, 1], startup_trials=5))
+    assert (single.n_warmup_steps, suite.n_warmup_steps) == (30_000, 90_000)

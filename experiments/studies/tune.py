@@ -206,7 +206,8 @@ def make_pruner(settings: TuneSettings) -> optuna.pruners.BasePruner:
     if settings.pruner == "none":
         return optuna.pruners.NopPruner()
     first = settings.base[0]
-    warmup = max(first.total_timesteps // 3, first.eval_freq)
+    several = len(settings.base) * len(settings.seeds) > 1  # a trial of several runs is judged after its first one
+    warmup = first.total_timesteps if several else max(first.total_timesteps // 3, first.eval_freq)
     return RunningMedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=warmup)
 
 
