@@ -220,3 +220,28 @@ def test_workers_take_their_trials_one_at_a_time(tmp_path):
         thread.join()
     (_, first_end), (second_start, _) = sorted(spans)
     assert second_start >= first_end, "two workers were taking a trial at the same time"
+
+
+def test_a_signal_to_the_command_alone_ends_its_workers_too(tmp_path):
+    """SIGTERM (or SIGINT) sent to the `tune` process only, not its process group, as a scheduler's `kill PID`
+    does: the worker processes end with it, rather than being waited for until their trials finish."""
+    import os
+    import signal
+    import subprocess
+
+    space = write_space(tmp_path / "space.yaml", SPACE)
+    argv = [sys.executable, str(Path(train_rl.__file__)), "tune", *TINY, "--env-kwargs", "length=3", "--log-dir",
+            str(tmp_path), "--name", "t", "--space", space, "--trials", "4", "--workers", "2", "-n", "1000000"]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(tmp_path.glob("tune/t/trial_*/*/evaluations.csv"))) < 2:
+        time.sleep(0.2)
+    workers = subprocess.run(["pgrep", "-P", str(process.pid), "-f", "spawn_main"], capture_output=True,
+                             text=True).stdout.split()
+    assert len(workers) == 2
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143 and "terminated (SIGTERM); rerun the same command to resume the search" in err
+    time.sleep(0.5)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]

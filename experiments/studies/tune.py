@@ -304,8 +304,14 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
     processes = [context.Process(target=work, args=(settings, i)) for i in range(workers)]
     for process in processes:
         process.start()
-    for process in processes:
-        process.join()
+    try:
+        for process in processes:
+            process.join()
+    finally:  # a signal (or error) here ends the workers too, as a study's; the next run fails their stale trials
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join()
     return sum(process.exitcode != 0 for process in processes)
 
 
