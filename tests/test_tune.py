@@ -237,11 +237,19 @@ def test_a_signal_to_the_command_alone_ends_its_workers_too(tmp_path):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list(tmp_path.glob("tune/t/trial_*/*/evaluations.csv"))) < 2:
         time.sleep(0.2)
-    workers = subprocess.run(["pgrep", "-P", str(process.pid), "-f", "spawn_main"], capture_output=True,
-                             text=True).stdout.split()
+    workers = [proc.name for proc in Path("/proc").iterdir() if proc.name.isdigit() and _is_worker(proc, process.pid)]
     assert len(workers) == 2
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 143 and "terminated (SIGTERM); rerun the same command to resume the search" in err
     time.sleep(0.5)
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
+def _is_worker(proc: Path, parent: int) -> bool:
+    """Whether `/proc/<pid>` is a process `multiprocessing` spawned for `parent`."""
+    try:
+        ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        return ppid == parent and b"spawn_main" in (proc / "cmdline").read_bytes()
+    except (OSError, IndexError, ValueError):
+        return False
