@@ -57,6 +57,8 @@ CASES = ("gtrxl/T-Maze-20", "gru/T-Maze-20", "mlp/T-Maze-20", "RecurrentPPO/T-Ma
          "gtrxl/RepeatPreviousEasy", "gru/RepeatPreviousEasy", "RecurrentPPO/RepeatPreviousEasy")
 QUICK_CASES = ("gtrxl/T-Maze-20", "gru/T-Maze-20", "mlp/T-Maze-20", "RecurrentPPO/T-Maze-20")
 REFERENCE = "RecurrentPPO"
+RECURRENT = "gru"
+"""the recurrent baseline of the ratios "× GRU" (GTrXL's speed target is a share of it)"""
 TRADES = ((16, 256), (64, 1024), (256, 4096))
 """envs × minibatch of the trade-off rows (the default first): the same 16 minibatches per epoch"""
 CPU_ATTENTION = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -202,8 +204,9 @@ def rollout_steps(model: Any) -> int:
 
 
 def throughput(cases: list[Case], rounds: int, rollouts: int) -> dict[str, dict[str, Any]]:
-    """Steps per CPU-second of ``learn`` in interleaved rounds; the ratio of each engram case to RecurrentPPO on its
-    task, per round. RecurrentPPO trains one rollout per measurement (its defaults: 128 steps × 16 envs)."""
+    """Steps per CPU-second of ``learn`` in interleaved rounds; the ratio of each engram case to RecurrentPPO and to
+    the GRU on its task, per round (the median and range over rounds). RecurrentPPO trains one rollout per
+    measurement (its defaults: 128 steps × 16 envs)."""
     models = {c.name: c.build() for c in cases}
     for model in models.values():
         model.learn(rollout_steps(model))  # warm-up
@@ -226,11 +229,11 @@ def throughput(cases: list[Case], rounds: int, rollouts: int) -> dict[str, dict[
         entry = out[c.name]
         entry["median_steps_per_cpu_s"] = statistics.median(entry["steps_per_cpu_s"])
         entry["median_rollout_cpu_share"] = statistics.median(entry["rollout_cpu_share"])
-        reference = f"{REFERENCE}/{c.task}"
-        if c.engram and reference in out:
-            ratios = [a / b for a, b in zip(entry["steps_per_cpu_s"], out[reference]["steps_per_cpu_s"], strict=True)]
-            entry["ratio_to_recurrent_ppo"] = statistics.median(ratios)
-            entry["ratio_range"] = [min(ratios), max(ratios)]
+        for key, reference in (("ratio_to_recurrent_ppo", REFERENCE), ("ratio_to_gru", RECURRENT)):
+            other = out.get(f"{reference}/{c.task}")
+            if c.engram and other is not None and other is not entry:
+                ratios = [a / b for a, b in zip(entry["steps_per_cpu_s"], other["steps_per_cpu_s"], strict=True)]
+                entry[key] = {"median": statistics.median(ratios), "range": [min(ratios), max(ratios)]}
     return out
 
 
@@ -334,14 +337,23 @@ def _throughput_lines(result: dict[str, Any], title: str) -> list[str]:
              "the case names another, 4 epochs, segments of 16; RecurrentPPO: 128 × 16, minibatch 128, 10 epochs), "
              f"{s['threads']} torch thread(s). "
              f"Median of {s['rounds']} interleaved rounds of `learn` over {s['rollouts']} rollout(s) "
-             "(RecurrentPPO: one); × RecurrentPPO = median of the per-round ratios on the same task (range).", "",
-             "| case | parameters | steps/CPU-s | × RecurrentPPO | rollout share of CPU |", "|---|---:|---:|---:|---:|"]
+             "(RecurrentPPO: one); × RecurrentPPO and × GRU = median of the per-round ratios on the same task "
+             "(range).", "",
+             "| case | parameters | steps/CPU-s | × RecurrentPPO | × GRU | rollout share of CPU |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, r in result["throughput"].items():
-        ratio = (f"{r['ratio_to_recurrent_ppo']:.1f} ({r['ratio_range'][0]:.1f}–{r['ratio_range'][1]:.1f})"
-                 if "ratio_to_recurrent_ppo" in r else "—")
-        lines.append(f"| {name} | {r['parameters']:,} | {r['median_steps_per_cpu_s']:,.0f} | {ratio} | "
+        lines.append(f"| {name} | {r['parameters']:,} | {r['median_steps_per_cpu_s']:,.0f} | "
+                     f"{_ratio(r.get('ratio_to_recurrent_ppo'), 1)} | {_ratio(r.get('ratio_to_gru'), 2)} | "
                      f"{r['median_rollout_cpu_share']:.0%} |")
     return lines
+
+
+def _ratio(ratio: dict[str, Any] | None, digits: int) -> str:
+    """`median (min–max)` of per-round ratios, or a dash where the case has no reference."""
+    if ratio is None:
+        return "—"
+    low, high = ratio["range"]
+    return f"{ratio['median']:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
 
 
 def render(result: dict[str, Any]) -> str:

@@ -40,3 +40,15 @@ def test_cpu_attention_flops_are_added(speed):
     with counter, torch.inference_mode():
         torch.nn.functional.scaled_dot_product_attention(q, k, v)
     assert counter.get_total_flops() == 4 * 2 * 4 * 6 * 6 * 8
+
+
+def test_the_throughput_table_gives_each_case_its_ratio_to_the_gru_of_its_task(speed):
+    row = {"parameters": 10, "median_steps_per_cpu_s": 100.0, "median_rollout_cpu_share": 0.3}
+    machine = {"cpu_model": "cpu", "cpu_count": 2, "torch": "2", "torch_threads": 1, "load_average_at_start": [0, 0, 0]}
+    result = {"settings": {"threads": 1, "rounds": 2, "rollouts": 1}, "date": "2026-01-01", "machine": machine,
+              "command": "speed.py",
+              "throughput": {"gtrxl/T": {**row, "ratio_to_gru": {"median": 0.61, "range": [0.55, 0.67]}},
+                             "gru/T": row}}
+    lines = [line for line in speed._throughput_lines(result, "t") if line.startswith("| ")]
+    assert "× GRU" in lines[0]
+    assert lines[1].split(" | ")[4] == "0.61 (0.55–0.67)" and lines[2].split(" | ")[4] == "—"
