@@ -278,6 +278,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_last_state"]
 
+    def _setup_learn(self, total_timesteps: int, *args: Any, **kwargs: Any) -> tuple[int, BaseCallback]:
+        Range(0).check("total_timesteps", total_timesteps)  # SB3 takes 1e5 too, and trains 0 steps on a negative
+        return super()._setup_learn(total_timesteps, *args, **kwargs)
+
     # -- rollouts ------------------------------------------------------------------------
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer,
                          n_rollout_steps: int) -> bool:

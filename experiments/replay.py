@@ -198,8 +198,7 @@ def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tu
 
 
 def env_action(action_space: Any, action: Any) -> Any:
-    """`predict`'s action for one gymnasium env: a Python int for a Discrete space (toy-text envs index their
-    tables with it), else as it is."""
+    """`predict`'s action as one gymnasium env takes it (a Python int where toy-text envs index a table)."""
     return int(action) if isinstance(action_space, spaces.Discrete) else action
 
 

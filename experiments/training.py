@@ -42,8 +42,7 @@ def make_run_env(config: RunConfig, n_envs: int, seed: int, vec_env: str | None 
 
 
 def scoring_vec_env(config: RunConfig) -> str | None:
-    """How copies that score a policy are stepped: as in training, except that a run on torch tasks is scored on
-    their numpy twins (the same episodes for the same seeds), through SB3's `predict`."""
+    """The vec env that scores a policy: as in training, but torch tasks are scored on their numpy twins."""
     return "dummy" if config.vec_env == "torch" else None
 
 

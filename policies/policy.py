@@ -39,7 +39,7 @@ from policies.options import checked
 from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
-from policies.rules import Flag, OptionalMapping, Switch
+from policies.rules import ConfigError, Flag, OptionalMapping, Switch
 from policies.spaces import check_spaces
 from policies.window import State, Window
 
@@ -206,6 +206,20 @@ class PolicyStep(NamedTuple):
     distribution: Distribution  # SB3's may be reused: read it before the policy runs again
 
 
+def check_known(kwargs: Mapping[str, Any], backbone: Any) -> None:
+    """Refuse a policy option that neither engram nor SB3's `ActorCriticPolicy` takes (`ConfigError` naming it
+    and the valid ones) rather than SB3's `TypeError`; a backbone's option names the `backbone_kwargs` it
+    belongs in."""
+    unknown = [name for name in kwargs if name not in ActorCriticOptions.__annotations__]
+    if not unknown:
+        return
+    valid = [*MEMORY_OPTIONS, "popart", "popart_beta", *ActorCriticOptions.__annotations__]
+    hint = ""
+    if isinstance(backbone, str) and backbone in BACKBONES and unknown[0] in BACKBONES[backbone].options():
+        hint = f" ({unknown[0]!r} is an option of backbone {backbone!r}: pass it in backbone_kwargs)"
+    raise ConfigError(f"unknown policy option {unknown[0]!r}{hint}; valid options: {', '.join(valid)}")
+
+
 class MemoryActorCriticPolicy(ActorCriticPolicy):
     """SB3's `ActorCriticPolicy` with a recurrent memory backbone (`policies.registry`).
 
@@ -251,6 +265,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                              "n_layers in backbone_kwargs (or sb3-contrib's lstm_hidden_size and n_lstm_layers) and "
                              "no dropout, which would break rollout equals training")
         contrib = {name: kwargs.pop(name) for name in SB3_CONTRIB_OPTIONS if name in kwargs}
+        check_known(kwargs, backbone)
         options = memory_options({"backbone": backbone, "backbone_kwargs": backbone_kwargs,
                                   "share_backbone": share_backbone, "critic_backbone": critic_backbone,
                                   "critic_backbone_kwargs": critic_backbone_kwargs, **contrib},

@@ -108,6 +108,26 @@ def test_the_python_api_names_devices_seeds_losses_widths_and_batches_it_cannot_
         model.predict(np.zeros((3, 2), np.float32), state=state)
 
 
+def test_the_python_api_names_a_misplaced_policy_option_and_a_negative_budget():
+    """A backbone's option given beside `backbone` (not in `backbone_kwargs`) and an option nobody takes are each
+    a `ValueError` naming the key and the valid ones, not SB3's `TypeError`; `learn` refuses a budget below zero
+    (SB3 would return at once, having trained nothing) and takes SB3's float budgets."""
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    with pytest.raises(ConfigError, match=r"^unknown policy option 'n_heads' \('n_heads' is an option of backbone "
+                                          r"'gtrxl': pass it in backbone_kwargs\); valid options: backbone, "):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"n_heads": 2})
+    with pytest.raises(ConfigError, match=r"^unknown policy option 'hidden' ?; valid options: .*net_arch"):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gru", "hidden": 8})
+    model = MemoryPPO("MemoryPolicy", env, n_steps=4, batch_size=8, segment_length=4,
+                      policy_kwargs={"backbone": "gru", "backbone_kwargs": {"hidden_size": 8}})
+    for budget in (-1, float("nan"), "100"):
+        with pytest.raises(ConfigError, match=f"^total_timesteps={budget!r}: expected a number >= 0$"):
+            model.learn(budget)
+    assert model.num_timesteps == 0
+    model.learn(8.0)
+    assert model.num_timesteps == 8
+
+
 def test_relations_live_in_the_component_and_name_its_options():
     with pytest.raises(ConfigError, match=r"^n_heads=3: expected a divisor of d_model=16 \(or set d_head\)$"):
         make_backbone("gtrxl", 8, d_model=16, n_heads=3)
