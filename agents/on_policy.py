@@ -9,7 +9,7 @@ import zipfile
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, Self
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import json_to_data
-from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
@@ -278,9 +278,13 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_last_state"]
 
-    def _setup_learn(self, total_timesteps: int, *args: Any, **kwargs: Any) -> tuple[int, BaseCallback]:
-        Range(0).check("total_timesteps", total_timesteps)  # SB3 takes 1e5 too, and trains 0 steps on a negative
-        return super()._setup_learn(total_timesteps, *args, **kwargs)
+    def learn(self, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
+              tb_log_name: str | None = None, reset_num_timesteps: bool = True, progress_bar: bool = False) -> Self:
+        """SB3's `learn`, its TensorBoard run named after the learner (`MemoryPPO_1`) unless `tb_log_name` names
+        one; a budget below zero, NaN or not a number is refused (SB3 would return having trained nothing)."""
+        Range(0).check("total_timesteps", total_timesteps)
+        return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
+                             reset_num_timesteps, progress_bar)
 
     # -- rollouts ------------------------------------------------------------------------
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer,

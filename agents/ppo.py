@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar
 
 import torch
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance
 from torch import Tensor
 
@@ -24,8 +24,6 @@ from agents.on_policy import (
 from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
 from policies.rules import Count, NonNegative, Positive, Probability, Range, Switch
-
-SelfMemoryPPO = TypeVar("SelfMemoryPPO", bound="MemoryPPO")
 
 LEARNING_RATE = LinearSchedule(1e-3, 0.0, 1.0)
 """the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; docs/notes/tuned-defaults.md)"""
@@ -166,11 +164,4 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
             self.logger.record("train/clip_range_vf", clip_range_vf)
         if hasattr(self.policy, "log_std"):
             self.logger.record("train/std", torch.exp(self.policy.log_std).mean().item())
-
-    def learn(self: SelfMemoryPPO, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
-              tb_log_name: str = "MemoryPPO", reset_num_timesteps: bool = True,
-              progress_bar: bool = False) -> SelfMemoryPPO:
-        return super().learn(total_timesteps=total_timesteps, callback=callback, log_interval=log_interval,
-                             tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps,
-                             progress_bar=progress_bar)
 

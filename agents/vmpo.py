@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar
 
 import torch
 from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import explained_variance
 from torch import Tensor, nn
 
@@ -35,7 +35,6 @@ from policies.policy import MemoryActorCriticPolicy, PolicyStep
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.rules import Count, NonNegative, Positive, Probability, Range, Switch
 
-SelfVMPO = TypeVar("SelfVMPO", bound="VMPO")
 DUAL_MIN = 1e-8
 AlphaInit = Annotated[float | None, Range(0.0, low_open=True, optional=True)]
 """the initial trust-region multiplier ``α₀``; ``None``: 5 for discrete actions, 1 (``α_μ``, ``α_Σ``) for Gaussian"""
@@ -197,9 +196,3 @@ class VMPO(MemoryOnPolicyAlgorithm):
                            for x in (self.rollout_buffer.values, self.rollout_buffer.returns))
         self.logger.record("train/explained_variance", explained_variance(values, returns))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-
-    def learn(self: SelfVMPO, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
-              tb_log_name: str = "VMPO", reset_num_timesteps: bool = True, progress_bar: bool = False) -> SelfVMPO:
-        return super().learn(total_timesteps=total_timesteps, callback=callback, log_interval=log_interval,
-                             tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps,
-                             progress_bar=progress_bar)
