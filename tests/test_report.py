@@ -350,5 +350,19 @@ def test_runs_of_one_backbone_with_different_settings_are_reported_as_variants(t
     assert [s.seed for s in tasks["TMaze-v0 (length=10)"].finished["gtrxl d_model=128"]] == [0, 1]
 
 
+def test_runs_whose_configuration_predates_a_section_are_not_a_variant(tmp_path: Path) -> None:
+    """A study resumed across versions: seed 0's config.yaml has no `gru` section (written before runs recorded
+    their backbone's options), seeds 1 and 2 record `hidden_size: 128`. They are one backbone, not two rows
+    `gru hidden_size=null` and `gru hidden_size=128`; settings that every run records still tell variants apart."""
+    for seed in range(3):
+        run = fake_run(tmp_path / "study", "gru", seed, 0.5, curve=[0.5])
+        if seed:
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["gru"] = {"hidden_size": 128, "n_layers": 1}
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (task,) = Study.analyse(tmp_path, reps=REPS).tasks
+    assert set(task.runs) == {"gru"} and [s.seed for s in task.finished["gru"]] == [0, 1, 2]
+
+
 def test_a_study_of_one_setting_per_backbone_is_labelled_by_backbone_alone(study: Path) -> None:
     assert set(Study.analyse(study, reps=REPS).tasks[0].runs) == {"a", "b"}

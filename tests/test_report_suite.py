@@ -156,6 +156,27 @@ def test_a_partial_study_leaves_out_the_tasks_a_backbone_has_not_finished(tmp_pa
             f"pending (2): {auto}__ppo-gru__2, {P1}__ppo-gru__2.") in text
 
 
+def test_a_backbone_run_on_one_task_is_set_aside_rather_than_shrinking_the_suite_to_it(tmp_path):
+    """Three runs of a new backbone on the first task of a finished study: the aggregate keeps every task of the
+    others and sets the newcomer aside (named, with its task count); where dropping it would keep fewer
+    (backbone, task) cells, or leave one backbone, nothing is set aside."""
+    runs = {b: [(seed, 0.5) for seed in range(3)] for b in ("gtrxl", "gru", "lstm")}
+    suite = suite_matrices({P1: {**runs, "ffm": [(0, 0.9)]}, P2: runs, MG: runs})
+    assert suite.tasks == [P1, P2, MG] and list(suite.scores) == ["gtrxl", "gru", "lstm"]
+    assert suite.set_aside == {"ffm": 1} and suite.left_out == {} and suite.not_compared == []
+    newcomers = {"ffm": [(0, 0.9)], "mingru": [(0, 0.7)]}  # two of them on two tasks: 5 × 2 cells beat 4 × 2
+    suite = suite_matrices({P1: {**runs, **newcomers}, P2: {**runs, **newcomers}, MG: runs})
+    assert suite.tasks == [P1, P2] and suite.set_aside == {}
+    assert suite.left_out == {MG: "no finished run yet of ffm, mingru"}
+    suite = suite_matrices({P1: {"gtrxl": [(0, 0.5)], "ffm": [(0, 0.9)]}, P2: {"gtrxl": [(0, 0.5)]}})
+    assert suite.tasks == [P1] and suite.set_aside == {}
+    suite_study(tmp_path)
+    fake_run(tmp_path, "ffm", 0, 0.5, env=P1, env_kwargs={}, success=False, curve=[0.5])
+    text = build_report(tmp_path, reps=REPS).read_text()
+    assert ("Set aside from the aggregate, to keep the tasks the others share (finished on fewer tasks): "
+            "ffm (1 task).") in text
+
+
 def test_without_a_comparable_task_there_is_no_aggregate():
     suite = suite_matrices({P1: {"gtrxl": [(0, 0.9)], "gru": []}, MG: {"gru": [(1, 0.5)]},
                             "MemoryChain-v0": None, P2: {"lstm": []}})

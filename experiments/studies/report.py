@@ -249,7 +249,8 @@ def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
 def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
     """Label runs by backbone (by algorithm and backbone when the study has several algorithms), and tell variants
     apart: where runs of one task, algorithm and backbone differ in a setting, every run of that algorithm and
-    backbone is labelled with its values of those settings, e.g. ``gtrxl d_model=128 n_layers=2``."""
+    backbone is labelled with its values of those settings, e.g. ``gtrxl d_model=128 n_layers=2``. A setting that
+    some runs do not record (their configuration predates its section) tells nothing apart."""
     several_algos = len({run.config.get("algo") for run in runs}) > 1
 
     def base(run: Run) -> str:
@@ -261,7 +262,8 @@ def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
         groups[base(run), task_label(run.config)].append(_settings(run.config))
     varying: dict[str, set[str]] = defaultdict(set)
     for (name, _), settings in groups.items():
-        varying[name] |= {key for key in set().union(*settings) if len({repr(s.get(key)) for s in settings}) > 1}
+        varying[name] |= {key for key in set().union(*settings)
+                          if all(key in s for s in settings) and len({repr(s[key]) for s in settings}) > 1}
 
     def label(run: Run) -> str:
         name, settings = base(run), _settings(run.config)
@@ -486,6 +488,10 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
     if suite.not_compared:
         lines += [f"Not compared (no finished run yet on a task with a normalised score): "
                   f"{', '.join(suite.not_compared)}.", ""]
+    if suite.set_aside:
+        lines += ["Set aside from the aggregate, to keep the tasks the others share (finished on fewer tasks): "
+                  + ", ".join(f"{b} ({n} {'task' if n == 1 else 'tasks'})" for b, n in suite.set_aside.items())
+                  + ".", ""]
     lines += _unscored_lines(study)
     if study.suite_stats is None:
         return [*lines, "No task has a finished run of every compared backbone yet: no aggregate.", ""]

@@ -19,12 +19,14 @@ suite on one [0, 1] scale, and the (runs × tasks) matrices of a possibly partia
     counterpart.
   - Any other task (engram's return-scored tasks, Memory Gym): no normalised score; a suite leaves it out.
 
-- **A partial study** (runs still landing): the aggregate compares only the backbones with at least one
-  finished run, over the tasks where each of them has at least one (`suite_matrices` names the tasks left
-  out and why). rliable's stratified bootstrap needs, per backbone, the same number of runs on every task, which
-  also weighs every task the same: a backbone's matrix keeps its `k` lowest-seeded finished runs per task,
-  `k` the fewest it has on any included task. Runs that are not finished (pending, unfinished, diverged,
-  failed) are never scored.
+- **A partial study** (runs still landing, or backbones run on part of the tasks): the aggregate compares the
+  backbones with at least one finished run, over the tasks where each of them has at least one
+  (`suite_matrices` names the tasks left out and why). A backbone finished on fewer tasks than the rest is set
+  aside when that keeps more (backbone, task) cells, with two backbones or more left to compare: one run on
+  one task does not shrink everyone's aggregate to that task. rliable's stratified bootstrap needs, per
+  backbone, the same number of runs on every task, which also weighs every task the same: a backbone's matrix
+  keeps its `k` lowest-seeded finished runs per task, `k` the fewest it has on any included task. Runs that
+  are not finished (pending, unfinished, diverged, failed) are never scored.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ class Suite:
     """task → why it is not in the aggregate"""
     not_compared: list[str] = field(default_factory=list)
     """backbones without a finished run on any task with a normalised score"""
+    set_aside: dict[str, int] = field(default_factory=dict)
+    """backbone → the number of tasks it finished, for backbones left out of the aggregate to keep more tasks"""
     unbalanced: dict[str, int] = field(default_factory=dict)
     """backbone → finished runs of included tasks left out so that every task has as many of its runs"""
 
@@ -125,13 +129,22 @@ def suite_matrices(normalised: Mapping[str, Mapping[str, Sequence[tuple[int, flo
     """The suite's score matrices from `task → backbone → [(seed, normalised MMER) of each finished run]`
     (`None` for a task without a normalised score; a backbone with no finished run may be absent or empty).
 
-    The compared backbones are those with a finished run on some task that has a normalised score; a task is
-    included when every compared backbone has a finished run on it; each backbone keeps, per included task,
+    The compared backbones are those with a finished run on some task that has a normalised score, less those
+    set aside for having finished fewer tasks (see the module doc); a task is included when every compared
+    backbone has a finished run on it; each backbone keeps, per included task,
     its `k` lowest-seeded runs, `k` the fewest it has on an included task (see the module doc)."""
     scored = {task: {b: sorted(runs) for b, runs in by_backbone.items() if runs}
               for task, by_backbone in normalised.items() if by_backbone is not None}
     backbones = list(dict.fromkeys(b for by_backbone in scored.values() for b in by_backbone))
     every = list(dict.fromkeys(b for by_backbone in normalised.values() if by_backbone for b in by_backbone))
+    covered = {b: sum(b in by_backbone for by_backbone in scored.values()) for b in backbones}
+    set_aside: dict[str, int] = {}
+    while len(backbones) > 2:
+        fewest = min(reversed(backbones), key=covered.__getitem__)  # the latest of those with the fewest tasks
+        kept = [b for b in backbones if b != fewest]
+        if len(kept) * _shared(scored, kept) <= len(backbones) * _shared(scored, backbones):
+            break
+        backbones, set_aside[fewest] = kept, covered[fewest]
     left_out = {task: "no normalised score (neither a POPGym task nor a success rate)"
                 for task, by_backbone in normalised.items() if by_backbone is None}
     tasks = []
@@ -149,5 +162,11 @@ def suite_matrices(normalised: Mapping[str, Mapping[str, Sequence[tuple[int, flo
         dropped = sum(len(scored[task][backbone]) - k for task in tasks)
         if dropped:
             unbalanced[backbone] = dropped
-    return Suite(scores, tasks, left_out, [b for b in every if b not in backbones], unbalanced)
+    return Suite(scores, tasks, left_out, [b for b in every if b not in backbones and b not in set_aside],
+                 set_aside=set_aside, unbalanced=unbalanced)
+
+
+def _shared(scored: Mapping[str, Mapping[str, object]], backbones: Sequence[str]) -> int:
+    """The number of tasks on which every one of `backbones` has a finished run."""
+    return sum(all(b in by_backbone for b in backbones) for by_backbone in scored.values())
 
