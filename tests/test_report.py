@@ -217,6 +217,9 @@ def test_report_command(study, tmp_path, capsys):
     assert (out / "report.md").exists() and str(out / "report.md") in capsys.readouterr().out
     assert train_rl.main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("")
+    assert train_rl.main(["report", str(tmp_path / "a_file")]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
 
 
 def test_a_report_of_some_tasks_keeps_their_runs_only_and_never_replaces_the_study_report(tmp_path, capsys):

@@ -611,7 +611,8 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
     that a report of some tasks never replaces the study's own). Returns the path of `report.md`."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
-        raise FileNotFoundError(f"study directory {str(study_dir)!r} does not exist")
+        raise FileNotFoundError(f"study directory {str(study_dir)!r} "
+                                f"{'is a file, not a directory' if study_dir.exists() else 'does not exist'}")
     if envs and out_dir is None:
         raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
     study = Study.analyse(study_dir, reps, threshold, seed, envs)
