@@ -369,3 +369,25 @@ def test_runs_whose_configuration_predates_a_section_are_not_a_variant(tmp_path:
 
 def test_a_study_of_one_setting_per_backbone_is_labelled_by_backbone_alone(study: Path) -> None:
     assert set(Study.analyse(study, reps=REPS).tasks[0].runs) == {"a", "b"}
+
+
+def test_a_rebuilt_report_removes_the_figures_of_tasks_that_are_gone_and_keeps_everything_else(tmp_path):
+    """Runs of a task removed between two reports into one directory: its figures go, the remaining tasks' are
+    rewritten, and a file the report did not write stays (no mixed report, nothing of the user's lost)."""
+    for env in ("TMaze-v0", "MemoryChain-v0"):
+        for seed in range(2):
+            fake_run(tmp_path / "runs", "gtrxl", seed, 0.5, env=env, curve=[0.5])
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.png").write_bytes(b"mine")
+    build_report(tmp_path / "runs", out, reps=REPS)
+    first = {p.name for p in out.iterdir()}
+    assert {"curves_MemoryChain_v0_length_10.png", "curves_TMaze_v0_length_10.png", "notes.png"} <= first
+    for run in (tmp_path / "runs").glob("MemoryChain-v0*"):
+        for file in sorted(run.rglob("*"), reverse=True):
+            file.rmdir() if file.is_dir() else file.unlink()
+        run.rmdir()
+    build_report(tmp_path / "runs", out, reps=REPS)
+    second = {p.name for p in out.iterdir()}
+    assert not {name for name in second if "MemoryChain" in name} and "curves_TMaze_v0_length_10.png" in second
+    assert "notes.png" in second and second < first

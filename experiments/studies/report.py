@@ -28,6 +28,7 @@ counts as solved. Each run's outcome (`outcome`) and best evaluation are listed 
 from __future__ import annotations
 
 import fnmatch
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -625,5 +626,14 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
     directory = Path(out_dir) if out_dir is not None else study_dir
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.md"
-    write_atomic(path, render(study, directory, seed))
+    before = _figures(path.read_text()) if path.is_file() else set()
+    text = render(study, directory, seed)
+    write_atomic(path, text)
+    for stale in before - _figures(text):  # a task or backbone gone since: its figures go with it
+        (directory / stale).unlink(missing_ok=True)
     return path
+
+
+def _figures(report: str) -> set[str]:
+    """The figures a report shows, by file name (each sits beside `report.md`)."""
+    return set(re.findall(r"!\[[^\]]*\]\(([^/)]+\.png)\)", report))
