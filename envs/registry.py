@@ -39,6 +39,7 @@ from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
+from policies.rules import Range
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -294,8 +295,8 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     reset (SB3 semantics; `venv.seed(s)` re-seeds at the next reset). `ValueError`/`TypeError` as `make_env`.
     `vec_env="torch"` gives the `TorchVecEnv` of an engram task on `device` (its episodes kept by the env itself).
     """
-    if n_envs < 1:
-        raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    Range(1, integer=True).check("n_envs", n_envs)
+    Range(0, integer=True, optional=True).check("seed", seed)
     if vec_env not in VEC_ENVS:
         raise ValueError(f"vec_env={vec_env!r}: expected one of {', '.join(VEC_ENVS)}")
     import_packages(gym_packages)

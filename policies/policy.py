@@ -206,6 +206,15 @@ class PolicyStep(NamedTuple):
     distribution: Distribution  # SB3's may be reused: read it before the policy runs again
 
 
+def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
+    """`predict`'s `episode_start` as an array of one flag per env, or a `ValueError` naming the mismatch."""
+    flags = np.asarray(episode_start)
+    if flags.size != n_envs:
+        raise ValueError(f"episode_start holds {flags.size} flag(s), the observation {n_envs} env(s): pass one "
+                         "per env (the dones of the last step)")
+    return flags
+
+
 def check_known(kwargs: Mapping[str, Any], backbone: Any) -> None:
     """Refuse a policy option that neither engram nor SB3's `ActorCriticPolicy` takes (`ConfigError` naming it
     and the valid ones) rather than SB3's `TypeError`; a backbone's option names the `backbone_kwargs` it
@@ -476,7 +485,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                 raise ValueError(f"state holds the memory of {len(torch_state.pi.valid)} env(s), the observation "
                                  f"{n_envs}: pass the state predict returned for these envs (or None to start)")
             starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
-                torch.as_tensor(np.asarray(episode_start), device=self.device).bool().reshape(n_envs)
+                torch.as_tensor(_one_per_env(episode_start, n_envs), device=self.device).bool().reshape(n_envs)
             latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)
             if isinstance(self.action_dist, CategoricalDistribution):
                 actions = self._sample_categorical(latent_pi, deterministic)[0].view(-1).cpu().numpy()

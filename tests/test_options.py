@@ -126,6 +126,21 @@ def test_the_python_api_names_a_misplaced_policy_option_and_a_negative_budget():
     assert model.num_timesteps == 0
     model.learn(8.0)
     assert model.num_timesteps == 8
+    with pytest.raises(ValueError, match=r"^episode_start holds 3 flag\(s\), the observation 2 env\(s\)"):
+        model.predict(np.zeros((2, 2), np.float32), episode_start=np.zeros(3, bool))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("TMaze-v0", 0), "n_envs=0: expected an integer >= 1"),
+    (("TMaze-v0", "2"), "n_envs='2': expected an integer >= 1"),
+    (("TMaze-v0", 2, -1), "seed=-1: expected an integer >= 0"),
+    (("CartPole-v1", 2, 0.5), "seed=0.5: expected an integer >= 0"),
+])
+def test_make_vec_env_names_a_bad_count_or_seed(args, message):
+    """The env factory of the Python API names its key like every other rule (before: a `TypeError` comparing a
+    string with 0, and numpy's unnamed "expected non-negative integer")."""
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        make_vec_env(*args)
 
 
 def test_relations_live_in_the_component_and_name_its_options():
