@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -39,7 +40,6 @@ from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
-from policies.rules import Range
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -295,8 +295,10 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     reset (SB3 semantics; `venv.seed(s)` re-seeds at the next reset). `ValueError`/`TypeError` as `make_env`.
     `vec_env="torch"` gives the `TorchVecEnv` of an engram task on `device` (its episodes kept by the env itself).
     """
-    Range(1, integer=True).check("n_envs", n_envs)
-    Range(0, integer=True, optional=True).check("seed", seed)
+    if not _is_integer(n_envs) or n_envs < 1:
+        raise ValueError(f"n_envs={n_envs!r}: expected an integer >= 1")
+    if seed is not None and (not _is_integer(seed) or seed < 0):
+        raise ValueError(f"seed={seed!r}: expected an integer >= 0 (or None for fresh entropy)")
     if vec_env not in VEC_ENVS:
         raise ValueError(f"vec_env={vec_env!r}: expected one of {', '.join(VEC_ENVS)}")
     import_packages(gym_packages)
@@ -325,6 +327,10 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     if seed is not None:
         venv.seed(seed)
     return EpisodeMonitor(venv)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _plain_wrappers(wrappers: list[WrapperSpec]) -> list[dict[str, dict[str, Any]]] | None:

@@ -139,7 +139,7 @@ def test_the_python_api_names_a_misplaced_policy_option_and_a_negative_budget():
 def test_make_vec_env_names_a_bad_count_or_seed(args, message):
     """The env factory of the Python API names its key like every other rule (before: a `TypeError` comparing a
     string with 0, and numpy's unnamed "expected non-negative integer")."""
-    with pytest.raises(ConfigError, match=f"^{message}"):
+    with pytest.raises(ValueError, match=f"^{message}"):
         make_vec_env(*args)
 
 
