@@ -222,7 +222,9 @@ def check_known(kwargs: Mapping[str, Any], backbone: Any) -> None:
     unknown = [name for name in kwargs if name not in ActorCriticOptions.__annotations__]
     if not unknown:
         return
-    valid = [*MEMORY_OPTIONS, "popart", "popart_beta", *ActorCriticOptions.__annotations__]
+    own = [name for name, parameter in inspect.signature(MemoryActorCriticPolicy.__init__).parameters.items()
+           if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    valid = [*own, *ActorCriticOptions.__annotations__]
     hint = ""
     if isinstance(backbone, str) and backbone in BACKBONES and unknown[0] in BACKBONES[backbone].options():
         hint = f" ({unknown[0]!r} is an option of backbone {backbone!r}: pass it in backbone_kwargs)"
