@@ -3,10 +3,13 @@ losses of the backbone, and the guard against non-finite losses, gradients and p
 
 from __future__ import annotations
 
+import errno
+import inspect
 import json
 import warnings
 import zipfile
 from collections import defaultdict
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, Self
@@ -35,10 +38,10 @@ from agents.buffer import (
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from policies.backbone import Aux
-from policies.options import Relation, checked
+from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
-from policies.rules import Count, Device, Entries, OneOf, Range, Switch
+from policies.rules import ConfigError, Count, Device, Entries, OneOf, Range, Switch, shown
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -101,6 +104,17 @@ def saved_policy_kwargs(path: str | Path) -> dict[str, Any]:
 
 class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity; the message says where it first appeared."""
+
+
+def check_finite_observation(obs: np.ndarray | dict[str, np.ndarray], timestep: int) -> None:
+    """Raise `NonFiniteError` when a float observation from the env holds a NaN or an infinity (the policy would
+    act on it, and sampling fails on a non-finite probability)."""
+    for key, value in obs.items() if isinstance(obs, dict) else [(None, obs)]:
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            envs = np.flatnonzero(~np.isfinite(value).reshape(len(value), -1).all(axis=1)).tolist()
+            name = "observation" if key is None else f"observation {key!r}"
+            raise NonFiniteError(f"non-finite {name} from the env at timestep {timestep} (envs {envs[:5]}): the env "
+                                 "gave a NaN or an infinity; fix the env or wrap it to clean its observations")
 
 
 def non_finite_tensors(tensors: dict[str, Tensor], shown: int = 5) -> str:
@@ -179,6 +193,11 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                  uniform_kl_coef: UniformKLCoef, advantage_scale_decay: AdvantageScaleDecay = 0.999,
                  minibatch_order: MinibatchOrder = "shuffled", precision: Precision = "fp32", **kwargs: Any) -> None:
         Device().check("device", kwargs.get("device", "auto"))  # a missing accelerator is an error, not the CPU
+        if not isinstance(policy, str) and not (isinstance(policy, type) and issubclass(policy, BasePolicy)):
+            raise ConfigError(f"policy={shown(policy)}: expected 'MemoryPolicy' or a MemoryActorCriticPolicy class")
+        if env is None and kwargs.get("_init_setup_model", True):
+            raise ConfigError(f"env=None: expected an env id, a gymnasium env or a VecEnv (a saved model loads "
+                              f"without one: {type(self).__name__}.load)")
         if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
             from envs import make_vec_env
 
@@ -205,12 +224,50 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """Refuse SB3's gSDE options, learner or policy ones, with `policies.policy.GSDE_REFUSED` rather than
         the `TypeError` of an unexpected keyword: memory learners take none of them."""
+        policy_kwargs = kwargs.get("policy_kwargs")
         given = [f"{name}={kwargs[name]!r}" for name in GSDE_OPTIONS if name in kwargs]
-        given += [f"policy_kwargs {name}={value!r}" for name, value in (kwargs.get("policy_kwargs") or {}).items()
-                  if name in GSDE_OPTIONS]
+        given += [f"policy_kwargs {name}={value!r}" for name, value in
+                  (policy_kwargs.items() if isinstance(policy_kwargs, Mapping) else ()) if name in GSDE_OPTIONS]
         if given:
             raise ValueError(f"{', '.join(given)}: {GSDE_REFUSED}")
+        cls._check_known(kwargs, "")
         return super().__new__(cls)
+
+    @classmethod
+    def _options(cls) -> list[str] | None:
+        """The keyword options of the learner's constructor (`None` where it passes any on, `**kwargs`)."""
+        parameters = inspect.signature(inspect.unwrap(cls.__init__)).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return None
+        return [p.name for p in parameters if p.name not in ("self", "policy", "env") and not p.name.startswith("_")]
+
+    @classmethod
+    def _check_known(cls, options: Mapping[str, Any], where: str) -> None:
+        """Refuse (`ConfigError`) an option the learner's constructor does not take, naming the valid ones."""
+        valid = cls._options()
+        if valid is not None and (unknown := [name for name in options if name not in valid
+                                              and name not in ("policy", "env", "_init_setup_model")]):
+            raise ConfigError(f"unknown option {unknown[0]!r} of {cls.__name__}{where}; valid options: "
+                              + ", ".join(valid))
+
+    @classmethod
+    def _check_loaded_options(cls, file: Path, custom_objects: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
+        """The options `load` sets over the saved ones (`custom_objects`, keyword arguments), checked as the
+        constructor checks them: each against its rule, and the relations with the saved options. A keyword
+        argument must be an option; `custom_objects` may also replace SB3's other saved objects (`lr_schedule`)."""
+        cls._check_known({name: value for name, value in kwargs.items() if name != "policy_kwargs"}, ".load")
+        given = {**custom_objects, **kwargs}
+        given.pop("policy_kwargs", None)
+        rules: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            if is_checked(init := vars(klass).get("__init__")):
+                rules.update(option_rules(init))
+        for name, value in given.items():
+            if name in rules:
+                rules[name].check(name, value)
+        merged = {**_saved_data(file), **given}
+        for relation in relations(cls):
+            relation.check(merged)
 
     @classmethod
     def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: dict[str, Any] | None = None,
@@ -220,13 +277,17 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         today's defaults are. `policy_kwargs`, as SB3 allows, must be the policy's saved options; both are
         compared with every default resolved (`MemoryActorCriticPolicy.resolve_kwargs`), so the options a
         model was trained with are accepted as given then."""
+        Device().check("device", device)
         if isinstance(path, str | Path):
             file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
+            if not file.exists():
+                raise FileNotFoundError(errno.ENOENT, "no saved model there (nor with .zip added)", str(path))
             if zipfile.is_zipfile(file):
                 saved = saved_learner(file)
                 if saved is not None and saved != cls.__name__:
                     raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
                                     f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
+                cls._check_loaded_options(file, custom_objects or {}, kwargs)
                 custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
                 policy_class = saved_policy_class(file)
                 if "policy_kwargs" in kwargs and isinstance(policy_class, type) \
@@ -281,8 +342,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def learn(self, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
               tb_log_name: str | None = None, reset_num_timesteps: bool = True, progress_bar: bool = False) -> Self:
         """SB3's `learn`, its TensorBoard run named after the learner (`MemoryPPO_1`) unless `tb_log_name` names
-        one; a budget below zero, NaN or not a number is refused (SB3 would return having trained nothing)."""
-        Range(0).check("total_timesteps", total_timesteps)
+        one. The budget is a whole number of steps, `0 ≤ n ≤ 2³¹ − 1` as the command line takes it (SB3's float
+        budgets such as `1e5` included); any other is refused (SB3 would train nothing, or for ever)."""
+        whole = isinstance(total_timesteps, float) and total_timesteps.is_integer()
+        Range(0, integer=True).check("total_timesteps", int(total_timesteps) if whole else total_timesteps)
         return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                              reset_num_timesteps, progress_bar)
 
@@ -299,6 +362,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         callback.on_rollout_start()
         n_steps = 0
         while n_steps < n_rollout_steps:
+            check_finite_observation(self._last_obs, self.num_timesteps)
             with torch.inference_mode():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)
                 starts = torch.as_tensor(self._last_episode_starts, device=self.device).bool()

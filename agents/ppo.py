@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 from stable_baselines3.common.policies import BasePolicy
@@ -23,7 +23,7 @@ from agents.on_policy import (
 )
 from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
-from policies.rules import Count, NonNegative, Positive, Probability, Range, Switch
+from policies.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
 
 LEARNING_RATE = LinearSchedule(1e-3, 0.0, 1.0)
 """the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; docs/notes/tuned-defaults.md)"""
@@ -76,8 +76,8 @@ class MemoryPPO(MemoryOnPolicyAlgorithm):
                  exploration_floor: ExplorationFloor = 0.0, uniform_kl_coef: UniformKLCoef = None,
                  segment_length: Count = 16, minibatch_order: MinibatchOrder = "shuffled",
                  precision: Precision = "fp32", aux_coefs: AuxCoefs = None, stats_window_size: Count = 100,
-                 tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None,
-                 verbose: int = 0, seed: int | None = None, device: torch.device | str = "auto",
+                 tensorboard_log: str | None = None, policy_kwargs: OptionalMapping = None,
+                 verbose: Verbosity = 0, seed: int | None = None, device: torch.device | str = "auto",
                  _init_setup_model: bool = True) -> None:
         self.n_epochs = n_epochs
         self.clip_range = clip_range

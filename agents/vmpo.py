@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
@@ -33,7 +33,7 @@ from agents.vmpo_losses import (
 from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
 from policies.popart import PopArtBeta, PopArtValueHead
-from policies.rules import Count, NonNegative, Positive, Probability, Range, Switch
+from policies.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
 
 DUAL_MIN = 1e-8
 AlphaInit = Annotated[float | None, Range(0.0, low_open=True, optional=True)]
@@ -89,7 +89,8 @@ class VMPO(MemoryOnPolicyAlgorithm):
                  popart_beta: PopArtBeta = 1e-3, segment_length: Count = 16,
                  minibatch_order: MinibatchOrder = "shuffled", precision: Precision = "fp32",
                  aux_coefs: AuxCoefs = None, stats_window_size: Count = 100,
-                 tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
+                 tensorboard_log: str | None = None, policy_kwargs: OptionalMapping = None,
+                 verbose: Verbosity = 0,
                  seed: int | None = None, device: torch.device | str = "auto", _init_setup_model: bool = True) -> None:
         self.n_epochs = n_epochs
         self.epsilon_eta, self.epsilon_alpha = epsilon_eta, epsilon_alpha

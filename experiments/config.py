@@ -365,7 +365,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 def parse_override(text: str) -> tuple[str, Any]:
     """`key=value` → `(key, parsed value)`."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
+    if not sep or not all(part.strip() for part in key.split(".")):
         raise ConfigError(f"override {shown(text)} is not of the form dotted.key=value")
     return key.strip(), parse_value(value.strip())
 

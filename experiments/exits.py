@@ -13,7 +13,9 @@
   of these ways the signal ended it.
 - A write that fails for a reason of the machine (a full disk or quota, a read-only file system, an immutable file,
   no permission, an I/O error) ends it with status 1 and one line naming the file and the errno, no traceback:
-  `error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device`.
+  `error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device`. So does any
+  other error of the file system about a file it names (a folder that the system will not create, as under
+  `/proc`): `error: cannot access '/proc/runs': [Errno 2] No such file or directory`.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
         except Exception as error:
             if received.signum is not None:  # what the interrupted code raised on its way out (a half-written zip)
                 status = _reported(received, received.signum)
-            elif isinstance(error, OSError) and is_fault(error):
+            elif isinstance(error, OSError) and (is_fault(error) or error.filename is not None):
                 print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
                 status = EXIT_FAULT
             else:

@@ -8,6 +8,7 @@ They complete the kinds of `policies.rules` (ranges, choices, flags, ...) for th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,13 +47,46 @@ class Directory:
 
     def check(self, key: str, value: Any) -> None:
         Text().check(key, value)
+        check_name_lengths(key, value)
         path = Path(value)
-        for folder in (path, *path.parents):  # the nearest existing one must be a directory
+        folder = nearest_existing(path)  # it must be a directory
+        if not folder.is_dir():
+            where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
+            raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
+
+
+def check_name_lengths(key: str, value: str) -> None:
+    """Refuse a path that the file system cannot hold: a name longer than `NAME_MAX` bytes or a whole path longer
+    than `PATH_MAX` (the nearest existing folder's limits, 255 and 4096 on Linux)."""
+    path = Path(value).absolute()
+    folder = nearest_existing(path)
+    name_max, path_max = (_limit(folder, name, default) for name, default in (("PC_NAME_MAX", 255),
+                                                                              ("PC_PATH_MAX", 4096)))
+    for name in path.relative_to(folder).parts:
+        if len(os.fsencode(name)) > name_max:
+            raise ConfigError(f"{key}={shown(value)}: the name {short(name, 24)!r} is {len(os.fsencode(name))} bytes; "
+                              f"expected names of at most {name_max} bytes")
+    if len(os.fsencode(str(path))) >= path_max:
+        raise ConfigError(f"{key}={shown(value)}: the path is {len(os.fsencode(str(path)))} bytes; expected fewer "
+                          f"than {path_max}")
+
+
+def nearest_existing(path: Path) -> Path:
+    """`path` or its nearest ancestor that exists (a name too long to look up counts as missing)."""
+    for folder in (path, *path.parents):
+        try:
             if folder.exists():
-                if not folder.is_dir():
-                    where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
-                    raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
-                return
+                return folder
+        except OSError:
+            continue
+    return Path(path.anchor or ".")
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
 
 
 @dataclass(frozen=True)
@@ -62,10 +96,12 @@ class FolderName:
     note: str = ""
 
     def describe(self) -> str:
-        return "a folder name (not empty, . or .., without '/' or '\\')" + (f" ({self.note})" if self.note else "")
+        return ("a folder name (not empty, . or .., without '/' or '\\', at most 255 bytes)"
+                + (f" ({self.note})" if self.note else ""))
 
     def check(self, key: str, value: Any) -> None:
-        if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0"):
+        if (not isinstance(value, str) or not value.strip() or value in (".", "..")
+                or any(c in value for c in "/\\\0") or len(os.fsencode(value)) > 255):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
 
 
@@ -84,4 +120,5 @@ class EnvWrappers:
         try:
             parse_env_wrapper(value)
         except EnvWrapperError as error:
-            raise ConfigError(f"{key}={short(repr(value))}: {error}; expected {self.describe()}") from None
+            expected = "" if "expected" in str(error) else f"; expected {self.describe()}"
+            raise ConfigError(f"{key}={short(repr(value))}: {error}{expected}") from None

@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import math
 import traceback
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.catalogue import Catalogue
 from policies.options import check_options, option_rules, relations
 from policies.policy import MemoryActorCriticPolicy, default_features_extractor
-from policies.rules import ConfigError, Range, Rule, one_line, short, shown
+from policies.rules import VERBOSITY, ConfigError, Range, Rule, one_line, short, shown
 from policies.spaces import check_spaces
 
 FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
@@ -100,7 +101,7 @@ CLI_OPTIONS: dict[str, Rule] = {
     "workers": COUNT,
     "max_retries": Range(0, integer=True),
     "reps": COUNT,
-    "verbose": Range(0, 2, integer=True),
+    "verbose": VERBOSITY,
     "study": FolderName(note="the study directory under --log-dir"),
     "name": FolderName(note="the tune study directory under {log_dir}/tune"),
 }
@@ -203,10 +204,13 @@ def check_env(config: RunConfig) -> Any:
             if isinstance(number, float) and math.isnan(number):  # an env's own keywords have no range rule here
                 raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected a number, not NaN")
     try:
-        probe = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
-                         **config.env_kwargs)
+        with warnings.catch_warnings():  # gymnasium's warning of an unknown render mode: refused below instead
+            warnings.simplefilter("ignore")
+            probe = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
+                             **config.env_kwargs)
         try:
             check_spaces(probe.observation_space, probe.action_space)  # before a VecEnv allocates for them
+            _check_render_mode(config.env_kwargs.get("render_mode"), probe.metadata.get("render_modes") or [])
         except ValueError as error:
             raise ConfigError(f"env={shown(config.env)}: {error}") from None
         finally:
@@ -225,6 +229,13 @@ def check_env(config: RunConfig) -> Any:
     except Exception as error:  # any failure of the env's own checks, named with the kwargs given
         given = " ".join(f"{k}={shown(v)}" for k, v in config.env_kwargs.items()) or "(no kwargs)"
         raise ConfigError(f"env={shown(config.env)} with env_kwargs {given} does not build ({cause(error)})") from None
+
+
+def _check_render_mode(mode: Any, modes: list[str]) -> None:
+    """Refuse a render mode the env does not list in its `metadata["render_modes"]`."""
+    if mode is not None and mode not in modes:
+        raise ConfigError(f"env_kwargs.render_mode={shown(mode)}: expected one of the env's render modes, "
+                          f"{', '.join(map(str, modes)) or '(none)'} (or null for none)")
 
 
 def _check_action_space(config: RunConfig, action_space: Any) -> None:

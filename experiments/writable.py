@@ -14,14 +14,7 @@ from pathlib import Path
 
 from experiments.atomic import WriteError
 from experiments.config import ConfigError
-
-
-def _existing_folder(path: Path) -> Path:
-    """`path` or its nearest ancestor that exists."""
-    path = Path(path).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+from experiments.rules import check_name_lengths, nearest_existing
 
 
 def _try_create(folder: Path) -> OSError | None:
@@ -38,10 +31,11 @@ def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
     """Refuse (`ConfigError`, one line naming `flag`, the path and the errno) an output `path` that cannot
     be written: a file asked for where a directory is (or, with `directory`, a directory asked for where a file
     is), a folder on the way that is a file, or a folder in which no file can be created now."""
+    check_name_lengths(flag, str(path))
     path = Path(path)
     if not directory and path.is_dir():
         raise ConfigError(f"{flag} {str(path)!r}: is a directory; expected a file to write")
-    folder = _existing_folder(path if directory else path.parent)
+    folder = nearest_existing((path if directory else path.parent).absolute())
     if not folder.is_dir():
         raise ConfigError(f"{flag} {str(path)!r}: {str(folder)!r} is a file; expected a path in a directory")
     error = _try_create(folder)
@@ -53,7 +47,7 @@ def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
 def check_directory(directory: str | Path) -> None:
     """Raise `WriteError` naming `directory` when no file can be created in it (or the nearest folder of it
     that exists): a place the command writes to by itself, so a machine fault (exit status 1), not a bad input."""
-    folder = _existing_folder(Path(directory))
+    folder = nearest_existing(Path(directory).absolute())
     error = _try_create(folder)
     if error is not None:
         raise WriteError(error.errno, error.strerror, str(directory))

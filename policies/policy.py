@@ -39,8 +39,8 @@ from policies.options import checked
 from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
-from policies.rules import ConfigError, Flag, OptionalMapping, Switch
-from policies.spaces import check_spaces
+from policies.rules import ConfigError, Flag, OptionalMapping, Switch, short
+from policies.spaces import check_spaces, observation_problem
 from policies.window import State, Window
 
 
@@ -212,6 +212,9 @@ def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
     if flags.size != n_envs:
         raise ValueError(f"episode_start holds {flags.size} flag(s), the observation {n_envs} env(s): pass one "
                          "per env (the dones of the last step)")
+    if flags.dtype.kind not in "biuf" or not np.isin(flags, (0, 1)).all():
+        raise ValueError(f"episode_start={short(repr(episode_start))}: expected one flag per env, each True/False "
+                         "(or 1/0): the dones of the last step")
     return flags
 
 
@@ -479,6 +482,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         self.set_training_mode(False)
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
             raise ValueError(MIXED_GYM_API)
+        if (problem := observation_problem(observation, self.observation_space)) is not None:
+            raise ValueError(f"observation {problem}")
         obs, vectorized = self.obs_to_tensor(observation)
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
@@ -506,6 +511,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """The state as the library holds it, from `predict`'s dict of arrays (a `PolicyState` is returned as is)."""
         if isinstance(state, PolicyState):
             return state
+        if not isinstance(state, Mapping) or not all(isinstance(entries, Mapping) for entries in state.values()):
+            raise ValueError(f"state={short(repr(state))}: expected None (new episodes) or the state predict "
+                             "returned: a dict of each backbone's dict of arrays")
         return PolicyState(**{name: Window.from_dict({k: self._as_tensor(v) for k, v in entries.items()})
                               for name, entries in state.items()})
 

@@ -308,6 +308,9 @@ Finite = Annotated[float, Range()]
 Switch = Annotated[bool, Flag()]
 OptionalMapping = Annotated[dict[str, Any] | None, Entries()]
 """the options of a sub-component (a mapping, or ``None`` for its defaults)"""
+VERBOSITY = Range(0, 2, integer=True)
+Verbosity = Annotated[int, VERBOSITY]
+"""SB3's verbosity: 0 quiet, 1 info, 2 debug"""
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,26 @@ def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) ->
             raise ValueError(f"its {where} {short(str(part))} {problem}")
     if (problem := _action_problem(action_space)) is not None:
         raise ValueError(f"its action space {short(str(action_space))} {problem}")
+
+
+def observation_problem(observation: object, space: spaces.Space) -> str | None:
+    """What makes `observation` (one env's or a batch's, as `predict` takes it) unusable for `space`: an array
+    given for a Dict space or a dict for an array space, non-numeric values, or a NaN or infinity; `None` if none."""
+    if isinstance(space, spaces.Dict) != isinstance(observation, dict):
+        given = "a dict" if isinstance(observation, dict) else f"a {type(observation).__name__}"
+        wanted = "a dict with the keys " + ", ".join(space.spaces) if isinstance(space, spaces.Dict) else "an array"
+        return f"is {given}; expected {wanted} for the observation space {_named(space)}"
+    parts = observation.items() if isinstance(observation, dict) else [(None, observation)]
+    for key, value in parts:
+        where = "" if key is None else f"[{key!r}]"
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            return f"{where} has dtype {array.dtype}; expected numbers for {_named(space)}".lstrip()
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            return f"{where} holds a NaN or an infinity; expected finite numbers".lstrip()
+    return None
+
+
+def _named(space: spaces.Space) -> str:
+    """`space` in a few words: its class and shape."""
+    return f"{type(space).__name__} of shape {space.shape}" if space.shape is not None else type(space).__name__

@@ -68,6 +68,26 @@ CASES: list[tuple[list[str], str]] = [
     (["-p", "ppo.gamma=" + "9" * 400], "ppo.gamma=9999"),
     (["-p", "seed=" + "9" * 5000], "seed='9999"),
     (["-p", "ppo={n_steps: 1, n_steps: 2}"], "key 'n_steps' repeats the one at line 1"),
+    # names and paths longer than the file system takes, in every command that writes
+    ([*TINY, "--log-dir", "OUT/" + "a" * 300], "the name 'aaaaaaaaaaaaaaaaaaaaaaa…' is 300 bytes; expected names of at "
+                                              "most 255 bytes"),
+    ([*TINY, "--log-dir", "OUT" + "/abcdefgh" * 500], "the path is "),
+    ([*TINY, "--seed", "0", "1", "--study", "b" * 300], "at most 255 bytes) (the study directory under --log-dir)"),
+    (["plot", "RUN", "--out", "OUT/" + "c" * 300 + ".png"], "--out='OUT/cccc"),
+    (["evaluate", "RUN", "--record", "OUT/" + "d" * 300 + ".gif"], "expected names of at most 255 bytes"),
+    (["report", "RUNS", "--out", "OUT/" + "e" * 300], "expected names of at most 255 bytes"),
+    ([*TUNE[:-1], "OUT/" + "f" * 300], "expected names of at most 255 bytes"),
+    # overrides: a key with an empty part; a message that says what is expected once
+    ([*TINY, "-p", "ppo.=3"], "override 'ppo.=3' is not of the form dotted.key=value"),
+    ([*TINY, "-p", "env_wrapper=5"], "env_wrapper=5: env_wrapper entry 5: expected an import path such as envs."
+                                     "wrappers.MaskVelocity, or a one-key mapping {import.path: {keyword: value}}"),
+    # what a run would ignore: a study's option given to one run, a Ray address without Ray
+    ([*TINY, "--workers", "2"], "--workers=2: an option of seed studies, and this is one run"),
+    ([*TINY, "--no-report"], "--no-report: an option of seed studies, and this is one run"),
+    ([*TINY, "--seed", "0", "1", "--ray-address", "foo:1"], "--ray-address='foo:1': only with --launcher ray"),
+    # an env keyword the env takes, with a value it does not list
+    (["--env", "CartPole-v1", "--backbone", "mlp", "-n", "64", "--env-kwargs", "render_mode=foo"],
+     "env_kwargs.render_mode='foo': expected one of the env's render modes, human, rgb_array"),
     # study
     (["study", "OUT/study_dup.yaml"], "config file 'OUT/study_dup.yaml' is not valid YAML at line 2, column 1: key "
                                       "'seeds' repeats the one at line 1"),
@@ -228,3 +248,13 @@ def test_the_python_api_raises_what_the_command_line_prints(made, out):
             call()
         assert message in str(raised.value) and "\n" not in str(raised.value)
     assert not (out / "lm").exists()
+
+
+def test_a_rule_says_what_is_expected_once():
+    """A rule whose cause already says what is valid does not say it again (mutation caught: the env wrapper rule
+    appended its own description after the wrapper parser's)."""
+    from experiments.rules import EnvWrappers
+
+    with pytest.raises(ConfigError) as refused:
+        EnvWrappers().check("env_wrapper", 5)
+    assert str(refused.value).count("expected") == 1, refused.value

@@ -148,6 +148,13 @@ def test_train_and_study_on_a_read_only_file_system_end_with_one_line(tmp_path, 
             one_line(err, f"error: cannot write {str(disk / 'runs')!r}: [Errno 30] Read-only file system")
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
+def test_a_log_dir_the_system_will_not_create_ends_with_one_line(capsys):
+    code, err = cli([*TINY, "--log-dir", "/proc/engram-runs"], capsys)
+    assert code == 1
+    one_line(err, "error: cannot access '/proc/engram-runs'", "[Errno 2]")
+
+
 def test_train_in_a_directory_made_immutable_midway_ends_with_one_line_and_resumes(tmp_path, capsys, monkeypatch):
     log_dir = tmp_path / "runs"
     after_first_checkpoint(monkeypatch, lambda: immutable(log_dir / RUN, on=True))

@@ -15,6 +15,7 @@ import pytest
 import torch
 from stable_baselines3.common.utils import LinearSchedule
 
+import agents
 import train_rl
 from agents import MemoryPPO
 from envs import make_vec_env
@@ -111,7 +112,8 @@ def test_the_python_api_names_devices_seeds_losses_widths_and_batches_it_cannot_
 def test_the_python_api_names_a_misplaced_policy_option_and_a_negative_budget():
     """A backbone's option given beside `backbone` (not in `backbone_kwargs`) and an option nobody takes are each
     a `ValueError` naming the key and the valid ones, not SB3's `TypeError`; `learn` refuses a budget below zero
-    (SB3 would return at once, having trained nothing) and takes SB3's float budgets."""
+    (SB3 would return at once, having trained nothing), a fraction or one beyond the command line's limit, and takes
+    SB3's float budgets."""
     env = make_vec_env("TMaze-v0", 2, 0, length=3)
     with pytest.raises(ConfigError, match=r"^unknown policy option 'n_heads' \('n_heads' is an option of backbone "
                                           r"'gtrxl': pass it in backbone_kwargs\); valid options: backbone, "):
@@ -120,14 +122,73 @@ def test_the_python_api_names_a_misplaced_policy_option_and_a_negative_budget():
         MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gru", "hidden": 8})
     model = MemoryPPO("MemoryPolicy", env, n_steps=4, batch_size=8, segment_length=4,
                       policy_kwargs={"backbone": "gru", "backbone_kwargs": {"hidden_size": 8}})
-    for budget in (-1, float("nan"), "100"):
-        with pytest.raises(ConfigError, match=f"^total_timesteps={budget!r}: expected a number >= 0$"):
+    for budget in (-1, float("nan"), "100", 1.5, 10**30, 1e30):
+        with pytest.raises(ConfigError, match=r"^total_timesteps=.*: expected an integer >= 0"):
             model.learn(budget)
     assert model.num_timesteps == 0
     model.learn(8.0)
     assert model.num_timesteps == 8
     with pytest.raises(ValueError, match=r"^episode_start holds 3 flag\(s\), the observation 2 env\(s\)"):
         model.predict(np.zeros((2, 2), np.float32), episode_start=np.zeros(3, bool))
+
+
+@pytest.mark.parametrize(("learner", "args", "kwargs", "message"), [
+    ("MemoryPPO", (5, "ENV"), {}, r"^policy=5: expected 'MemoryPolicy' or a MemoryActorCriticPolicy class"),
+    ("MemoryPPO", ("MemoryPolicy", None), {}, r"^env=None: expected an env id, .*MemoryPPO.load"),
+    ("MemoryPPO", ("MemoryPolicy", "ENV"), {"policy_kwargs": [1]}, r"^policy_kwargs=\[1\]: expected a mapping"),
+    ("MemoryPPO", ("MemoryPolicy", "ENV"), {"verbose": 7}, r"^verbose=7: expected an integer in \[0, 2\]"),
+    ("VMPO", ("MemoryPolicy", "ENV"), {"ent_coef": 0.1}, r"^unknown option 'ent_coef' of VMPO; valid options: "
+                                                          r"learning_rate, n_steps, .*epsilon_eta"),
+    ("VMPO", ("MemoryPolicy", "ENV"), {"gae_lambda": 0.9}, r"^unknown option 'gae_lambda' of VMPO"),
+])
+def test_a_learner_names_a_bad_policy_env_or_option(learner, args, kwargs, message):
+    """Every argument a learner's constructor takes is checked by name, not left to SB3's or Python's error."""
+    env = make_vec_env("CartPole-v1", 2, 0)
+    args = tuple(env if arg == "ENV" else arg for arg in args)
+    with pytest.raises(ConfigError, match=message):
+        agents.ALGOS[learner.lower().removeprefix("memory")](*args, n_steps=16, batch_size=32, **kwargs)
+
+
+@pytest.mark.parametrize(("custom_objects", "kwargs", "message"), [
+    ({}, {"gamma": 2.0}, r"^gamma=2.0: expected a number in \[0, 1\]"),
+    ({"gamma": 2.0}, {}, r"^gamma=2.0: expected a number in \[0, 1\]"),
+    ({}, {"clip_range": -1.0}, r"^clip_range=-1.0: expected a number > 0"),
+    ({}, {"n_epochs": 0}, r"^n_epochs=0: expected an integer >= 1"),
+    ({}, {"n_steps": 10}, r"^n_steps=10: expected a multiple of the training segment, segment_length=16"),
+    ({}, {"gama": 0.9}, r"^unknown option 'gama' of MemoryPPO.load; valid options: learning_rate, "),
+    ({}, {"device": "tpu"}, r"^device='tpu': expected auto, cpu, cuda, cuda:N or mps"),
+])
+def test_load_checks_the_options_it_sets_as_the_constructor_does(custom_objects, kwargs, message, tmp_path):
+    """`load`'s keyword arguments and `custom_objects` replace saved options: each is checked against its rule and
+    against the saved options it relates to; `custom_objects` may still replace SB3's other objects."""
+    env = make_vec_env("CartPole-v1", 2, 0)
+    MemoryPPO("MemoryPolicy", env, n_steps=16, batch_size=32, policy_kwargs={"backbone": "mlp"}).save(tmp_path / "m")
+    with pytest.raises(ConfigError, match=message):
+        MemoryPPO.load(tmp_path / "m.zip", env=env, custom_objects=custom_objects, **kwargs)
+    loaded = MemoryPPO.load(tmp_path / "m.zip", env=env, gamma=0.9,
+                            custom_objects={"lr_schedule": lambda _: 0.0, "learning_rate": 0.0})
+    assert loaded.gamma == 0.9
+    with pytest.raises(FileNotFoundError, match=r"no saved model there \(nor with .zip added\): '.*missing.zip'"):
+        MemoryPPO.load(tmp_path / "missing.zip")  # SB3 named 'missing.zip.zip'
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ({"observation": np.full((2, 4), np.nan, np.float32)}, "^observation holds a NaN or an infinity"),
+    ({"observation": {"a": np.zeros((2, 4), np.float32)}}, "^observation is a dict; expected an array for the "
+                                                          r"observation space Box of shape \(4,\)"),
+    ({"observation": np.array([["a"] * 4] * 2)}, "^observation has dtype <U1; expected numbers"),
+    ({"state": "hello"}, "^state='hello': expected None .* or the state predict returned"),
+    ({"state": (1, 2)}, r"^state=\(1, 2\): expected None"),
+    ({"episode_start": np.array([2, 3])}, r"^episode_start=array\(\[2, 3\]\): expected one flag per env"),
+])
+def test_predict_names_a_malformed_observation_state_or_episode_start(call, message):
+    """What `predict` cannot use is a `ValueError` naming the argument, not torch's or numpy's error."""
+    model = MemoryPPO("MemoryPolicy", make_vec_env("CartPole-v1", 2, 0), n_steps=8, batch_size=16, segment_length=8,
+                      policy_kwargs={"backbone": "gru", "backbone_kwargs": {"hidden_size": 8}})
+    with pytest.raises(ValueError, match=message):
+        model.predict(**{"observation": np.zeros((2, 4), np.float32), **call})
+    actions, _ = model.predict(np.zeros((2, 4), np.float32), episode_start=np.array([True, False]))
+    assert actions.shape == (2,)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -7,6 +7,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -20,6 +21,7 @@ from stable_baselines3.common.envs import (
     SimpleMultiObsEnv,
 )
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from agents import MemoryPPO, NonFiniteError
 from policies import ATTENTIONS, BACKBONES
@@ -239,6 +241,29 @@ def test_non_finite_training_stops_and_says_where(where, message):
     tensors with a NaN or infinity, which leaves a finite parameter too large for its norm unnamed)."""
     with pytest.raises(NonFiniteError, match=message):
         small_model("gtrxl").learn(2 * 16 * 4, callback=Poison(where))
+
+
+class NaNAfter(gym.Wrapper):
+    """CartPole whose observation turns NaN at its `at`-th step."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.at, self.steps = at, 0
+
+    def step(self, action):  # noqa: ANN001, ANN201
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return (obs * np.nan if self.steps == self.at else obs), reward, terminated, truncated, info
+
+
+def test_a_non_finite_observation_stops_training_and_says_where():
+    """The env's NaN stops training with `NonFiniteError` naming the env and the step, before the policy samples
+    from it (mutation caught: no check, where torch's multinomial fails on the NaN probabilities)."""
+    env = DummyVecEnv([lambda: NaNAfter(at=5), lambda: NaNAfter(at=1000)])
+    model = MemoryPPO("MemoryPolicy", env, n_steps=8, batch_size=16, segment_length=8,
+                      policy_kwargs={"backbone": "gru", "backbone_kwargs": {"hidden_size": 8}})
+    with pytest.raises(NonFiniteError, match=r"^non-finite observation from the env at timestep 10 \(envs \[0\]\)"):
+        model.learn(64)
 
 
 def test_bad_options_name_the_value():

@@ -122,7 +122,26 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     study.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
     study.add_argument("--reps", type=int, default=DEFAULT_REPS,
                        help=f"bootstrap resamples of the report (default: {DEFAULT_REPS})")
+    parser.set_defaults(study_actions=[action for action in study._group_actions if action.dest != "study"])
     return parser
+
+
+def check_study_options(args: argparse.Namespace) -> None:
+    """Refuse (`ConfigError`) what would be ignored: a study's option given to a single run, and `--ray-address`
+    without `--launcher ray`."""
+    from experiments.config import ConfigError
+    from policies.rules import shown
+
+    if args.ray_address is not None and args.launcher != "ray":
+        raise ConfigError(f"--ray-address={shown(args.ray_address)}: only with --launcher ray (the local launcher "
+                          "starts no Ray)")
+    if not is_study(args):
+        for action in args.study_actions:
+            value = getattr(args, action.dest)
+            if value != action.default:
+                given = action.option_strings[0] + ("" if action.nargs == 0 else f"={shown(value)}")
+                raise ConfigError(f"{given}: an option of seed studies, and this is one run; give several --backbone "
+                                  "or --seed values, --study NAME or a study file, or leave it out")
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,6 +218,7 @@ def _run(argv: list[str], study_file: bool) -> int:
 
     try:
         check_cli_options(vars(args))
+        check_study_options(args)
         if is_study(args):
             from experiments.studies.study import run_study
 
