@@ -24,6 +24,8 @@ def _observation_problem(space: spaces.Space) -> str | None:
                 "one with a gymnasium.ObservationWrapper")
     if isinstance(space, spaces.Box) and space.shape == ():
         return f"has shape (), which SB3 cannot flatten; {FLATTEN}"
+    if isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary) and 0 in space.shape:
+        return f"has shape {space.shape}, holding no value to observe; expected at least one"
     if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(space.start != 0):
         return f"starts at {space.start}, and SB3 one-hot encodes from 0; {FLATTEN}"
     return None

@@ -41,6 +41,7 @@ USER_MODULE = textwrap.dedent('''
                                          "clock": spaces.Discrete(n + 2)}),
         "string": lambda n: spaces.Text(4),
         "tiny": lambda n: spaces.Box(0, 255, (7, 7, 3), np.uint8),
+        "empty": lambda n: spaces.Box(0.0, 1.0, (0,), np.float32),
     }
     ACTIONS = {"discrete": spaces.Discrete(2), "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
                "multidiscrete": spaces.MultiDiscrete([2, 2]), "multibinary": spaces.MultiBinary(2),
@@ -229,6 +230,8 @@ def test_list_envs_shows_the_ids_a_package_registers(user_dir: Path, capsys: pyt
                                                                  "a Dict inside a Dict"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=string"], "is not one SB3 takes (Box, Discrete, MultiDiscrete"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=tiny"], "does not fit the features extractor NatureCNN"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=empty"], "has shape (0,), holding no value to observe; "
+                                                                "expected at least one"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "action=shifted"],
      "its action space Discrete(2, start=1) starts at 1, and the policy's actions start at 0"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "action=unbounded"], "has an unbounded low or high"),
