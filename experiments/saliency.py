@@ -2,7 +2,8 @@
 
 - **Saliency** (as in POPGym Arcade, Wang et al. 2025): `S[t, k] = ‖∂ score(a_t) / ∂ o_k‖₂` for `k ≤ t`, where
   `o_k` is the `k`-th observation as the policy sees it (after SB3's preprocessing: one-hot codes, scaled pixels)
-  and `score(a_t)` the logit of the action taken at `t` (the log-probability for continuous actions). The episode
+  and `score(a_t)` the logit of the action taken at `t` (for continuous actions the Gaussian's standardised mean,
+  `Σ_i μ_i / σ_i`, which the deterministic action follows). The episode
   goes through the backbone's `forward_sequence` from a fresh state, with gradients through its memory; every
   decision step is a copy of the episode in the batch, so one backward pass gives a block of rows.
 - **Attention maps**: the weights each attention layer and head puts on the steps of the episode, recorded by a
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3.common.distributions import CategoricalDistribution
+from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
 from stable_baselines3.common.preprocessing import preprocess_obs
 from torch import Tensor
 
@@ -34,11 +35,16 @@ ROWS = 64
 
 
 def action_scores(policy: Any, latent_pi: Tensor, actions: Tensor) -> Tensor:
-    """`[N]`: the logit of each action taken (categorical actions), else its log-probability."""
+    """`[N]`: the logit of each action taken (categorical actions); for continuous actions the Gaussian's mean in
+    units of its standard deviation, `Σ_i μ_i / σ_i` (the log-probability of the mean, the deterministic action, has
+    no gradient); else the log-probability. `actions` `[N, ...]` in the action space's shape."""
     distribution = policy._get_action_dist_from_latent(latent_pi)
     if isinstance(distribution, CategoricalDistribution):
         return distribution.distribution.logits.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
-    return distribution.log_prob(actions)
+    if isinstance(distribution, DiagGaussianDistribution):
+        normal = distribution.distribution
+        return (normal.mean / normal.stddev).sum(-1)
+    return distribution.log_prob(actions.reshape(len(actions), -1))
 
 
 def _stacked(observations: list[Any]) -> Any:

@@ -81,6 +81,12 @@ CASES: list[tuple[list[str], str]] = [
     ([*TINY, "-p", "ppo.=3"], "override 'ppo.=3' is not of the form dotted.key=value"),
     ([*TINY, "-p", "env_wrapper=5"], "env_wrapper=5: env_wrapper entry 5: expected an import path such as envs."
                                      "wrappers.MaskVelocity, or a one-key mapping {import.path: {keyword: value}}"),
+    # an empty file name, which is no file (the current folder)
+    ([*TINY, "--config", ""], "config file '': an empty name; expected a file path or the name of a shipped run "
+                              "config (demo, "),
+    ([*TINY, "--hyperparams", ""], "config file '': an empty name; expected a file path or the name of a shipped "
+                                   "hyper-parameter file (ppo, vmpo)"),
+    (["study", ""], "config file '': an empty name; expected a file path or the name of a shipped study file"),
     # what a run would ignore: a study's option given to one run, a Ray address without Ray
     ([*TINY, "--workers", "2"], "--workers=2: an option of seed studies, and this is one run"),
     ([*TINY, "--no-report"], "--no-report: an option of seed studies, and this is one run"),

@@ -103,3 +103,57 @@ def test_an_earlier_inspect_is_never_overwritten_nor_mixed(runs, tmp_path, capsy
     code, _, err = inspect([str(run), "--out", str(first)], capsys)
     assert code == 2 and "already holds files" in err and len(err.strip().splitlines()) == 1
     assert {path.name: path.read_bytes() for path in first.iterdir()} == before
+
+
+BOX_ACTIONS = """import gymnasium as gym
+import numpy as np
+
+
+class Env(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (2, 2), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.observation_space.sample(), float(-np.square(action).sum()), self.t >= 4, False, {}
+"""
+
+
+def test_a_run_with_multi_dimensional_box_actions_is_inspected(tmp_path, monkeypatch, capsys):
+    """Actions of shape (2, 2) are scored, deterministic or sampled, by the Gaussian's standardised mean over the four
+    action dimensions (mutation caught: the log-probability of the mean action, whose gradient is 0 everywhere)."""
+    (tmp_path / "box_actions.py").write_text(BOX_ACTIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert train_rl.main(["--env", "box_actions:Env", "--backbone", "mlp", "-n", "32", "--n-envs", "1",
+                          "--eval-freq", "0", "--n-eval-episodes", "1", "--checkpoint-freq", "0",
+                          "--log-dir", str(tmp_path), "-p", "n_eval_envs=1", "ppo.n_steps=32",
+                          "ppo.batch_size=32", "ppo.n_epochs=1", "mlp.hidden_size=8"]) == 0
+    for mode in ([], ["--stochastic"]):
+        out = tmp_path / f"maps{len(mode)}"
+        code, _, _ = inspect([str(tmp_path / "box_actions-Env__ppo-mlp__0"), "--episodes", "1", *mode,
+                              "--out", str(out)], capsys)
+        assert code == 0
+        (episode,) = json.loads((out / "inspect.json").read_text())["episodes"]
+        assert episode["length"] == 4 and all(row[t] > 0 for t, row in enumerate(episode["saliency"]))
+        assert [len(action) for action in episode["actions"]] == [2, 2, 2, 2]
+
+
+def test_a_failure_after_out_was_made_leaves_no_empty_directory(runs, tmp_path, monkeypatch, capsys):
+    import experiments.saliency
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("saliency failed")
+
+    monkeypatch.setattr(experiments.saliency, "saliency", broken)
+    with pytest.raises(RuntimeError, match="saliency failed"):
+        inspect([str(runs / "TMaze-v0__ppo-ffm__0"), "--episodes", "1", "--out", str(tmp_path / "maps")], capsys)
+    assert not (tmp_path / "maps").exists()
+    (tmp_path / "given").mkdir()  # an empty directory the user made is kept
+    with pytest.raises(RuntimeError, match="saliency failed"):
+        inspect([str(runs / "TMaze-v0__ppo-ffm__0"), "--episodes", "1", "--out", str(tmp_path / "given")], capsys)
+    assert (tmp_path / "given").is_dir()

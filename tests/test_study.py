@@ -67,7 +67,8 @@ def test_study_file_grid(tmp_path):
     assert tmaze.backbone_options() == {"hidden_size": 8}
 
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({"n_envs": 8, "env_kwargs": {"length": 9}}))
-    file.write_text(yaml.safe_dump({"tasks": [{"env_kwargs": {"length": 3}}, {"config": "base.yaml"}]}))
+    file.write_text(yaml.safe_dump({"settings": {"env": "TMaze-v0"},
+                                    "tasks": [{"env_kwargs": {"length": 3}}, {"config": "base.yaml"}]}))
     directory, configs = Grid.from_file(file, flags={"log_dir": str(tmp_path)}).study_configs()
     assert [(c.n_envs, c.env_kwargs["length"]) for c in configs] == [(16, 3), (8, 9)]  # a task's own config file
     assert [Path(c.log_dir).name for c in configs] == ["TMaze_v0_length_3", "TMaze_v0_length_9"]  # same env id
@@ -79,6 +80,48 @@ def test_study_file_grid(tmp_path):
     with pytest.raises(ConfigError, match="more than once"):
         Grid.from_file(file).study_configs()
     assert train_rl.main(["study", str(tmp_path / "missing.yaml")]) == 2
+
+
+@pytest.mark.parametrize("study,message", [
+    ({"settings": {"backbone": "lstm"}, "tasks": [{"env": "CartPole-v1"}], "backbones": ["mlp"]},
+     "settings.backbone='lstm': the study's backbones (mlp) set the backbone of every run; list backbones under "
+     "backbones: (or --backbone) instead"),
+    ({"tasks": [{"env": "CartPole-v1", "backbone": "lstm"}], "backbones": ["mlp"]}, "tasks[0].backbone='lstm'"),
+    ({"tasks": [{"env": "CartPole-v1", "seed": 5}], "seeds": [0, 1]}, "tasks[0].seed=5: the study's seeds ([0, 1])"),
+    ({"settings": {"seed": 5}, "seeds": 2}, "settings.seed=5: the study's seeds ([0, 1])"),
+    ({"settings": {"threads": 4}}, "settings.threads=4: the study runs every run with one torch thread, or the "
+                                   "--threads given; give --threads instead"),
+    ({"tasks": [{"env": "CartPole-v1", "threads": 2}]}, "tasks[0].threads=2"),
+    ({"tasks": [{"env": "CartPole-v1", "log_dir": "elsewhere"}]},
+     "tasks[0].log_dir='elsewhere': every run of the study goes under {log_dir}/{name}/; set log_dir under settings: "
+     "(or --log-dir) instead"),
+    ({"tasks": [{"env_kwargs": {}}]}, "tasks[0]={'env_kwargs': {}}: no env (it would train the default, TMaze-v0); "
+                                      "set env: in the task"),
+    ({"tasks": [{"env": "CartPole-v1"}, {}]}, "tasks[1]={}: no env"),
+])
+def test_a_key_the_study_sets_itself_or_a_task_without_env_exits_2(study, message, tmp_path, capsys):
+    """Keys the study overwrites in every run are refused where a study file sets them, as is a task that names no
+    env, with one line and before anything is made."""
+    file = tmp_path / "study.yaml"
+    file.write_text(yaml.safe_dump(study))
+    assert train_rl.main(["study", str(file), "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_task_takes_its_env_from_settings_flags_or_its_config_file(tmp_path):
+    (tmp_path / "base.yaml").write_text("env: CartPole-v1\n")
+    file = tmp_path / "study.yaml"
+    for study, flags in (({"settings": {"env": "CartPole-v1"}, "tasks": [{"n_envs": 2}]}, {}),
+                         ({"tasks": [{"n_envs": 2}]}, {"env": "CartPole-v1"}),
+                         ({"tasks": [{"config": "base.yaml", "n_envs": 2}]}, {}),
+                         ({"config": "base.yaml", "tasks": [{"n_envs": 2}]}, {})):
+        file.write_text(yaml.safe_dump(study))
+        (config,) = Grid.from_file(file, flags=flags).configs()
+        assert (config.env, config.n_envs) == ("CartPole-v1", 2)
+    file.write_text(yaml.safe_dump({"tasks": [{"n_envs": 2}]}))
+    assert Grid.from_file(file, params=["env=CartPole-v1"]).configs()[0].env == "CartPole-v1"
 
 
 def test_grid_from_the_command_line(tmp_path):

@@ -13,10 +13,12 @@ import optuna
 import pytest
 import yaml
 
+import experiments.studies.tune
 import train_rl
 from experiments.config import build_config
 from experiments.run_dir import EvalLog
 from experiments.studies.tune import ReportEvaluations, one_ask_at_a_time, score
+from experiments.studies.tune_space import SearchSpace, load_space
 
 TINY = ["--env", "TMaze-v0", "--backbone", "mlp", "-n", "128", "--eval-freq", "64",
         "--n-eval-episodes", "2", "--startup-trials", "1",
@@ -253,3 +255,57 @@ def _is_worker(proc: Path, parent: int) -> bool:
         return ppid == parent and b"spawn_main" in (proc / "cmdline").read_bytes()
     except (OSError, IndexError, ValueError):
         return False
+
+
+def test_space_bounds_are_read_as_numbers_as_a_run_config_reads_them(tmp_path):
+    """`1e-4` is a string to YAML 1.1; a space file reads it as the number, as a --config file does."""
+    path = tmp_path / "space.yaml"
+    path.write_text("ppo.learning_rate: {type: log_uniform, low: 1e-4, high: 1e-3}\nppo.n_epochs: {type: int, low: 1, "
+                    "high: 1e1}\n")
+    learning_rate, epochs = load_space([path]).params
+    assert (learning_rate.low, learning_rate.high) == (1e-4, 1e-3) and (epochs.low, epochs.high) == (1, 10)
+    SearchSpace([learning_rate, epochs]).check(build_config(None, {"backbone": "mlp"}))
+
+
+@pytest.mark.parametrize("key,message", [
+    ("seed", "seed: every trial runs the seeds of --tune-seeds (0, 1, ...), so a sampled seed would change nothing"),
+    ("log_dir", "log_dir: every trial's runs go to {log_dir}/tune/{name}/trial_<n>/; give --log-dir and --name"),
+    ("hyperparams", "hyperparams: its entry is applied once, under the base configuration"),
+])
+def test_a_space_over_a_key_a_trial_sets_itself_exits_2_before_anything_is_made(key, message, tmp_path, capsys):
+    choices = {"seed": [3], "log_dir": [str(tmp_path / "elsewhere")], "hyperparams": ["none"]}[key]
+    path = write_space(tmp_path / "bad.yaml", {key: {"type": "categorical", "choices": choices}})
+    assert train_rl.main(["tune", *TINY, "--log-dir", str(tmp_path / "runs"), "--space", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("flag", ["--space", "--suite", "--config"])
+def test_an_empty_file_name_exits_2_naming_the_flag(flag, tmp_path, capsys):
+    assert train_rl.main(["tune", *TINY, "--log-dir", str(tmp_path / "runs"), flag, ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"error: {flag}='': expected a non-empty string" in err[0]
+
+
+def test_metric_success_on_a_task_without_success_rate_stops_at_the_first_trial(tmp_path, capsys):
+    """CartPole reports no success rate: the first trial says so, the search stops (exit 2) and the study directory
+    it made is removed."""
+    code = tune(tmp_path, "--metric", "success", "--trials", "3", "--tune-seeds", "1",
+                task=("--env", "CartPole-v1", "--eval-freq", "0"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0] == ("error: --metric=success: env 'CartPole-v1' reports no success rate (run "
+                      "CartPole-v1__ppo-mlp__0); valid choices: --metric return, or --metric auto (the success rate "
+                      "where a task reports one, else the mean return)")
+    assert not (tmp_path / "tune").exists()
+
+
+def test_the_reason_of_the_last_failed_trial_is_given_whatever_failed(tmp_path, capsys, monkeypatch):
+    def no_room(*args, **kwargs):
+        raise OSError("no room left")
+
+    monkeypatch.setattr(experiments.studies.tune, "trial_configs", no_room)
+    assert tune(tmp_path, "--trials", "5") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: 3 trials in a row failed; the last: OSError: no room left"]

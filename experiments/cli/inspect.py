@@ -255,15 +255,22 @@ def main(argv: list[str]) -> int:
     except (ConfigError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = new_directory(Path(options.out) if options.out is not None else agent.directory / "inspect")
+    wanted = Path(options.out) if options.out is not None else agent.directory / "inspect"
+    existed = wanted.is_dir()
+    out = new_directory(wanted)
     seed = agent.eval_seed if options.seed is None else options.seed
     records = []
-    for index in range(options.episodes):
-        episode = play(agent, seed + index, not options.stochastic, options.max_steps)
-        record = inspect_episode(agent, episode, index, out)
-        records.append(record)
-        print(f"episode {index} (seed {record['seed']}): {record['length']} steps, return {record['return']:.2f}; "
-              f"{reads(record['decisions'])}")
+    try:
+        for index in range(options.episodes):
+            episode = play(agent, seed + index, not options.stochastic, options.max_steps)
+            record = inspect_episode(agent, episode, index, out)
+            records.append(record)
+            print(f"episode {index} (seed {record['seed']}): {record['length']} steps, return "
+                  f"{record['return']:.2f}; {reads(record['decisions'])}")
+    except BaseException:
+        if (out != wanted or not existed) and not any(out.iterdir()):  # made here and still empty
+            out.rmdir()
+        raise
     summary = {"mean_recall_distance": _mean(d for r in records for d in r["recall_distance"]),
                "mean_recall_distance_at_decisions": _mean(d["recall_distance"] for r in records
                                                           for d in r["decisions"])}

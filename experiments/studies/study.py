@@ -39,6 +39,11 @@ Precedence, lowest first: defaults, the hyper-parameter entry of each run's env 
 `config` replaces it; both are relative to the study file), `settings`, the task's keys, command-line flags,
 `-p` overrides; `--backbone` and `--seed` replace the file's lists. Each run's `config.yaml` records the
 entry it started from, and a rerun refuses runs made from another.
+
+What the study sets in every run is refused in `settings` and in a task, naming where it goes instead: `seed`
+and `backbone` when the study lists seeds or backbones, `threads` (one per run, or `--threads`) and a task's
+`log_dir` (the study directory's parent is `settings`' or `--log-dir`). A listed task must name its env (itself,
+`settings`, its config file, `--env` or `-p env=...`); only a study without `tasks` trains the default env.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ from experiments.studies.runs import (
 from experiments.training import train
 from experiments.validation import validate_all
 from policies.registry import BACKBONES
-from policies.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text
+from policies.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
 
 STUDY_KEYS: dict[str, Rule] = {
     "name": FolderName(note="the study directory under log_dir"),
@@ -166,15 +171,56 @@ class Grid:
                 setattr(grid, key, value)
         return grid
 
+    def decided(self) -> dict[str, tuple[tuple[str, ...], str]]:
+        """The run settings the grid itself sets in every run, each with the parts of a study file that may not set
+        them (`settings`, `tasks`: there they would be overwritten) and where to set them instead."""
+        both = ("settings", "tasks")
+        decided = {"threads": (both, "the study runs every run with one torch thread, or the --threads given; give "
+                                     "--threads instead"),
+                   "log_dir": (("tasks",), "every run of the study goes under {log_dir}/{name}/; set log_dir under "
+                                           "settings: (or --log-dir) instead")}
+        if self.seeds:
+            decided["seed"] = (both, f"the study's seeds ({self.seeds}) set the seed of every run; list seeds under "
+                                     "seeds: (or --seed) instead")
+        if self.backbones:
+            decided["backbone"] = (both, f"the study's backbones ({', '.join(self.backbones)}) set the backbone of "
+                                         "every run; list backbones under backbones: (or --backbone) instead")
+        return decided
+
+    def check_layers(self) -> None:
+        """Refuse (`ConfigError`, naming the key and where to set it) a key of `settings` or of a task that the grid
+        sets itself (`decided`), and a listed task whose env no layer names (it would train the default env)."""
+        decided = self.decided()
+        layers = [*((f"tasks[{index}]", "tasks", task) for index, task in enumerate(self.tasks)),
+                  ("settings", "settings", self.settings)]
+        for where, part, layer in layers:
+            for key, (refused_in, instead) in decided.items():
+                if key in layer and part in refused_in:
+                    raise ConfigError(f"{where}.{key}={shown(layer[key])}: {instead}")
+        if self.tasks == [{}]:  # the one task of a grid that lists none: the settings' env, or the default
+            return
+        for index, task in enumerate(self.tasks):
+            if not self._names_env(task):
+                raise ConfigError(f"tasks[{index}]={shown(task)}: no env (it would train the default, "
+                                  f"{RunConfig.env}); set env: in the task (an id or module.path:EnvClass), under "
+                                  "settings:, in its config: file or with --env")
+
+    def _names_env(self, task: dict[str, Any]) -> bool:
+        """Whether a layer over the defaults sets the env of `task`: its keys, `settings`, flags, `-p` or its
+        config file."""
+        if any("env" in layer for layer in (task, self.settings, self.flags)):
+            return True
+        if any(text.partition("=")[0].strip() == "env" for text in self.params):
+            return True
+        file = task.get("config", self.config_file)
+        return file is not None and "env" in load_yaml(file)
+
     def configs(self) -> list[RunConfig]:
         """One resolved configuration per run, task by task, backbone by backbone, seed by seed."""
+        self.check_layers()
         configs = []
-        for index, task in enumerate(self.tasks):
+        for task in self.tasks:
             keys = {k: v for k, v in task.items() if k != "config"}
-            for where, layer in ((f"tasks[{index}]", keys), ("settings", self.settings)):
-                if self.seeds and "seed" in layer:  # it would be overwritten by every seed of the study
-                    raise ConfigError(f"{where}.seed={layer['seed']!r}: the study's seeds ({self.seeds}) set the "
-                                      "seed of every run; list seeds under seeds: (or --seed) instead")
             file = task.get("config", self.config_file)
             layer = _merge(_merge(self.settings, keys), self.flags)
             if self.gym_packages:

@@ -5,7 +5,8 @@ the trial's values over the base configuration (defaults < the env's hyper-param
 ``-p``; ``--hyperparams none``: no entry). Its objective is the
 mean (or, with ``--aggregate iqm``, the interquartile mean) of the runs' final deterministic evaluation: the
 success rate where the task reports one, else the mean return (``--metric``). Several tasks, from a study file's
-``tasks`` (``--suite``), make the objective a suite score.
+``tasks`` (``--suite``), make the objective a suite score. ``--metric success`` on a task that reports no success
+rate stops the search at its first trial (exit 2; a study directory the command made is removed).
 
 - Sampler: TPE (Bergstra et al. 2011), after ``--startup-trials`` random ones.
 - Pruner: the median rule on the evaluation curve: each evaluation of a run is reported at its step (runs of a
@@ -31,6 +32,7 @@ import copy
 import fcntl
 import multiprocessing
 import shlex
+import shutil
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ from experiments.config import (
 from experiments.config_files import config_path, shipped_dir
 from experiments.exits import advise_on_signal
 from experiments.hyperparams import applied_line
-from experiments.rules import FolderName
+from experiments.rules import FolderName, nearest_existing
 from experiments.run_dir import EvalLog, RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.pruning import RunningMedianPruner
@@ -69,7 +71,7 @@ from experiments.studies.stats import iqm
 from experiments.studies.study import Grid
 from experiments.studies.tune_space import SearchSpace, default_space_files, load_space
 from experiments.validation import validate_all
-from policies.rules import Range, Rule
+from policies.rules import Range, Rule, Text, shown
 
 SPACE_DIR = shipped_dir() / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
@@ -84,6 +86,10 @@ TUNE_OPTIONS: dict[str, Rule] = {
     "name": FolderName(note="the study directory under {log_dir}/tune"),
 }
 """the options of ``train_rl.py tune`` that are not settings of the runs, with their rules"""
+FILE_OPTIONS = {"config": "a run configuration file, or the name of a shipped one",
+                "suite": "a study file, or the name of a shipped one",
+                "space": "a search-space file, or the name of a shipped one"}
+"""the options of ``train_rl.py tune`` that name files, with what each names"""
 DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
@@ -113,13 +119,21 @@ class TuneSettings:
         return f"sqlite:///{(self.directory / 'study.db').resolve()}"
 
 
+OTHER_METRICS = ("valid choices: --metric return, or --metric auto (the success rate where a task reports one, else "
+                 "the mean return)")
+
+
+class MetricError(ConfigError):
+    """`--metric success` on a task that reports no success rate: no sampled value can change it."""
+
+
 def score(row: dict[str, Any], metric: str) -> float:
     """A run's score from an evaluation row or a summary (`success_rate` / `mean_return` or their
     `final_` forms): the success rate (`success`; `auto` where the task reports one) or the mean return."""
     rate = row.get("final_success_rate", row.get("success_rate"))
     rate = None if rate in (None, "") else float(rate)
     if metric == "success" and rate is None:
-        raise ConfigError("metric=success: the task reports no success rate; valid metrics: auto, return")
+        raise MetricError(f"--metric=success: the task reports no success rate; {OTHER_METRICS}")
     if metric != "return" and rate is not None:
         return rate
     return float(row.get("final_mean_return", row.get("mean_return")))
@@ -172,7 +186,25 @@ def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Pat
 
 
 def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
-    """Train the trial's runs one after another; the aggregate of their final scores."""
+    """Train the trial's runs one after another; the aggregate of their final scores. A trial that fails records
+    why, on one line, as its `error`; one whose runs report no success rate for `--metric success` is also `fatal`
+    (`stop_on_failures` then stops the search)."""
+    try:
+        return _run_trial(trial, settings)
+    except optuna.TrialPruned:
+        raise
+    except MetricError:
+        trial.set_user_attr("fatal", True)
+        raise
+    except Exception as error:
+        if "error" not in trial.user_attrs:
+            trial.set_user_attr("error", " ".join(str(error).split()) if isinstance(error, ConfigError)
+                                else cause(error))
+        raise
+
+
+def _run_trial(trial: optuna.Trial, settings: TuneSettings) -> float:
+    """The runs of one trial, trained one after another; the aggregate of their final scores."""
     from experiments.training import train
     from experiments.validation import validate_all
 
@@ -190,13 +222,19 @@ def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
         reporter = ReportEvaluations(trial, run.evaluations, settings.metric, offset)
         try:
             summary = train(config, extra_callback=reporter)
+            if not reporter.pruned:
+                scores.append(score(summary, settings.metric))
+        except MetricError as error:  # no trial can score these runs: the message names the env
+            message = (f"--metric=success: env {shown(config.env)} reports no success rate (run {run.path.name}); "
+                       f"{OTHER_METRICS}")
+            trial.set_user_attr("error", message)
+            raise MetricError(message) from error
         except Exception as error:  # a failed trial, as a failed run of a study: recorded, and the search goes on
             reason = error if isinstance(error, ConfigError | NonFiniteError) else cause(error)
             trial.set_user_attr("error", f"{run.path.name}: {reason}")
             raise
         if reporter.pruned:
             raise optuna.TrialPruned(f"pruned in {run.path.name} at {summary['env_steps']} steps")
-        scores.append(score(summary, settings.metric))
         trial.set_user_attr("scores", scores)
         offset += config.total_timesteps
     return AGGREGATES[settings.aggregate](np.array(scores))
@@ -231,7 +269,9 @@ def finished(study: optuna.Study) -> int:
 
 def claimed(study: optuna.Study) -> int:
     """Trials finished, pruned or under way (a dead worker's trial, past its heartbeat, is failed first)."""
-    optuna.storages.fail_stale_trials(study)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
     return len(study.get_trials(deepcopy=False, states=(*DONE, optuna.trial.TrialState.RUNNING)))
 
 
@@ -273,9 +313,10 @@ def work(settings: TuneSettings, worker: int) -> None:
 
 def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Stop the study once `MAX_FAILURES` trials in a row have failed (a setting that no sampled value
-    can fix, rather than one bad draw)."""
+    can fix, rather than one bad draw), or at once after a `fatal` trial (`objective`)."""
     last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
-    if len(last) == MAX_FAILURES and all(t.state == optuna.trial.TrialState.FAIL for t in last):
+    if trial.user_attrs.get("fatal") or (len(last) == MAX_FAILURES
+                                         and all(t.state == optuna.trial.TrialState.FAIL for t in last)):
         study.stop()
 
 
@@ -434,10 +475,15 @@ def base_configs(args: argparse.Namespace) -> list[RunConfig]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Each option of `TUNE_OPTIONS` given against its rule (`ConfigError` naming the flag)."""
+    """Each option of `TUNE_OPTIONS` given against its rule, and each file named (`--config`, `--suite`,
+    `--space`) not empty (`ConfigError` naming the flag)."""
     for name, rule in TUNE_OPTIONS.items():
         if getattr(args, name) is not None:  # None: not given (no --timeout)
             rule.check(f"--{name.replace('_', '-')}", getattr(args, name))
+    for name, note in FILE_OPTIONS.items():
+        given = getattr(args, name)
+        for value in given if isinstance(given, list) else [] if given is None else [given]:
+            Text(note=note).check(f"--{name}", value)
 
 
 def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
@@ -505,10 +551,17 @@ def main(argv: list[str]) -> int:
     line = applied_line([config.hyperparams for config in settings.base], "tasks")
     if line is not None:
         print(line, file=sys.stderr)
+    made = first_made(settings.directory)
     settings.directory.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise_on_signal("rerun the same command to resume the search")
     failed_workers = run_workers(settings, args.workers)
+    fatal = fatal_error(settings)
+    if fatal is not None:  # no trial could score: the search is refused, and what this command made removed
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        print(f"error: {fatal}", file=sys.stderr)
+        return 2
     paths = write_outputs(settings)
     print("\n".join(summary_lines(settings, paths)))
     if failed_workers:
@@ -516,12 +569,25 @@ def main(argv: list[str]) -> int:
     return 1 if failing(settings) or failed_workers else 0
 
 
+def first_made(directory: Path) -> Path | None:
+    """The outermost folder that making `directory` creates (`None`: it exists)."""
+    existing = nearest_existing(directory)
+    parts = directory.relative_to(existing).parts
+    return existing / parts[0] if parts else None
+
+
+def fatal_error(settings: TuneSettings) -> str | None:
+    """The reason of the study's last trial when it failed in a way no sampled value can change (`objective`)."""
+    trials = open_study(settings).get_trials(deepcopy=False)
+    return trials[-1].user_attrs.get("error") if trials and trials[-1].user_attrs.get("fatal") else None
+
+
 def failing(settings: TuneSettings) -> bool:
-    """Whether the study stopped on failures (then the last error is printed)."""
+    """Whether the study stopped on failures (then the last error is printed, on one line)."""
     study = open_study(settings)
     last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
     if len(last) < MAX_FAILURES or any(t.state != optuna.trial.TrialState.FAIL for t in last):
         return False
-    reason = last[-1].user_attrs.get("error", "see the log above")
+    reason = last[-1].user_attrs.get("error", "its worker stopped before it recorded why (it was killed or lost)")
     print(f"error: {MAX_FAILURES} trials in a row failed; the last: {reason}", file=sys.stderr)
     return True

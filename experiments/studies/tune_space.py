@@ -15,7 +15,9 @@ the configured one (`"lin_{}"`: a learning rate that decays linearly from the sa
 
 Before any trial runs, every value a space can give (both ends of a range, every category) is checked against the
 rule of its setting, as the training command checks it (`experiments.validation.check_settings`): a space
-reaching `ppo.gamma=1.5` is refused, naming the file, the key and the value.
+reaching `ppo.gamma=1.5` is refused, naming the file, the key and the value; so is a key a trial sets itself
+(`seed`, `log_dir`, `hyperparams`: `SET_PER_TRIAL`). Bounds are read as numbers as a run configuration file reads
+them (`low: 1e-4`, a string to YAML 1.1, is the number 0.0001).
 """
 
 from __future__ import annotations
@@ -25,11 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.config import ConfigError, RunConfig, algos, apply, backbones, load_yaml
+from experiments.config import ConfigError, RunConfig, algos, apply, backbones, coerce, load_yaml
 from policies.rules import short
 
 TYPES = ("log_uniform", "uniform", "int", "categorical")
 SPEC_KEYS = {"type", "low", "high", "step", "log", "choices", "template"}
+SET_PER_TRIAL = {
+    "seed": "every trial runs the seeds of --tune-seeds (0, 1, ...), so a sampled seed would change nothing; "
+            "give more --tune-seeds instead",
+    "log_dir": "every trial's runs go to {log_dir}/tune/{name}/trial_<n>/; give --log-dir and --name instead",
+    "hyperparams": "its entry is applied once, under the base configuration, so a sampled one would change nothing "
+                   "but the record; give --hyperparams instead",
+}
+"""the run settings `train_rl.py tune` sets itself (not from the space), and why a space may not search them"""
 
 
 @dataclass(frozen=True)
@@ -82,13 +92,16 @@ class SearchSpace:
         return {param.key: param.suggest(trial) for param in self.params}
 
     def check(self, base: RunConfig) -> None:
-        """Raise `ConfigError` (naming the space file, the key and the value) if a key is not a setting of
-        `base`, is an option of a learner or backbone that `base` does not use, or a value the space can give
-        (`Param.examples`) breaks the rule of its setting or, with `base`'s other settings, a relation."""
+        """Raise `ConfigError` (naming the space file, the key and the value) if a key is one a trial sets itself
+        (`SET_PER_TRIAL`), is not a setting of `base`, is an option of a learner or backbone that `base` does not
+        use, or a value the space can give (`Param.examples`) breaks the rule of its setting or, with `base`'s other
+        settings, a relation."""
         from experiments.validation import check_relations, check_settings
 
         for param in self.params:
             section = param.key.split(".", 1)[0]
+            if section in SET_PER_TRIAL:
+                raise ConfigError(f"search space {param.source!r}, {param.key}: {SET_PER_TRIAL[section]}")
             for kind, names, used in (("learner", algos(), base.algo), ("backbone", backbones(), base.backbone)):
                 if section in names and section != used:
                     raise ConfigError(f"search space {param.source!r}, {param.key}: an option of the {kind} {section}, "
@@ -135,7 +148,7 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
         if not isinstance(choices, list) or not choices:
             raise ConfigError(f"{where}: choices={short(repr(choices))}: expected a non-empty list")
         return Param(key, kind, choices=tuple(choices), template=template, source=source)
-    low, high = spec.get("low"), spec.get("high")
+    low, high = _number(spec.get("low")), _number(spec.get("high"))
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or not low < high:
         raise ConfigError(f"{where}: low={short(repr(low))}, high={short(repr(high))}: expected two numbers with "
                           "low < high")
@@ -151,6 +164,15 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
         raise ConfigError(f"{where}: log={short(repr(spec['log']))}: expected true or false")
     return Param(key, kind, float(low), float(high), step=step, log=bool(spec.get("log", False)), template=template,
                  source=source)
+
+
+def _number(value: Any) -> Any:
+    """A bound as a run configuration file reads a number (`experiments.config.coerce`: `1e-4`, a string to
+    YAML 1.1, included); anything else as given, for the caller's message."""
+    try:
+        return coerce("", value, 0.0, schedules=False)
+    except ConfigError:
+        return value
 
 
 def load_space(paths: list[str | Path]) -> SearchSpace:
