@@ -39,7 +39,7 @@ from policies.options import checked
 from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
-from policies.rules import ConfigError, Flag, OptionalMapping, Switch, short
+from policies.rules import ConfigError, Flag, OptionalMapping, Switch, one_line, short
 from policies.spaces import check_spaces, observation_problem
 from policies.window import State, Window
 
@@ -218,6 +218,16 @@ def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
     return flags
 
 
+def check_optimizer(optimizer_class: Any, optimizer_kwargs: Mapping[str, Any]) -> None:
+    """Refuse (`ConfigError`) `optimizer_kwargs` that the optimizer (its class already checked) does not take or
+    refuses, as its constructor does on one parameter (`eps=-1`), naming them."""
+    try:
+        optimizer_class([torch.zeros(1, requires_grad=True)], **{"lr": 1e-3, **optimizer_kwargs})
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"optimizer_kwargs={short(repr(dict(optimizer_kwargs)))}: {optimizer_class.__name__} "
+                          f"refuses them ({one_line(str(error))})") from None
+
+
 def check_known(kwargs: Mapping[str, Any], backbone: Any) -> None:
     """Refuse a policy option that neither engram nor SB3's `ActorCriticPolicy` takes (`ConfigError` naming it
     and the valid ones) rather than SB3's `TypeError`; a backbone's option names the `backbone_kwargs` it
@@ -290,6 +300,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         adam = kwargs.get("optimizer_class", torch.optim.Adam) is torch.optim.Adam
         if adam and kwargs.get("optimizer_kwargs") is None:
             kwargs["optimizer_kwargs"] = {"eps": 1e-5, "foreach": True}  # SB3's eps; one kernel per op on CPU too
+        check_optimizer(kwargs.get("optimizer_class", torch.optim.Adam), kwargs.get("optimizer_kwargs") or {})
         self.backbone_name, self.backbone_kwargs = options["backbone"], options["backbone_kwargs"]
         self.share_backbone = options["share_backbone"]
         self.critic_backbone_name = options["critic_backbone"]

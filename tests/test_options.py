@@ -140,6 +140,10 @@ def test_the_python_api_names_a_misplaced_policy_option_and_a_negative_budget():
     ("VMPO", ("MemoryPolicy", "ENV"), {"ent_coef": 0.1}, r"^unknown option 'ent_coef' of VMPO; valid options: "
                                                           r"learning_rate, n_steps, .*epsilon_eta"),
     ("VMPO", ("MemoryPolicy", "ENV"), {"gae_lambda": 0.9}, r"^unknown option 'gae_lambda' of VMPO"),
+    ("MemoryPPO", ("MemoryPolicy", "ENV"), {"policy_kwargs": {"optimizer_kwargs": {"eps": -1}}},
+     r"^optimizer_kwargs=\{'eps': -1\}: Adam refuses them \(Invalid epsilon value: -1\)"),
+    ("MemoryPPO", ("MemoryPolicy", "ENV"), {"policy_kwargs": {"optimizer_kwargs": {"foo": 1}}},
+     r"^optimizer_kwargs=\{'foo': 1\}: Adam refuses them \(.*unexpected keyword argument 'foo'\)"),
 ])
 def test_a_learner_names_a_bad_policy_env_or_option(learner, args, kwargs, message):
     """Every argument a learner's constructor takes is checked by name, not left to SB3's or Python's error."""
