@@ -222,8 +222,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                                                   spaces.MultiBinary), **kwargs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """Refuse SB3's gSDE options, learner or policy ones, with `policies.policy.GSDE_REFUSED` rather than
-        the `TypeError` of an unexpected keyword: memory learners take none of them."""
+        """Refuse SB3's gSDE options, learner or policy ones, with `policies.policy.GSDE_REFUSED`, and any other
+        option the learner does not take (`ConfigError` naming the valid ones), rather than the `TypeError` of an
+        unexpected keyword."""
         policy_kwargs = kwargs.get("policy_kwargs")
         given = [f"{name}={kwargs[name]!r}" for name in GSDE_OPTIONS if name in kwargs]
         given += [f"policy_kwargs {name}={value!r}" for name, value in
