@@ -64,7 +64,7 @@ from policies.lm.knn import Datastore, knn_lm_loss, segment_keys
 from policies.lm.model import MemoryLanguageModel, scored_mean
 from policies.lm.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
 from policies.options import check_options
-from policies.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, one_line, short
+from policies.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
 from policies.window import State
 
 CHECKPOINT_PREFIX = "lm_"
@@ -595,7 +595,7 @@ COMMAND_OPTIONS: dict[str, Rule] = {
     "knn_weight": Items(Range(0.0, 1.0), empty_ok=True), "knn_k": COUNT, "datastore_segments": COUNT,
     "spalm_steps": Range(0, integer=True), "spalm_lr": Range(0.0, low_open=True), "spalm_lm_lr": NON_NEGATIVE,
     "exit_threshold": Items(Range(), empty_ok=True),  # above 1: no position leaves early
-    "n": COUNT, "temperature": Range(0.0, low_open=True),
+    "n": COUNT, "temperature": Range(0.0, low_open=True), "prompt": Text(note="the text to continue"),
 }
 """the options of ``lm eval`` and ``lm sample`` with their rules"""
 

@@ -147,6 +147,7 @@ CASES: list[tuple[list[str], str]] = [
     (["lm", "eval", "LM_RUN", "--knn-weight", "2"], "--knn-weight[0]=2.0: expected a number in [0, 1]"),
     (["lm", "sample", "LM_RUN", "-n", "-5"], "-n=-5: expected an integer >= 1"),
     (["lm", "sample", "LM_RUN", "--temperature", "0"], "--temperature=0.0: expected a number > 0"),
+    (["lm", "sample", "LM_RUN", "--prompt", ""], "--prompt='': expected a non-empty string (the text to continue)"),
 ]
 """(argv, what the one line on stderr holds); OUT, RUN, RUNS and LM_RUN stand for the test's folder, a finished run,
 the folder of runs and a finished language-model run"""

@@ -391,3 +391,15 @@ def test_a_rebuilt_report_removes_the_figures_of_tasks_that_are_gone_and_keeps_e
     second = {p.name for p in out.iterdir()}
     assert not {name for name in second if "MemoryChain" in name} and "curves_TMaze_v0_length_10.png" in second
     assert "notes.png" in second and second < first
+
+
+def test_a_report_into_a_folder_whose_report_md_links_the_users_images_keeps_them(tmp_path):
+    """A `report.md` of the user's in `--out` that shows their own image: the report replaces `report.md` (its
+    name) but removes no image it did not write (mutation caught: every image the old `report.md` linked went)."""
+    fake_run(tmp_path / "runs", "gtrxl", 0, 0.5, curve=[0.5])
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "report.md").write_text("# My notes\n![holiday](photo.png)\n")
+    (out / "photo.png").write_bytes(b"mine")
+    build_report(tmp_path / "runs", out, reps=REPS)
+    assert (out / "photo.png").read_bytes() == b"mine"

@@ -635,5 +635,6 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
 
 
 def _figures(report: str) -> set[str]:
-    """The figures a report shows, by file name (each sits beside `report.md`)."""
-    return set(re.findall(r"!\[[^\]]*\]\(([^/)]+\.png)\)", report))
+    """The figures a report shows that a report writes (`curves_*`, `scores_*`, `improvement_*`), by file name (each
+    sits beside `report.md`); an image of another name that a `report.md` links is not the report's own."""
+    return set(re.findall(r"!\[[^\]]*\]\(((?:curves|scores|improvement)_[^/)]+\.png)\)", report))
