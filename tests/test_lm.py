@@ -129,3 +129,19 @@ def test_intermediate_layer_losses_read_every_inner_layer():
     inner = [torch.nn.functional.cross_entropy(lm.head(depths[:, :, n]).flatten(0, 1), tokens[1:].flatten())
              for n in (1, 2)]
     torch.testing.assert_close(with_layers, plain + 0.3 * (inner[0] + inner[1]) / 2)
+
+
+@pytest.mark.parametrize("backbone", list(BACKBONES))
+def test_the_state_loss_returns_is_detached_so_every_backbone_trains_segment_after_segment(backbone):
+    """Two optimiser steps on consecutive segments, the second from the state the first returned (mutation caught:
+    FrameStack's and the MLP's windows kept the first segment's graph, and the second backward failed)."""
+    torch.manual_seed(0)
+    lm = MemoryLanguageModel(VOCAB, backbone, d_embed=16, **small_options(backbone, **OPTIONS))
+    optimizer = torch.optim.Adam(lm.parameters(), lr=1e-3)
+    tokens, state = torch.randint(VOCAB, (17, 2)), lm.initial_state(2)
+    for begin in (0, 8):
+        loss, state, _ = lm.loss(tokens[begin:begin + 9], state)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert math.isfinite(loss.item())

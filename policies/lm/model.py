@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils._pytree import tree_map
 
 from policies.backbone import Aux
 from policies.backbones.transformer_xl import TransformerXL, WindowTransformer
@@ -103,7 +104,7 @@ class MemoryLanguageModel(nn.Module):
                       for k, head in enumerate(self.future_heads) if tokens.shape[0] > k + 2]
             if future:
                 loss = loss + future_weight * torch.stack(future).mean()
-        return loss, state, aux
+        return loss, tree_map(lambda x: x.detach() if isinstance(x, Tensor) else x, state), aux
 
     def early_exit_loss(self, tokens: Tensor, state: State, threshold: float, starts: Tensor | None = None,
                         scored: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
