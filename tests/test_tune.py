@@ -68,6 +68,20 @@ def test_rerun_resumes_the_study_and_best_yaml_is_a_config_with_the_best_values(
     assert len((directory / "trials.csv").read_text().splitlines()) == 4
 
 
+def test_a_rerun_with_another_search_is_refused_and_adds_no_trial(tmp_path, capsys):
+    """Another space, base setting, seed count or metric under the same --name would mix trials of two searches in
+    one study.db and best.yaml: each is refused (exit 2, one line naming what differs), the study left as it was."""
+    assert tune(tmp_path, "--trials", "1", "--tune-seeds", "1") == 0
+    capsys.readouterr()
+    other_space = write_space(tmp_path / "other.yaml", {"ppo.gamma": {"type": "uniform", "low": 0.9, "high": 0.99}})
+    for extra, differs in ((["--space", other_space], "space.params"), (["-p", "ppo.gamma=0.5"], "tasks.0.ppo.gamma"),
+                           (["--tune-seeds", "2"], "seeds"), (["--metric", "return"], "metric")):
+        assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1", *extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "searches with other settings" in err[0] and differs in err[0], err
+    assert len(load_study(tmp_path).trials) == 1
+
+
 def test_suite_objective_covers_every_task(tmp_path):
     suite = tmp_path / "suite.yaml"
     suite.write_text(yaml.safe_dump({"tasks": [{"env_kwargs": {"length": 3}}, {"env_kwargs": {"length": 4}}]}))

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import fcntl
+import json
 import multiprocessing
 import shlex
 import shutil
@@ -551,8 +553,15 @@ def main(argv: list[str]) -> int:
     line = applied_line([config.hyperparams for config in settings.base], "tasks")
     if line is not None:
         print(line, file=sys.stderr)
+    try:
+        check_same_search(settings)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     made = first_made(settings.directory)
     settings.directory.mkdir(parents=True, exist_ok=True)
+    if not (settings.directory / SEARCH_RECORD).is_file():
+        write_atomic(settings.directory / SEARCH_RECORD, json.dumps(search_identity(settings), indent=1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise_on_signal("rerun the same command to resume the search")
     failed_workers = run_workers(settings, args.workers)
@@ -567,6 +576,40 @@ def main(argv: list[str]) -> int:
     if failed_workers:
         print(f"error: {failed_workers} of {args.workers} workers failed (their errors are above)", file=sys.stderr)
     return 1 if failing(settings) or failed_workers else 0
+
+
+SEARCH_RECORD = "search.json"
+"""what a tune study searches (space, tasks, seeds, metric), recorded by its first command"""
+
+
+def search_identity(settings: TuneSettings) -> dict[str, Any]:
+    """What makes trials of one study comparable: the space, each task's base settings (its seed aside), the
+    seeds, the metric, the aggregate and the pruner, as JSON values."""
+    tasks = [{key: value for key, value in config_record(config).items() if key != "seed"} for config in settings.base]
+    return json.loads(json.dumps({"space": dataclasses.asdict(settings.space), "tasks": tasks, "seeds": settings.seeds,
+                                  "metric": settings.metric, "aggregate": settings.aggregate,
+                                  "pruner": settings.pruner}, default=str))
+
+
+def check_same_search(settings: TuneSettings) -> None:
+    """Refuse (`ConfigError`, naming what differs) to add trials to a study started with another search: its trials
+    would be mixed with these in one `study.db` and one `best.yaml`."""
+    path = settings.directory / SEARCH_RECORD
+    if not path.is_file():
+        return
+    recorded, given = _flat(json.loads(path.read_text())), _flat(search_identity(settings))
+    if differ := sorted(key for key in recorded.keys() | given.keys() if recorded.get(key) != given.get(key)):
+        raise ConfigError(f"tune study {settings.name!r} ({str(settings.directory)!r}) searches with other settings: "
+                          f"{', '.join(differ[:4])}{' …' if len(differ) > 4 else ''} differ; rerun its own command to "
+                          "resume it, or give --name a new study")
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings and lists of mappings as one mapping of dotted keys (`tasks.0.ppo.gamma`)."""
+    if isinstance(value, dict) or (isinstance(value, list) and value and all(isinstance(v, dict) for v in value)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        return {key: leaf for name, item in items for key, leaf in _flat(item, f"{prefix}{name}.").items()}
+    return {prefix.removesuffix("."): value}
 
 
 def first_made(directory: Path) -> Path | None:
