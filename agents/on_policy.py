@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import inspect
 import json
-import warnings
 import zipfile
 from collections import defaultdict
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import json_to_data
 from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
-from stable_baselines3.common.utils import obs_as_tensor
+from stable_baselines3.common.utils import check_for_correct_spaces, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
@@ -41,7 +40,7 @@ from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
-from policies.rules import ConfigError, Count, Device, Entries, OneOf, Range, Switch, shown
+from policies.rules import ConfigError, Count, Device, Entries, OneOf, Range, Switch, short, shown
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -69,6 +68,23 @@ def _whole_segments(option: str) -> Relation:
 
 WHOLE_SEGMENTS = (_whole_segments("n_steps"), _whole_segments("batch_size"))
 """``n_steps`` and ``batch_size`` are multiples of ``segment_length``: the buffer cuts both into segments"""
+
+
+def default_batch_size(default: int, n_steps: int, n_envs: int) -> int:
+    """The minibatch a learner takes when `batch_size` is not given: its default, or the whole rollout of `n_steps`
+    × `n_envs` steps where that is smaller (one env copy, say); a `batch_size` given is checked instead
+    (`check_batch_size`)."""
+    return min(default, n_steps * n_envs)
+
+
+def check_batch_size(batch_size: int, n_steps: int, n_envs: int, prefix: str = "") -> None:
+    """Refuse (`ConfigError`) a minibatch larger than the rollout of `n_steps` × `n_envs` steps, which SB3 would
+    train on as one minibatch; `prefix` names the learner's options in the message (`ppo.`). The one rule of the
+    learners (their constructor and `learn`) and of a run's settings (`experiments.validation`)."""
+    rollout = n_steps * n_envs
+    if batch_size > rollout:
+        raise ConfigError(f"{prefix}batch_size={shown(batch_size)}: expected at most the rollout, {prefix}n_steps="
+                          f"{shown(n_steps)} x n_envs={n_envs} = {rollout} steps")
 
 
 def _saved_data(path: str | Path) -> dict[str, Any]:
@@ -159,7 +175,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     :param segment_length: steps per training segment `T`; `T = 1` makes every step its own
         sample with its stored window, `T > 1` recomputes segments with gradients inside them.
-        `n_steps` and `batch_size` must be multiples of it.
+        `n_steps` and `batch_size` must be multiples of it, and a `batch_size` given at most the rollout,
+        `n_steps` × the env's copies (`check_batch_size`: the constructor and `learn` refuse a larger one); the
+        default is cut to the rollout where that is smaller (`default_batch_size`).
     :param aux_coefs: coefficient of each auxiliary loss the backbone reports (e.g.
         `{"ponder_cost": 0.01}`); defaults to the backbone's `aux_loss_coefs`.
     :param normalize_advantage: standardise advantages per minibatch, dividing by their std or by the scale the run
@@ -220,11 +238,15 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         super().__init__(policy, env, n_steps=n_steps, use_sde=False, sde_sample_freq=-1,
                          supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete,
                                                   spaces.MultiBinary), **kwargs)
+        if kwargs.get("_init_setup_model", True):  # `load` sets up later, and may take fewer envs to predict with
+            if self._batch_size_by_default:
+                self.batch_size = default_batch_size(self.batch_size, self.n_steps, self.n_envs)
+            check_batch_size(self.batch_size, self.n_steps, self.n_envs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """Refuse SB3's gSDE options, learner or policy ones, with `policies.policy.GSDE_REFUSED`, and any other
         option the learner does not take (`ConfigError` naming the valid ones), rather than the `TypeError` of an
-        unexpected keyword."""
+        unexpected keyword; notes whether `batch_size` is given (`default_batch_size` applies where it is not)."""
         policy_kwargs = kwargs.get("policy_kwargs")
         given = [f"{name}={kwargs[name]!r}" for name in GSDE_OPTIONS if name in kwargs]
         given += [f"policy_kwargs {name}={value!r}" for name, value in
@@ -232,7 +254,13 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if given:
             raise ValueError(f"{', '.join(given)}: {GSDE_REFUSED}")
         cls._check_known(kwargs, "")
-        return super().__new__(cls)
+        learner = super().__new__(cls)
+        try:
+            given = inspect.signature(inspect.unwrap(cls.__init__)).bind_partial(learner, *args, **kwargs).arguments
+        except TypeError:
+            given = kwargs  # the constructor names the mistake
+        learner._batch_size_by_default = "batch_size" not in given
+        return learner
 
     @classmethod
     def _options(cls) -> list[str] | None:
@@ -271,13 +299,44 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             relation.check(merged)
 
     @classmethod
+    def _check_env_fits(cls, file: Path, env: Any) -> Any:
+        """`env` for loading the model at `file` (an env spec made one copy, as the constructor makes it), refused
+        with `ConfigError` naming the space where its observation or action space is not the model's (SB3's load
+        would raise a bare ValueError), or where it is no env."""
+        if isinstance(env, str):
+            from envs import make_vec_env
+
+            env = make_vec_env(env, 1)
+        data = _saved_data(file)
+        saved = json_to_data(json.dumps({key: data[key] for key in ("observation_space", "action_space")
+                                         if key in data}))
+        try:
+            wrapped = cls._wrap_env(env, verbose=0, monitor_wrapper=False)
+        except ValueError:
+            raise ConfigError(f"env={shown(env)}: expected an env id, a gymnasium env or a VecEnv") from None
+        if len(saved) < 2:
+            return env  # SB3's load names what the file lacks
+        trained = {"observation": saved["observation_space"], "action": saved["action_space"]}
+        for kind in trained:  # SB3's check of each space alone (an image's channels may come first or last)
+            spaces_given = {**{name: getattr(wrapped, f"{name}_space") for name in trained}, kind: trained[kind]}
+            try:
+                check_for_correct_spaces(wrapped, spaces_given["observation"], spaces_given["action"])
+            except ValueError:
+                given = " ".join(str(getattr(wrapped, f"{kind}_space")).split())
+                raise ConfigError(f"env: its {kind} space {short(given)} is not the {kind} space the model "
+                                  f"{str(file)!r} was trained on, {short(' '.join(str(trained[kind]).split()))}"
+                                  ) from None
+        return env
+
+    @classmethod
     def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: dict[str, Any] | None = None,
              *args: Any, **kwargs: Any) -> Any:
         """SB3's `load`, refusing (`TypeError` naming both classes) a model saved by another learner, and
         building the backbone with the options it was saved with (`policies.registry.saved_options`), whatever
         today's defaults are. `policy_kwargs`, as SB3 allows, must be the policy's saved options; both are
         compared with every default resolved (`MemoryActorCriticPolicy.resolve_kwargs`), so the options a
-        model was trained with are accepted as given then."""
+        model was trained with are accepted as given then. `env` may be an env spec, as the constructor's; one whose
+        observation or action space is not the model's is refused here, naming the space (`_check_env_fits`)."""
         Device().check("device", device)
         if isinstance(path, str | Path):
             file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
@@ -289,6 +348,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                     raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
                                     f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
                 cls._check_loaded_options(file, custom_objects or {}, kwargs)
+                if env is not None:
+                    env = cls._check_env_fits(file, env)
                 custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
                 policy_class = saved_policy_class(file)
                 if "policy_kwargs" in kwargs and isinstance(policy_class, type) \
@@ -321,10 +382,6 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                             f"got {type(self.policy).__name__}")
         # saved with the model: every memory option, so that a later default cannot change how it loads
         self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
-        if self.batch_size > self.n_steps * self.n_envs:  # SB3 trains on it as one minibatch; the CLI refuses it
-            warnings.warn(f"batch_size={self.batch_size} is larger than the rollout (n_steps={self.n_steps} x "
-                          f"n_envs={self.n_envs}): each epoch trains on the whole rollout as one minibatch",
-                          stacklevel=2)
         losses = self.policy.backbone.aux_loss_coefs
         if self.aux_coefs is None:
             self.aux_coefs = dict(losses)
@@ -338,15 +395,17 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         self._last_state = self.policy.initial_state(self.n_envs)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_last_state"]
+        return [*super()._excluded_save_params(), "_last_state", "_batch_size_by_default"]
 
     def learn(self, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
               tb_log_name: str | None = None, reset_num_timesteps: bool = True, progress_bar: bool = False) -> Self:
         """SB3's `learn`, its TensorBoard run named after the learner (`MemoryPPO_1`) unless `tb_log_name` names
         one. The budget is a whole number of steps, `0 ≤ n ≤ 2³¹ − 1` as the command line takes it (SB3's float
-        budgets such as `1e5` included); any other is refused (SB3 would train nothing, or for ever)."""
+        budgets such as `1e5` included); any other is refused (SB3 would train nothing, or for ever), and so is a
+        `batch_size` larger than the rollout of the env it trains on (`check_batch_size`)."""
         whole = isinstance(total_timesteps, float) and total_timesteps.is_integer()
         Range(0, integer=True).check("total_timesteps", int(total_timesteps) if whole else total_timesteps)
+        check_batch_size(self.batch_size, self.n_steps, self.n_envs)  # the env may have changed since (`set_env`)
         return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                              reset_num_timesteps, progress_bar)
 

@@ -4,6 +4,8 @@
 (engram's tasks, any gymnasium id, an entry point `module.path:EnvClass`; see `envs.registry`);
 `make_env` gives one gymnasium env (for checkers, docs and debugging); `list_env_ids`
 and `env_kwargs` describe what is available; `envs.wrappers` holds the `env_wrapper` machinery.
+Bad arguments are refused with `policies.rules.ConfigError` (`EnvKwargsError` for an unknown keyword,
+`ImportPathError` for an import path that names nothing), each one line naming the argument and what is valid.
 Importing `envs` does not import torch;
 `BatchedVecEnv` (an SB3 class, so SB3 and torch come with it) is loaded on first use.
 """
@@ -19,6 +21,7 @@ from envs.registry import (
     FAMILIES,
     VEC_ENVS,
     EnvFactory,
+    EnvKwargsError,
     env_family,
     env_kwargs,
     list_env_ids,
@@ -40,6 +43,7 @@ __all__ = [
     "CopyStreams",
     "CountRecall",
     "EnvFactory",
+    "EnvKwargsError",
     "ImportPathError",
     "MaskObservation",
     "MaskVelocity",

@@ -21,6 +21,7 @@ seeded with the same per-copy seeds produce bitwise-identical trajectories.
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -28,6 +29,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from policies.rules import ConfigError, Range, shown
 
 Index = np.ndarray | slice
 """Which copies an operation applies to: an integer index array, or ``slice(None)`` for all."""
@@ -47,14 +50,22 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def check_seed(seed: Any, key: str = "seed") -> None:
+    """`ConfigError` naming `key` unless `seed` is an integer >= 0 or `None` (fresh entropy)."""
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0):
+        raise ConfigError(f"{key}={shown(seed)}: expected an integer >= 0 (or None for fresh entropy)")
+
+
 def copy_seeds(seed: int | None, n_copies: int) -> list[int]:
     """Per-copy seeds derived from `(seed, i)`.
 
     Copy i gets the first 64-bit word of `SeedSequence(seed, spawn_key=(i,))`: the seeds of
     one run are independent of each other, do not depend on `n_copies`, and runs with
     nearby seeds (0, 1, 2, ...) share no copy stream (unlike `seed + i`). `seed=None`
-    draws fresh entropy.
+    draws fresh entropy. `ConfigError` for a negative or non-integer `seed` or `n_copies`.
     """
+    check_seed(seed)
+    Range(0, integer=True).check("n_copies", n_copies)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy)
     return [int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1, np.uint64)[0]) for i in range(n_copies)]

@@ -3,8 +3,8 @@
 `module.path:Name` and `module.path.Name` both name attribute `Name` of module `module.path`.
 Modules are imported with the working directory on `sys.path` (as `python -m` does), so a file
 `my_envs.py` beside the command is found whether engram runs as `engram` or `python train_rl.py`.
-A failure is an `ImportPathError` whose one-line message names the path and the cause: the
-last line of the import's traceback (`ModuleNotFoundError: No module named 'my_envs'`).
+A failure is an `ImportPathError` (a `ConfigError`) whose one-line message names the path and the cause:
+the last line of the import's traceback (`ModuleNotFoundError: No module named 'my_envs'`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
+from policies.rules import ConfigError, Items, Text
 
-class ImportPathError(ValueError):
+MODULE_NAMES = Items(Text(note="a module name"), empty_ok=True)
+"""the rule of `gym_packages`: a list (or tuple) of module names; a bare string is not a list of names"""
+
+
+class ImportPathError(ConfigError):
     """An import path that names nothing importable; the message names the path and why."""
 
 
@@ -62,8 +67,10 @@ def load_object(path: str) -> Any:
     return target
 
 
-def import_packages(packages: Iterable[str]) -> None:
+def import_packages(packages: Sequence[str], key: str = "gym_packages") -> None:
     """Import each module of `packages` for its side effects (gymnasium registrations), as rl-zoo3's
-    `--gym-packages`; `ImportPathError` naming the first that fails."""
+    `--gym-packages`: `ConfigError` naming `key` unless `packages` is a list or tuple of module names
+    (`MODULE_NAMES`), then `ImportPathError` naming the first that fails."""
+    MODULE_NAMES.check(key, packages)
     for name in packages:
         import_module(name)

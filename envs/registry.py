@@ -17,6 +17,11 @@ with SB3's DummyVecEnv, or SubprocVecEnv (`vec_env="subproc"`, one process per c
 then run as single copies too). Every such `make_vec_env` result is wrapped in SB3's `VecMonitor`, and copy i
 of a run seeded s uses `copy_seeds(s, n)[i]`. With `vec_env="torch"`, engram's tasks that have a torch twin
 (`envs.torch_tasks`) run as tensors on the learner's device, seeded alike.
+
+Bad input to the factories and helpers is a `policies.rules.ConfigError` (a `ValueError`) whose one-line message
+names the argument, the value and what is valid: `n_envs=0: expected an integer >= 1`, `device='cuda': CUDA is
+not available on this machine; ...`, `gym_packages='math': expected a list, ...`; an env that fails to build with
+the kwargs given is named with them and the cause, as the command line names it.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
-import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -33,13 +38,14 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
-from envs.batched import BatchedTask
+from envs.batched import BatchedTask, check_seed
 from envs.count_recall import CountRecall
-from envs.imports import import_module, import_packages, load_object
+from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
+from policies.rules import ConfigError, Device, OneOf, Range, Text, one_line, shown
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -61,6 +67,13 @@ VEC_ENVS: tuple[str, ...] = ("dummy", "subproc", "torch")
 """``dummy``: every copy in this process (engram's tasks numpy-batched); ``subproc``: a process per copy; ``torch``:
 engram's tasks as torch tensors on the learner's device (`envs.torch_tasks`), so a rollout never leaves it"""
 TIME_LIMIT = "max_episode_steps"
+ENV_SPEC = Text(note="an env id, or an entry point module.path:EnvClass; list_env_ids() lists the ids")
+"""the rule of an env spec's type (what it names is checked by `env_family`)"""
+N_ENVS = Range(1, integer=True)
+
+
+class EnvKwargsError(ConfigError, TypeError):
+    """A keyword argument the env does not take; a `TypeError` too, as Python calls an unexpected keyword."""
 
 
 def _register_with_gymnasium() -> None:
@@ -103,8 +116,9 @@ def list_env_ids(family: str | None = None) -> list[str]:
     }
     if family is None:
         return [env_id for name in FAMILIES for env_id in lists[name]()]
-    if family not in lists:
-        raise ValueError(f"unknown family {family!r}; families: {', '.join(FAMILIES)}")
+    if not isinstance(family, str) or family not in lists:
+        raise ConfigError(f"family={shown(family)}: expected one of the families {', '.join(FAMILIES)} "
+                          "(or None for all of them)")
     return lists[family]()
 
 
@@ -122,7 +136,8 @@ def _unknown_id_message(env_id: str, module: str | None = None) -> str:
 
 def env_family(env_id: str) -> str:
     """The family of the spec `env_id` (`engram`, `minigrid`, `popgym`, `memory_gym`, `gymnasium` or
-    `entry_point`); `ValueError` naming it and the closest registered ids if it names nothing."""
+    `entry_point`); `ConfigError` naming it and the closest registered ids if it names nothing."""
+    ENV_SPEC.check("env_id", env_id)
     if env_id in ENV_IDS:
         return "engram"
     if env_id in MEMORY_GYM_IDS:
@@ -132,7 +147,7 @@ def env_family(env_id: str) -> str:
     _import_adapted_packages(env_id)
     registered_id = _registered_id(env_id)
     if registered_id not in gym.registry:
-        raise ValueError(_unknown_id_message(registered_id, env_id.split(":", 1)[0] if ":" in env_id else None))
+        raise ConfigError(_unknown_id_message(registered_id, env_id.split(":", 1)[0] if ":" in env_id else None))
     return ("minigrid" if registered_id.startswith("MiniGrid-") else "popgym" if registered_id.startswith("popgym-")
             else "gymnasium")
 
@@ -177,12 +192,12 @@ def _keywords(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> Keywords:
 
 
 def _entry_point(spec: str) -> Callable[..., Any]:
-    """The class or function `module.path:Name` names; `ValueError` if it is neither an env class nor callable."""
+    """The class or function `module.path:Name` names; `ConfigError` if it is neither an env class nor callable."""
     target = load_object(spec)
     if inspect.isclass(target) and not issubclass(target, gym.Env):
-        raise ValueError(f"{spec!r} is the class {target.__name__}, which is not a gymnasium.Env subclass")
+        raise ConfigError(f"{spec!r} is the class {target.__name__}, which is not a gymnasium.Env subclass")
     if not callable(target):
-        raise ValueError(f"{spec!r} is a {type(target).__name__}, not an env class or a function returning an env")
+        raise ConfigError(f"{spec!r} is a {type(target).__name__}, not an env class or a function returning an env")
     return target
 
 
@@ -214,7 +229,7 @@ def kwarg_defaults(env_id: str) -> dict[str, Any]:
 
 def env_kwargs(env_id: str) -> list[str]:
     """The named keyword arguments `make_env` / `make_vec_env` accept for `env_id` (an env whose constructor
-    takes `**kwargs` accepts others too: see `keywords`)."""
+    takes `**kwargs` accepts others too: see `keywords`); `ConfigError` for a spec that names no env."""
     return list(kwarg_defaults(env_id))
 
 
@@ -239,34 +254,68 @@ def _from_entry_point(spec: str, env_kwargs: dict[str, Any]) -> gym.Env:
     limit = kwargs.pop(TIME_LIMIT, None) if TIME_LIMIT not in _keywords(target).named else None
     env = target(**kwargs)
     if not isinstance(env, gym.Env):
-        raise ValueError(f"{spec!r} returned a {type(env).__name__}, not a gymnasium env")
+        raise ConfigError(f"{spec!r} returned a {type(env).__name__}, not a gymnasium env")
     return env if limit is None else gym.wrappers.TimeLimit(env, limit)
+
+
+def _checked_spec(env_id: str, env_wrapper: Any, gym_packages: Sequence[str],
+                  env_kwargs: dict[str, Any]) -> tuple[str, list[WrapperSpec]]:
+    """The family of `env_id` and the parsed `env_wrapper`, after importing `gym_packages`; `ConfigError`
+    naming the argument that is wrong (`EnvKwargsError` for a keyword argument the env does not take); the
+    `ImportError` of an optional package the env needs is left as it is (how to install it is its message)."""
+    try:
+        import_packages(gym_packages)
+    except ImportPathError as error:
+        raise ConfigError(f"gym_packages={shown(gym_packages)}: {error}") from None
+    wrappers = parse_env_wrapper(env_wrapper)
+    family = env_family(env_id)
+    try:
+        check_kwargs(env_id, env_kwargs)
+    except TypeError as error:
+        raise EnvKwargsError(f"env_kwargs: {one_line(error)}") from None
+    return family, wrappers
+
+
+@contextmanager
+def _building(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[None]:
+    """Turn the failure of an env's own constructor (a value it refuses) into `ConfigError` naming the spec, the
+    kwargs given and the cause, as the command line names it."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as error:  # the env's own check of its kwargs, whatever it raises
+        given = " ".join(f"{k}={shown(v)}" for k, v in env_kwargs.items()) or "(no kwargs)"
+        raise ConfigError(f"env={shown(env_id)} with env_kwargs {given} does not build ({cause(error)})") from error
 
 
 def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
     """One gymnasium env of the spec `env_id`: the single-copy view (`SingleCopyEnv`) of an engram task, an
     adapted MiniGrid or POPGym env, `gym.make` of another registered id, or an entry point's env; wrapped by
-    `env_wrapper` (see `envs.wrappers`) after importing `gym_packages`.
+    `env_wrapper` (see `envs.wrappers`) after importing `gym_packages` (a list of module names).
 
-    Raises `ValueError` for a spec that names no env (an unknown id, a module that does not import, a class
-    that is not an env) or a bad wrapper, and `TypeError` for an unknown keyword argument.
+    Raises `ConfigError` (a `ValueError`) naming the argument: a spec that names no env (an unknown id, a module
+    that does not import, a class that is not an env), bad `gym_packages` or wrappers, kwargs the env refuses;
+    `EnvKwargsError` (also a `TypeError`) for an unknown keyword argument.
     """
-    import_packages(gym_packages)
-    wrappers = parse_env_wrapper(env_wrapper)
-    family = env_family(env_id)
-    check_kwargs(env_id, env_kwargs)
+    family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
+    with _building(env_id, env_kwargs):
+        env = _make_one(env_id, family, env_kwargs)
+    return apply_wrappers(env, wrappers)
+
+
+def _make_one(env_id: str, family: str, env_kwargs: dict[str, Any]) -> gym.Env:
     if family == "engram":
         # Built directly rather than by gym.make, which would take max_episode_steps for its own TimeLimit.
         env: gym.Env = ENV_IDS[env_id].as_env(**env_kwargs)
         env.spec = dataclasses.replace(gym.spec(f"{GYM_NAMESPACE}/{env_id}"), kwargs=dict(env_kwargs))
-    elif family == "entry_point":
-        env = _from_entry_point(env_id, env_kwargs)
-    elif family == "gymnasium":
-        env = gym.make(_registered_id(env_id), **env_kwargs)
-    else:
-        factory = {"minigrid": make_minigrid, "popgym": make_popgym, "memory_gym": make_memory_gym}[family]
-        env = factory(env_id, **env_kwargs)
-    return apply_wrappers(env, wrappers)
+        return env
+    if family == "entry_point":
+        return _from_entry_point(env_id, env_kwargs)
+    if family == "gymnasium":
+        return gym.make(_registered_id(env_id), **env_kwargs)
+    factory = {"minigrid": make_minigrid, "popgym": make_popgym, "memory_gym": make_memory_gym}[family]
+    return factory(env_id, **env_kwargs)
 
 
 @dataclass(frozen=True)
@@ -290,38 +339,32 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     keeps the reset infos).
 
     engram ids give the numpy-batched `BatchedVecEnv` (unless `env_wrapper` or `vec_env="subproc"` asks for
-    single copies); other specs a DummyVecEnv (`vec_env="subproc"`: a SubprocVecEnv) of `make_env` envs, each
-    wrapped by `env_wrapper`. With `seed`, copy i is seeded with `copy_seeds(seed, n_envs)[i]` at the first
-    reset (SB3 semantics; `venv.seed(s)` re-seeds at the next reset). `ValueError`/`TypeError` as `make_env`.
-    `vec_env="torch"` gives the `TorchVecEnv` of an engram task on `device` (its episodes kept by the env itself).
+    single copies); other specs a DummyVecEnv (`vec_env="subproc"`: a SubprocVecEnv, after one copy is built in
+    this process so that a failure is raised here) of `make_env` envs, each wrapped by `env_wrapper`. With `seed`,
+    copy i is seeded with `copy_seeds(seed, n_envs)[i]` at the first reset (SB3 semantics; `venv.seed(s)`
+    re-seeds at the next reset). `vec_env="torch"` gives the `TorchVecEnv` of an engram task on `device` (`auto`,
+    `cpu`, `cuda`, `cuda:N`, a `torch.device`: one this machine has; its episodes kept by the env itself).
+    `ConfigError` naming the argument for a bad one, as `make_env`.
     """
-    if not _is_integer(n_envs) or n_envs < 1:
-        raise ValueError(f"n_envs={n_envs!r}: expected an integer >= 1")
-    if seed is not None and (not _is_integer(seed) or seed < 0):
-        raise ValueError(f"seed={seed!r}: expected an integer >= 0 (or None for fresh entropy)")
-    if vec_env not in VEC_ENVS:
-        raise ValueError(f"vec_env={vec_env!r}: expected one of {', '.join(VEC_ENVS)}")
-    import_packages(gym_packages)
-    wrappers = parse_env_wrapper(env_wrapper)
-    family = env_family(env_id)
-    check_kwargs(env_id, env_kwargs)
+    N_ENVS.check("n_envs", n_envs)
+    check_seed(seed)
+    OneOf(lambda: VEC_ENVS).check("vec_env", vec_env)
+    Device().check("device", device)
+    family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
     if vec_env == "torch":
-        from envs.torch_tasks import TORCH_TASKS, make_torch_vec_env
-
-        if env_id not in TORCH_TASKS:
-            raise ValueError(f"vec_env='torch': env={env_id!r} has no torch implementation; expected one of "
-                             f"{', '.join(TORCH_TASKS)} (or vec_env dummy or subproc)")
-        if wrappers:
-            raise ValueError("vec_env='torch': the torch tasks take no env_wrapper (or vec_env dummy or subproc)")
-        return make_torch_vec_env(env_id, n_envs, seed, device=device, **env_kwargs)
+        return _make_torch_vec_env(env_id, n_envs, seed, wrappers, device, env_kwargs)
     from envs.vec_env import BatchedVecEnv, EpisodeMonitor, SeededDummyVecEnv, SeededSubprocVecEnv
 
     venv: VecEnv
     if family == "engram" and not wrappers and vec_env == "dummy":
-        render_mode = env_kwargs.pop("render_mode", None)
-        venv = BatchedVecEnv(ENV_IDS[env_id](n_copies=n_envs, **env_kwargs), render_mode=render_mode)
+        kwargs = dict(env_kwargs)
+        render_mode = kwargs.pop("render_mode", None)
+        with _building(env_id, env_kwargs):
+            venv = BatchedVecEnv(ENV_IDS[env_id](n_copies=n_envs, **kwargs), render_mode=render_mode)
     else:
         factory = EnvFactory(env_id, env_kwargs, _plain_wrappers(wrappers), tuple(gym_packages))
+        if vec_env == "subproc":
+            factory().close()  # a copy that fails fails here, named, rather than as a broken pipe to its process
         vectorise = SeededSubprocVecEnv if vec_env == "subproc" else SeededDummyVecEnv
         venv = vectorise([factory] * n_envs)
     if seed is not None:
@@ -329,8 +372,34 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     return EpisodeMonitor(venv)
 
 
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+def _make_torch_vec_env(env_id: str, n_envs: int, seed: int | None, wrappers: list[WrapperSpec], device: Any,
+                        env_kwargs: dict[str, Any]) -> VecEnv:
+    """The `TorchVecEnv` of the engram task `env_id` on `device` (`auto`: CUDA if this machine has it)."""
+    from stable_baselines3.common.utils import get_device
+
+    from envs.torch_tasks import TORCH_TASKS, make_torch_vec_env
+
+    if env_id not in TORCH_TASKS:
+        raise ConfigError(f"vec_env='torch': env={env_id!r} has no torch implementation; expected one of "
+                          f"{', '.join(TORCH_TASKS)} (or vec_env dummy or subproc)")
+    if wrappers:
+        raise ConfigError("vec_env='torch': the torch tasks take no env_wrapper (or vec_env dummy or subproc)")
+    with _building(env_id, env_kwargs):
+        return make_torch_vec_env(env_id, n_envs, seed, device=get_device(device), **env_kwargs)
+
+
+def check_time_limit(env_id: str, venv: VecEnv) -> None:
+    """`ConfigError` naming `env_id` where its copies in `venv` have no time limit though their family does not
+    end episodes by itself: a gymnasium id registered without `max_episode_steps` and given none (by env_kwargs or
+    a `TimeLimit` env_wrapper). A policy that never reaches a terminal state would then never end an episode, and
+    an evaluation, which plays whole episodes, would never finish. engram's, MiniGrid's, POPGym's and Memory Gym's
+    tasks end their episodes themselves; an entry point's env is trusted to."""
+    if env_family(env_id) != "gymnasium" or all(venv.env_is_wrapped(gym.wrappers.TimeLimit)):
+        return
+    raise ConfigError(f"env={shown(env_id)} has no time limit (gymnasium registers it without {TIME_LIMIT}): an "
+                      "episode that reaches no terminal state would never end, nor would the evaluation after "
+                      f"training; set one with env_kwargs {TIME_LIMIT}=N (--env-kwargs {TIME_LIMIT}=N) or a "
+                      "gymnasium.wrappers.TimeLimit env_wrapper")
 
 
 def _plain_wrappers(wrappers: list[WrapperSpec]) -> list[dict[str, dict[str, Any]]] | None:

@@ -14,6 +14,7 @@ a memory of positions (the "no velocity" POMDPs of Meng et al. 2021 and of rl-zo
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -22,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.imports import ImportPathError, cause, load_object
+from policies.rules import ConfigError, shown
 
 
 class WrapperSpec(NamedTuple):
@@ -31,15 +33,15 @@ class WrapperSpec(NamedTuple):
     kwargs: dict[str, Any]
 
 
-class EnvWrapperError(ValueError):
+class EnvWrapperError(ConfigError):
     """An `env_wrapper` entry that is malformed, does not import, or fails on the env; names the entry."""
 
 
 def parse_env_wrapper(value: Any) -> list[WrapperSpec]:
-    """The wrappers `value` names (`None`, a path, `{path: kwargs}`, or a list of those), in order."""
+    """The wrappers `value` names (`None`, a path, `{path: kwargs}`, or a list or tuple of those), in order."""
     if value is None:
         return []
-    items = value if isinstance(value, list) else [value]
+    items = list(value) if isinstance(value, list | tuple) else [value]
     specs = []
     for item in items:
         if isinstance(item, str) and item:
@@ -85,20 +87,24 @@ class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """A flat Box observation without the entries at indices `drop`."""
 
     def __init__(self, env: gym.Env, drop: Sequence[int]) -> None:
-        gym.utils.RecordConstructorArgs.__init__(self, drop=list(drop))
-        super().__init__(env)
         space = env.observation_space
         if not isinstance(space, spaces.Box) or len(space.shape) != 1:
             raise ValueError(f"MaskObservation needs a flat Box observation, got {space}")
         size = space.shape[0]
-        bad = [i for i in drop if not isinstance(i, int) or not -size <= i < size]
-        if bad or not drop:
-            raise ValueError(f"drop={list(drop)!r}: expected a non-empty list of indices in [0, {size})")
+        if not isinstance(drop, list | tuple) or not drop or not all(_is_index(i, size) for i in drop):
+            raise ConfigError(f"drop={shown(drop)}: expected a non-empty list of indices in [0, {size})")
+        gym.utils.RecordConstructorArgs.__init__(self, drop=list(drop))
+        super().__init__(env)
         self.keep = np.setdiff1d(np.arange(size), np.asarray(drop) % size)
         self.observation_space = spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation[self.keep]
+
+
+def _is_index(value: Any, size: int) -> bool:
+    """Whether `value` is an integer index of a vector of `size` entries (negative ones count from the end)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and -size <= value < size
 
 
 VELOCITIES: dict[str, tuple[int, ...]] = {

@@ -26,6 +26,7 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import numbers
 import re
 import sys
 from collections.abc import Callable
@@ -179,6 +180,17 @@ def algo_defaults(name: str) -> dict[str, Any]:
     return {k: p.default for k, p in params.items() if k not in skip and p.default is not inspect.Parameter.empty}
 
 
+def algo_settings(algo: str, given: dict[str, Any], n_envs: int) -> dict[str, Any]:
+    """Every option of the learner `algo` in a run of `n_envs` copies: those `given`, the defaults for the rest,
+    the default `batch_size` cut to the rollout as the learner cuts it (`agents.on_policy.default_batch_size`)."""
+    from agents.on_policy import default_batch_size
+
+    options = {**algo_defaults(algo), **given}
+    if "batch_size" not in given and "batch_size" in options:
+        options["batch_size"] = default_batch_size(options["batch_size"], options["n_steps"], n_envs)
+    return options
+
+
 def section_defaults(name: str) -> dict[str, Any]:
     """Options of the algorithm or backbone `name`."""
     if name in algos():
@@ -262,6 +274,10 @@ def _parse_number(value: Any) -> int | float | None:
         return None
     if isinstance(value, int | float):
         return value
+    if isinstance(value, numbers.Integral):  # numpy's integers and floats, as Python's
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
     if isinstance(value, str):
         try:
             return int(value)
@@ -391,6 +407,23 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
     return config
 
 
+def reread(config: RunConfig) -> RunConfig:
+    """`config` read back from its settings as its `config.yaml` writes them (`plain`), through `apply`: what
+    reading a configuration file refuses (an unknown key, section or option, a value not of its option's type, a
+    section that is no mapping) raises the same `ConfigError`, and what a file writes as text (`lin_3e-4`) becomes
+    what the file's would. A `RunConfig` made by hand in Python thus holds what one read from a file holds."""
+    if not isinstance(config, RunConfig):
+        raise ConfigError(f"config={shown(config)}: expected a RunConfig (experiments.config.build_config makes one)")
+    if not isinstance(config.options, dict):
+        raise ConfigError(f"options={shown(config.options)}: expected a mapping of a learner's or a backbone's name "
+                          "to its options, e.g. {'ppo': {'n_steps': 128}}")
+    for name in config.options:
+        if name not in algos() and name not in backbones():
+            raise ConfigError(f"options[{shown(name)}]: not a learner's or a backbone's name; valid names: "
+                              f"{', '.join([*algos(), *backbones()])}")
+    return _layered(list(plain(config.to_dict()).items()))
+
+
 def _layered(layers: list[tuple[str, Any]]) -> RunConfig:
     """The defaults with each `(key, value)` of `layers` set in turn."""
     config = RunConfig()
@@ -408,7 +441,7 @@ def with_every_option(data: dict[str, Any], saved: bool = False) -> dict[str, An
     algo, backbone = data.get("algo", RunConfig.algo), data.get("backbone", RunConfig.backbone)
     out = dict(data)
     if algo in algos():
-        out[algo] = {**algo_defaults(algo), **(data.get(algo) or {})}
+        out[algo] = algo_settings(algo, data.get(algo) or {}, data.get("n_envs", RunConfig.n_envs))
     if backbone in backbones():
         given = data.get(backbone) or {}
         out[backbone] = saved_options(backbone, given) if saved else backbones()[backbone].resolve(given)

@@ -122,6 +122,11 @@ class Entry:
         return f"{self.file}#{self.key}"
 
     @property
+    def where(self) -> str:
+        """The entry as a message names it: `hyper-parameter file 'F', entry 'KEY'`."""
+        return f"hyper-parameter file {self.file!r}, entry {self.key!r}"
+
+    @property
     def exact(self) -> bool:
         return not WILDCARDS & set(self.key)
 
@@ -174,7 +179,7 @@ class EntryFile:
                     apply(config, key, value)
                 check_settings(config)
             except ConfigError as error:
-                raise ConfigError(f"hyper-parameter file {self.file!r}, entry {entry.key!r}: {error}") from None
+                raise ConfigError(f"{entry.where}: {error}") from None
         self.checked = True
 
 
@@ -243,6 +248,73 @@ def entry_for(config: RunConfig) -> Entry | None:
     if entry is not None:
         entries.check_values()
     return entry
+
+
+def recorded_entry(config: RunConfig) -> Entry | None:
+    """The entry `config.hyperparams` records as applied (`FILE#KEY`); `None` where it records none (`none`,
+    `auto` in a configuration made by hand) or its file no longer holds it."""
+    if "#" not in config.hyperparams:
+        return None
+    try:
+        path, key = chosen(config.hyperparams, config.algo)
+        return None if path is None or key is None else load(path).entry(key)
+    except (ConfigError, OSError):
+        return None
+
+
+def kept_keys(config: RunConfig, entry: Entry) -> list[str]:
+    """The dotted keys `entry` sets (`n_envs`, `ppo.batch_size`, `env_kwargs.length`) whose value in `config` is
+    the entry's: those no layer above the entry replaced."""
+    own = RunConfig()
+    for key, value in entry.settings.items():
+        apply(own, key, value)
+    theirs, mine = plain(config.to_dict()), plain(own.to_dict())
+    sections = {name for name, value in theirs.items() if isinstance(value, dict) and name != "env_wrapper"}
+    keys = []
+    for key, value in entry.settings.items():
+        dotted = [f"{key}.{sub}" for sub in value] if key in sections and isinstance(value, dict) else [key]
+        keys += [name for name in dotted if _at(theirs, name) == _at(mine, name)]
+    return keys
+
+
+def _at(settings: dict[str, Any], dotted: str) -> Any:
+    """The value of `dotted` (one level of sections) in `settings`; `_MISSING` where it has none."""
+    head, _, rest = dotted.partition(".")
+    found = settings.get(head, _MISSING)
+    if rest:
+        found = found.get(rest, _MISSING) if isinstance(found, dict) else _MISSING
+    return found
+
+
+_MISSING = object()
+NAMED = re.compile(r"(?<![\w.\-\[])([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?=[=\[])")
+"""a key a message names with its value (`ppo.batch_size=`, `seeds[1]=`)"""
+LEADING = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)[=:\[ ]")
+"""the key a message is about: its first word (`stop_when_solved=2: ...`)"""
+
+
+def named_source(message: str, config: RunConfig) -> str:
+    """`message` naming the hyper-parameter entry `config` records where a key it names holds the entry's value:
+    `hyper-parameter file 'F', entry 'KEY': ...` when the key it is about does (as the entry's own checks name
+    it), else `... (n_envs from hyper-parameter file 'F', entry 'KEY')` for the others it names with their values
+    (an env's keyword arguments, which a message about the env names bare, included)."""
+    entry = recorded_entry(config)
+    if entry is None or message.startswith(entry.where):
+        return message
+    kept = kept_keys(config, entry)
+
+    def held(name: str) -> list[str]:
+        """The keys of the entry that `name` is (or lies inside): a section or mapping named whole is not one."""
+        return [key for key in kept if name == key or name.startswith(key + ".")]
+
+    leading = LEADING.match(message)
+    if leading is not None and held(leading.group(1)):
+        return f"{entry.where}: {message}"
+    about_env = "env_kwargs" in message
+    others = [key for name in NAMED.findall(message)
+              for key in [*held(name), *(held(f"env_kwargs.{name}") if about_env and "." not in name else [])]]
+    others = list(dict.fromkeys(others))
+    return f"{message} ({', '.join(others)} from {entry.where})" if others else message
 
 
 def applied_line(names: list[str], what: str = "runs", under: str = "--config, flags and -p") -> str | None:

@@ -101,8 +101,9 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
     keyword arguments and (where that entry has them) wrappers by those of its hyper-parameter entry, found as
     training finds it with `hyperparams` (a model without a run takes every setting of the entry);
     `env_kwargs` are set over them, `env_wrapper` (`[]`: none) replaces the wrappers and `gym_packages` are
-    imported after the run's. A device this machine lacks, or a model that does not load (truncated, damaged, not
-    SB3's), raises `ConfigError` naming it."""
+    imported after the run's. A device this machine lacks, a model that does not load (truncated, damaged, not
+    SB3's), or an environment that does not build or whose spaces are not the model's (`check_agent_env`) raises
+    `ConfigError` naming it."""
     Device().check("device", device)
     model_path, run = locate(path)
     if run is None and env is None:
@@ -126,7 +127,9 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
         model = learners[learner].load(model_path, device=device)
     except Exception as error:  # pickle, torch and key errors alike: the file is no model engram loads
         raise unloadable(model_path, error) from error
-    return SavedAgent(model, config, model_path, run if run is not None else model_path.parent)
+    agent = SavedAgent(model, config, model_path, run if run is not None else model_path.parent)
+    check_agent_env(agent)  # at load, as the commands check it: not first when the model predicts
+    return agent
 
 
 def unloadable(model_path: Path, error: Exception) -> ConfigError:

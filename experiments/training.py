@@ -19,13 +19,13 @@ from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
 from envs.imports import ImportPathError, load_object
 from experiments.atomic import write_error
-from experiments.config import ConfigError, RunConfig
+from experiments.config import ConfigError, RunConfig, reread
 from experiments.evaluation import RunCallback, evaluate_both
 from experiments.model_files import damage
 from experiments.run_dir import RunBusyError, RunDirectory, notify
 from experiments.run_identity import config_record
 from policies.policy_options import ACTIVATIONS
-from policies.rules import one_line, short
+from policies.rules import VERBOSITY, Flag, one_line, short, shown
 
 EVAL_SEED_OFFSET = 10_000
 
@@ -113,6 +113,23 @@ def torch_threads(threads: int) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def checked_run(config: RunConfig, resume: bool, progress_bar: bool, verbose: int,
+                extra_callback: BaseCallback | None) -> RunConfig:
+    """`config` as `train` runs it (`reread`), validated as the command line validates a run, with `train`'s
+    other arguments checked against their rules; `ConfigError` naming the first that is bad."""
+    from experiments.validation import validate  # it builds a policy with `policy_kwargs`: imported when used
+
+    for name, value in (("resume", resume), ("progress_bar", progress_bar)):
+        Flag().check(name, value)
+    VERBOSITY.check("verbose", verbose)
+    if extra_callback is not None and not isinstance(extra_callback, BaseCallback):
+        raise ConfigError(f"extra_callback={shown(extra_callback)}: expected an SB3 callback (a BaseCallback), "
+                          "or None")
+    config = reread(config)
+    validate(config)
+    return config
+
+
 def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, verbose: int = 0,
           extra_callback: BaseCallback | None = None) -> dict[str, Any]:
     """Train (or resume) the run of `config` in its directory and return its summary.
@@ -122,7 +139,14 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     that loads (step 0 when none does), every record after it dropped first. The directory's lock is held
     throughout. `extra_callback` runs after the run's own at every step, and may stop it by returning False.
     A write that fails raises `experiments.atomic.WriteError` naming the file (or the run directory).
+
+    `config` is checked first as the command line checks it (`experiments.validation.validate`, after reading it
+    back as a configuration file of its settings: `experiments.config.reread`), so a bad setting, made by hand in
+    Python too, raises `ConfigError` (one line naming the key, the value and what is valid) before anything is
+    created; so do arguments of another type than these.
     """
+    config = checked_run(config, resume=resume, progress_bar=progress_bar, verbose=verbose,
+                         extra_callback=extra_callback)
     torch.set_num_threads(torch_threads(config.threads))
     run = RunDirectory.of(config)
     try:

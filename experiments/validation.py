@@ -6,10 +6,13 @@ declares its rule where it is taken, in the annotation of its constructor's para
 `attention_options` and `position_options` in the chosen attention's and position scheme's, `policy.*` in
 the policy's. Here each is checked against that rule with its key named by section (`ppo.gamma`,
 `gtrxl.attention_options.local_window`); then the relations the chosen components declare between their options
-(`n_steps` a multiple of `segment_length`, `n_heads` a divisor of `d_model`) and `RELATIONS`, those
-between settings of the run (`batch_size` at most the rollout). `validate` then builds one environment copy
-and the policy on the meta device (no storage) and checks that the run fits in memory, so a bad setting is refused
-before a run directory is made or anything big allocated. `docs/validation.md` lists the rules with real messages.
+(`n_steps` a multiple of `segment_length`, `n_heads` a divisor of `d_model`), the learners' rule that `batch_size`
+is at most the rollout (`agents.on_policy.check_batch_size`) and `RELATIONS`, those between settings of the run.
+`validate` then builds one environment copy and the policy on the meta device (no storage) and checks that the run
+fits in memory, so a bad setting is refused before a run directory is made or anything big allocated. A
+configuration is first read back through `experiments.config.reread`, so one made by hand meets the checks of one
+read from a file, and an error whose key holds the value of the hyper-parameter entry the run starts from names that
+entry (`experiments.hyperparams.named_source`). `docs/validation.md` lists the rules with real messages.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from agents import ALGOS
 from agents.exploration import check_action_space
+from agents.on_policy import check_batch_size
 from envs import env_family, make_env, make_vec_env
 from envs.imports import ImportPathError, cause, import_packages
-from envs.registry import check_kwargs, keywords
+from envs.registry import check_kwargs, check_time_limit, keywords
 from envs.wrappers import EnvWrapperError
-from experiments.config import RunConfig, coerce, plain, section_defaults
+from experiments.config import RunConfig, algo_settings, coerce, plain, reread, section_defaults
 from experiments.footprint import check_fits, estimate
+from experiments.hyperparams import named_source
 from experiments.rules import FolderName
 from experiments.training import policy_kwargs
 from policies import ATTENTIONS, BACKBONES, POSITIONS
@@ -50,11 +55,12 @@ FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
 
 class Settings:
     """A read-only view of a configuration for `RELATIONS`: `n_envs` (a run setting),
-    `algo.batch_size` (the chosen learner's option, its default if unset), `backbone.d_model`."""
+    `algo.batch_size` (the chosen learner's option, its default if unset: `experiments.config.algo_settings`),
+    `backbone.d_model`."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.sections = {"algo": (config.algo, {**section_defaults(config.algo), **config.algo_options()}),
+        self.sections = {"algo": (config.algo, algo_settings(config.algo, config.algo_options(), config.n_envs)),
                          "backbone": (config.backbone,
                                       {**section_defaults(config.backbone), **config.backbone_options()})}
 
@@ -83,18 +89,12 @@ class RunRelation:
     expected: Callable[[Settings], str]
 
 
-def _rollout(s: Settings) -> int:
-    return s["algo.n_steps"] * s["n_envs"]
-
-
 RELATIONS: tuple[RunRelation, ...] = (
-    RunRelation("algo.batch_size", lambda s: s["algo.batch_size"] <= _rollout(s),
-                lambda s: f"at most the rollout, {s.show('algo.n_steps')} x n_envs={s['n_envs']} = {_rollout(s)} "
-                          "steps"),
     RunRelation("stop_when_solved", lambda s: s["stop_when_solved"] == 0 or s["eval_freq"] > 0,
                 lambda s: "0 when eval_freq=0 (stopping early needs evaluations during training)"),
 )
-"""Rules between settings of the run, checked after the components' own relations."""
+"""Rules between settings of the run, checked after the components' own relations and the learners' rule that
+`batch_size` is at most the rollout (`agents.on_policy.check_batch_size`, which the learners apply themselves)."""
 
 COUNT = Range(1, integer=True)
 CLI_OPTIONS: dict[str, Rule] = {
@@ -167,10 +167,11 @@ def _check_component_options(key: str, catalogue: Catalogue, name: str, options:
 
 def check_relations(config: RunConfig) -> None:
     """The relations the chosen learner, backbone, attention and position declare between their options (every
-    option at its value in this run), then `RELATIONS`."""
+    option at its value in this run), then `batch_size` at most the rollout and `RELATIONS`."""
     spec = BACKBONES[config.backbone]
     backbone_options = {**spec.options(), **spec.fixed, **config.backbone_options()}
-    chosen = [(component(config.algo), f"{config.algo}.", {**section_defaults(config.algo), **config.algo_options()}),
+    learner = algo_settings(config.algo, config.algo_options(), config.n_envs)
+    chosen = [(component(config.algo), f"{config.algo}.", learner),
               (spec.cls, f"{config.backbone}.", backbone_options)]
     if "attention" in backbone_options:
         chosen += [(catalogue[name].cls, f"{key}.", {**catalogue.options(name), **(options or {})})
@@ -179,6 +180,7 @@ def check_relations(config: RunConfig) -> None:
         for relation in relations(cls):
             relation.check(values, prefix)
     settings = Settings(config)
+    check_batch_size(settings["algo.batch_size"], settings["algo.n_steps"], settings["n_envs"], f"{config.algo}.")
     for run_relation in RELATIONS:
         if not run_relation.holds(settings):
             raise ConfigError(f"{settings.show(run_relation.key)}: expected {run_relation.expected(settings)}")
@@ -281,12 +283,23 @@ def check_settings(config: RunConfig) -> None:
 
 def validate(config: RunConfig) -> None:
     """Refuse `config` with `ConfigError` (one line naming the key, the value and what is valid)
-    if any setting is out of its range, the settings contradict each other, the environment cannot be
-    built with its kwargs, the policy cannot be built, or the run would not fit in memory."""
+    if it does not read back as a configuration file of its settings would (`experiments.config.reread`), any
+    setting is out of its range, the settings contradict each other, the environment cannot be built with its
+    kwargs, the policy cannot be built, or the run would not fit in memory. Where the key holds the value of the
+    hyper-parameter entry the run starts from, the message names the entry (`hyperparams.named_source`)."""
+    config = reread(config)
+    try:
+        _validate(config)
+    except ConfigError as error:
+        raise ConfigError(named_source(str(error), config)) from None
+
+
+def _validate(config: RunConfig) -> None:
     check_settings(config)
     check_relations(config)
     env = check_env(config)
     try:
+        check_time_limit(config.env, env)
         _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))

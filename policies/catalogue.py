@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from policies.rules import ConfigError, shown
+
 T = TypeVar("T")
 
 
@@ -54,28 +56,34 @@ class Catalogue(dict[str, Entry[T]]):
         return register
 
     def options(self, name: str) -> dict[str, Any]:
-        """The options of `name` a user may set, with their defaults."""
-        return self[name].options(self.shared)
+        """The options of `name` a user may set, with their defaults (`ConfigError` for an unknown name)."""
+        return self.entry(name).options(self.shared)
+
+    def entry(self, name: str) -> Entry[T]:
+        """The entry `name`; `ConfigError` naming the valid names if there is none."""
+        if isinstance(name, bool) or not isinstance(name, str) or name not in self:
+            raise ConfigError(f"{self.kind}={shown(name)}: unknown {self.kind} {shown(name)}; valid {self.kind}s: "
+                              f"{', '.join(self)}")
+        return self[name]
 
     def build(self, name: str, options: dict[str, Any] | None, **shared: Any) -> T:
         """The component `name` with the backbone's `shared` settings and the user's `options`.
 
         Raises:
-            ValueError: unknown name, options that are not a mapping, or an unknown option; the message lists
-                the valid ones.
+            ConfigError: (a ValueError) unknown name, options that are not a mapping, or an unknown option; the
+                message names it and lists the valid ones.
         """
-        if name not in self:
-            raise ValueError(f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self)}")
+        entry = self.entry(name)
         options = {} if options is None else options
         valid = ", ".join(self.options(name)) or "none"
         if not isinstance(options, dict):
-            raise ValueError(f"the options of {self.kind} {name!r} must be a mapping of option to value, "
-                             f"got {options!r}; valid options: {valid}")
+            raise ConfigError(f"{self.kind}_options={shown(options)}: the options of {self.kind} {name!r} must be a "
+                              f"mapping of option to value; valid options: {valid}")
         unknown = sorted(set(options) - set(self.options(name)))
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for {self.kind} {name!r}; "
-                             f"valid options: {valid}")
-        return self[name].cls(**shared, **options)
+            raise ConfigError(f"{self.kind}_options={shown(options)}: unknown option(s) "
+                              f"{', '.join(map(repr, unknown))} for {self.kind} {name!r}; valid options: {valid}")
+        return entry.cls(**shared, **options)
 
 
 def import_package(name: str, path: list[str]) -> None:

@@ -22,7 +22,7 @@ from policies.backbones.recurrent import RecurrentMemory
 from policies.backbones.reversible_transformer import ReversibleTransformerXL
 from policies.backbones.transformer_xl import TransformerXL
 from policies.backbones.universal import UniversalTransformerACT
-from policies.rules import ConfigError, OneOf, Range
+from policies.rules import ConfigError, OneOf, Range, shown
 
 
 @dataclass(frozen=True)
@@ -98,15 +98,22 @@ def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:
     """Build the backbone `name` for inputs of width `input_dim`.
 
     Raises:
-        ValueError: unknown name or option; the message lists the valid ones.
+        ConfigError: (a ValueError) an unknown name, an option the backbone does not take (or one its name fixes),
+            or a value its rule refuses; one line naming the argument, the value and the valid choices.
     """
-    if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; valid backbones: {', '.join(BACKBONES)}")
+    if isinstance(name, bool) or not isinstance(name, str) or name not in BACKBONES:
+        raise ConfigError(f"name={shown(name)}: unknown backbone {shown(name)}; valid backbones: "
+                          f"{', '.join(BACKBONES)}")
     Range(1, integer=True).check("input_dim", input_dim)
     spec = BACKBONES[name]
     valid = spec.options()
-    unknown = sorted(set(options) - set(valid))
+    for option, value in options.items():
+        if option in spec.fixed:
+            raise ConfigError(f"{option}={shown(value)}: option {option!r} is fixed by backbone {name!r} "
+                              f"({option}={shown(spec.fixed[option])}); valid options: {', '.join(valid)}")
+    unknown = [option for option in options if option not in valid]
     if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backbone {name!r}; "
-                         f"valid options: {', '.join(valid)}")
+        raise ConfigError(f"{', '.join(f'{option}={shown(options[option])}' for option in unknown)}: unknown "
+                          f"option(s) {', '.join(map(repr, unknown))} for backbone {name!r}; valid options: "
+                          f"{', '.join(valid)}")
     return spec.cls(input_dim, **spec.fixed, **options)

@@ -113,7 +113,7 @@ def test_save_load_and_predict_with_state(backbone, tmp_path):
 
 def test_predict_carries_memory():
     """With the same observation, the policy's output depends on the memory carried in."""
-    model = small_model("gtrxl", env=tmaze(n_envs=1, length=5))
+    model = small_model("gtrxl", env=tmaze(n_envs=1, length=5), batch_size=16)
     policy = model.policy
     obs = np.zeros((1, 2), dtype=np.float32)
     _, fresh = model.predict(obs, state=None, episode_start=np.ones(1, dtype=bool))

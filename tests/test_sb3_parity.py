@@ -298,7 +298,7 @@ def test_clip_range_vf_takes_none_a_positive_number_or_a_schedule(clip_range_vf)
 
 
 def test_predict_names_the_mixing_of_gym_and_vec_env_apis():
-    model = tiny(make_vec_env(IdentityEnvBox, n_envs=1, seed=0))
+    model = tiny(make_vec_env(IdentityEnvBox, n_envs=1, seed=0), batch_size=8)
     with pytest.raises(ValueError, match="You are probably mixing Gym API with SB3 VecEnv API"):
         model.predict(IdentityEnvBox().reset(seed=0))  # gymnasium's (obs, info)
 

@@ -1,0 +1,269 @@
+"""The Python API refuses what the command line refuses, by the same rules and with the same one-line `ConfigError`:
+`experiments.training.train` on a configuration made by hand, `make_backbone` and the attention and position
+catalogues, the learners' `batch_size` against the rollout, a saved model loaded with an env of other spaces, and
+the hyper-parameter entry named where an invalid value came from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+from stable_baselines3.common.callbacks import BaseCallback
+
+from agents import VMPO, MemoryPPO
+from envs import make_vec_env
+from experiments.config import RunConfig, build_config, reread
+from experiments.replay import load_agent
+from experiments.training import train
+from experiments.validation import validate
+from policies import ATTENTIONS, BACKBONES, POSITIONS, make_backbone
+from policies.rules import ConfigError
+
+SMALL: dict[str, Any] = {"env": "TMaze-v0", "env_kwargs": {"length": 3}, "n_envs": 4, "n_eval_envs": 2,
+                         "total_timesteps": 32, "eval_freq": 0, "checkpoint_freq": 0, "n_eval_episodes": 2,
+                         "backbone": "mlp", "hyperparams": "none",
+                         "options": {"ppo": {"n_steps": 16, "batch_size": 32, "segment_length": 4}}}
+"""a small valid run made by hand (its ``log_dir`` is the test's)"""
+LEARNER = {"n_steps": 16, "batch_size": 32, "segment_length": 4, "policy_kwargs": {"backbone": "mlp"}}
+"""a small valid learner on two T-Maze copies (a rollout of 32 steps)"""
+
+
+def small_config(tmp_path: Path, **changes: Any) -> RunConfig:
+    return RunConfig(**{**SMALL, "log_dir": str(tmp_path / "runs"), **changes})
+
+
+# -- train(RunConfig(...)): the command line's checks, before anything is made ------------------------------------
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"n_envs": 0}, "n_envs=0: expected an integer >= 1"),
+    ({"total_timesteps": -5}, "total_timesteps=-5: expected an integer >= 1"),
+    ({"stop_when_solved": 2}, "stop_when_solved=2: expected 0 when eval_freq=0"),
+    ({"backbone": "nope"}, "backbone='nope': expected one of trxl"),
+    ({"options": {"ppo": {"gamma": 2.0}}}, "ppo.gamma=2.0: expected a number in [0, 1]"),
+    ({"options": {"ppo": {"n_steps": 16, "batch_size": 256, "segment_length": 4}}},
+     "ppo.batch_size=256: expected at most the rollout, ppo.n_steps=16 x n_envs=4 = 64 steps"),
+    ({"options": {"ppo": {"bogus": 1}}}, "unknown option 'bogus' for ppo; valid options: learning_rate"),
+    ({"options": {"bogus": {}}}, "options['bogus']: not a learner's or a backbone's name; valid names: ppo"),
+    ({"options": {"ppo": 3}}, "'ppo' holds the options of ppo and must be a mapping, got 3"),
+    ({"options": [1]}, "options=[1]: expected a mapping"),
+    ({"policy": {"colour": 1}}, "unknown policy option 'colour'; valid options: net_arch"),
+    ({"env_kwargs": None}, "env_kwargs=None: expected a mapping"),
+    ({"env_kwargs": {"length": -1}}, "env='TMaze-v0' with env_kwargs length=-1 does not build"),
+    ({"threads": -1}, "threads=-1: expected an integer >= 0"),
+])
+def test_train_refuses_a_hand_built_config_as_the_command_line_does(tmp_path, changes, message):
+    config = small_config(tmp_path, **changes)
+    with pytest.raises(ConfigError) as error:
+        train(config)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"resume": "yes"}, "resume='yes': expected true or false"),
+    ({"progress_bar": 1}, "progress_bar=1: expected true or false"),
+    ({"verbose": 5}, "verbose=5: expected an integer in [0, 2]"),
+    ({"extra_callback": print}, "extra_callback=<built-in function print>: expected an SB3 callback"),
+])
+def test_train_checks_its_other_arguments_before_anything_is_made(tmp_path, arguments, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        train(small_config(tmp_path), **arguments)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_takes_no_other_object_than_a_run_config(tmp_path):
+    with pytest.raises(ConfigError, match=r"^config=\{'env': 'TMaze-v0'\}: expected a RunConfig"):
+        train({"env": "TMaze-v0"})  # type: ignore[arg-type]
+
+
+def test_a_hand_built_config_holds_what_a_file_would():
+    """Values a file writes as text (a schedule, a number) or numpy's numbers read as the file's would; the
+    configuration made by hand is left as it was."""
+    config = RunConfig(**{**SMALL, "n_envs": np.int64(4),
+                          "options": {"ppo": {**SMALL["options"]["ppo"], "learning_rate": "lin_1e-3"}}})
+    validate(config)
+    read = reread(config)
+    assert read.options["ppo"]["learning_rate"].start == 1e-3 and type(read.n_envs) is int
+    assert config.options["ppo"]["learning_rate"] == "lin_1e-3"
+
+
+# -- make_backbone and the catalogues: ConfigError naming the argument, the value and the choices ---------------
+
+@pytest.mark.parametrize(("call", "parts"), [
+    (lambda: make_backbone("gtrx", 4), ["name='gtrx'", "valid backbones: " + ", ".join(BACKBONES)]),
+    (lambda: make_backbone(["gtrxl"], 4), ["name=['gtrxl']", "valid backbones: trxl"]),
+    (lambda: make_backbone("gtrxl", 4, memory_len=8), ["memory_len=8", "'memory_len'", "valid options: d_model",
+                                                       "memory_length"]),
+    (lambda: make_backbone("lstm", 4, cell="gru"), ["cell='gru'", "fixed by backbone 'lstm' (cell='lstm')",
+                                                    "valid options: hidden_size, n_layers"]),
+    (lambda: make_backbone("gtrxl", 4, attention="local", attention_options={"window": 2}),
+     ["attention_options={'window': 2}", "'window'", "valid options: local_window"]),
+    (lambda: make_backbone("gtrxl", 4, position="rope", position_options={"base": 2}),
+     ["position_options={'base': 2}", "'base'", "position 'rope'; valid options: none"]),
+    (lambda: ATTENTIONS.build("nope", None, d_model=8, n_heads=2, d_head=4, max_distance=8),
+     ["attention='nope'", "valid attentions: " + ", ".join(ATTENTIONS)]),
+    (lambda: POSITIONS.options("nope"), ["position='nope'", "valid positions: " + ", ".join(POSITIONS)]),
+])
+def test_make_backbone_and_the_catalogues_refuse_with_a_config_error(call, parts):
+    with pytest.raises(ConfigError) as error:
+        call()
+    assert all(part in str(error.value) for part in parts), str(error.value)
+
+
+# -- batch_size at most the rollout: one rule, the same words in Python and on the command line ------------------
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_a_learner_refuses_a_batch_larger_than_the_rollout_as_the_command_line_does(learner, tmp_path):
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    with pytest.raises(ConfigError) as error:
+        learner("MemoryPolicy", env, **{**LEARNER, "batch_size": 64})
+    assert str(error.value) == "batch_size=64: expected at most the rollout, n_steps=16 x n_envs=2 = 32 steps"
+    algo = {MemoryPPO: "ppo", VMPO: "vmpo"}[learner]
+    config = small_config(tmp_path, algo=algo, n_envs=2, options={algo: {**SMALL["options"]["ppo"], "batch_size": 64}})
+    with pytest.raises(ConfigError) as cli:
+        validate(config)
+    assert str(cli.value) == f"{algo}.{error.value}".replace("n_steps=", f"{algo}.n_steps=")
+
+
+def test_a_loaded_model_predicts_with_fewer_envs_and_refuses_to_learn_on_them(tmp_path):
+    MemoryPPO("MemoryPolicy", make_vec_env("TMaze-v0", 2, 0, length=3), **LEARNER).save(tmp_path / "m.zip")
+    one = make_vec_env("TMaze-v0", 1, 0, length=3)
+    model = MemoryPPO.load(tmp_path / "m.zip", env=one)
+    model.predict(one.reset())
+    with pytest.raises(ConfigError, match=r"^batch_size=32: expected at most the rollout, n_steps=16 x n_envs=1 = 16"):
+        model.learn(16)
+
+
+# -- a saved model and an env of other spaces: refused at load, naming the space -------------------------------
+
+class OtherActions(gym.Env):
+    """T-Maze's observations with three actions instead of four."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros(2, np.float32), 0.0, True, False, {}
+
+
+@pytest.fixture
+def saved(tmp_path) -> Path:
+    path = tmp_path / "m.zip"
+    MemoryPPO("MemoryPolicy", make_vec_env("TMaze-v0", 2, 0, length=3), **LEARNER).save(path)
+    return path
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    (lambda: make_vec_env("MemoryChain-v0", 2, 0), r"^env: its observation space Box\(-1.0, 1.0, \(3,\), float32\) "
+                                                   r"is not the observation space the model '.*m.zip' was trained on, "
+                                                   r"Box\(-1.0, 1.0, \(2,\), float32\)$"),
+    (lambda: "MemoryChain-v0", r"^env: its observation space Box\(-1.0, 1.0, \(3,\)"),
+    (lambda: OtherActions(), r"^env: its action space Discrete\(3\) is not the action space the model .* Discrete\("),
+    (lambda: 3, r"^env=3: expected an env id, a gymnasium env or a VecEnv"),
+])
+def test_load_refuses_an_env_of_other_spaces_naming_the_space(saved, env, message):
+    with pytest.raises(ConfigError, match=message):
+        MemoryPPO.load(saved, env=env())
+
+
+def test_load_takes_an_env_spec_as_the_constructor_does(saved):
+    model = MemoryPPO.load(saved, env="TMaze-v0")
+    assert model.n_envs == 1 and model.observation_space.shape == (2,)
+
+
+def test_load_agent_checks_the_env_at_load(saved):
+    with pytest.raises(ConfigError, match=r"env='MemoryChain-v0' does not fit the model .*m.zip.*Observation"):
+        load_agent(saved, env="MemoryChain-v0")
+
+
+# -- a value from a hyper-parameter entry is named with the entry, at every check --------------------------------
+
+def entry_file(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "hp.yml"
+    path.write_text("TMaze-v0:\n" + body)
+    return str(path)
+
+
+@pytest.mark.parametrize(("body", "flags", "message"), [
+    ("  stop_when_solved: 2\n  eval_freq: 0\n", {}, "{where}: stop_when_solved=2: expected 0 when eval_freq=0"),
+    ("  stop_when_solved: 2\n", {"eval_freq": 0}, "{where}: stop_when_solved=2: expected 0 when eval_freq=0"),
+    ("  ppo: {batch_size: 4096}\n", {}, "{where}: ppo.batch_size=4096: expected at most the rollout"),
+    ("  n_envs: 1\n", {}, "ppo.batch_size=32: expected at most the rollout, ppo.n_steps=16 x n_envs=1 = 16 steps "
+                          "(n_envs from {where})"),
+    ("  env_kwargs: {length: -3}\n", {}, "env='TMaze-v0' with env_kwargs length=-3 does not build (ValueError: "
+                                          "length (corridor length L) must be >= 1, got -3) (env_kwargs.length from "
+                                          "{where})"),
+    ("  mlp: {hidden_size: 0}\n", {}, "{where}: mlp.hidden_size=0: expected an integer >= 1"),
+])
+def test_an_invalid_value_from_a_hyperparameter_entry_names_the_entry(tmp_path, body, flags, message):
+    """The entry's own values name it when checked alone; so do the checks of the run they join (relations, the
+    env, the policy): the key the message is about first, any other it names after."""
+    file = entry_file(tmp_path, body)
+    given = {"env": "TMaze-v0", "backbone": "mlp", "hyperparams": file, "log_dir": str(tmp_path / "runs"),
+             "total_timesteps": 32, "n_eval_envs": 2, "n_eval_episodes": 2, "checkpoint_freq": 0, **flags}
+    where = f"hyper-parameter file {file!r}, entry 'TMaze-v0'"
+    with pytest.raises(ConfigError) as error:  # an entry's value alone: when it is read (`build_config`)
+        train(build_config(None, given, ["ppo.n_steps=16", "ppo.segment_length=4"]
+                           + ([] if "batch_size" in body else ["ppo.batch_size=32"])))
+    assert str(error.value).startswith(message.format(where=where)), str(error.value)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"stop_when_solved": 1, "eval_freq": 0}, "stop_when_solved=1: expected 0 when eval_freq=0 (stopping early needs "
+                                              "evaluations during training)"),
+    ({"env_kwargs.bogus": 1}, "env_kwargs: TMaze-v0 got unexpected keyword argument(s) 'bogus'; valid keyword "
+                              "arguments: "),
+    ({"n_envs": 1, "ppo.batch_size": 256},
+     "ppo.batch_size=256: expected at most the rollout, ppo.n_steps=64 x n_envs=1 = 64 steps"),
+])
+def test_a_value_the_entry_did_not_give_is_not_named_with_it(tmp_path, flags, message):
+    """A value of a layer above the entry (one it replaced, or one it does not set) is the user's own."""
+    file = entry_file(tmp_path, "  stop_when_solved: 2\n  env_kwargs: {length: 3}\n")
+    config = build_config(None, {"env": "TMaze-v0", "hyperparams": file, **flags})
+    with pytest.raises(ConfigError) as error:
+        validate(config)
+    assert str(error.value).startswith(message) and "hyper-parameter" not in str(error.value), str(error.value)
+
+
+class Stop(BaseCallback):
+    def _on_step(self) -> bool:
+        return False
+
+
+def test_a_hand_built_config_trains_and_records_what_it_read(tmp_path):
+    """A schedule written as text trains as the file's would, and `config.yaml` records it."""
+    config = small_config(tmp_path, options={"ppo": {**SMALL["options"]["ppo"], "learning_rate": "lin_1e-3"}})
+    summary = train(config, extra_callback=Stop())
+    assert summary["env_steps"] <= 32
+    assert "lin_0.001_0.0" in (tmp_path / "runs" / config.run_name() / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_the_default_minibatch_is_cut_to_a_smaller_rollout_and_a_given_one_is_refused(learner):
+    """One env copy: the default `batch_size` becomes the whole rollout (the learner trains); a `batch_size` given
+    larger than the rollout is refused, by keyword or by position."""
+    model = learner("MemoryPolicy", "TMaze-v0", n_steps=32, segment_length=16)
+    assert model.batch_size == 32
+    model.learn(64)
+    with pytest.raises(ConfigError, match=r"^batch_size=64: expected at most the rollout, n_steps=32 x n_envs=1"):
+        learner("MemoryPolicy", "TMaze-v0", n_steps=32, segment_length=16, batch_size=64)
+    with pytest.raises(ConfigError, match=r"^batch_size=64: expected at most the rollout"):
+        learner("MemoryPolicy", "TMaze-v0", 1e-3, 32, 64, segment_length=16)
+
+
+def test_the_command_line_cuts_the_default_minibatch_as_the_learner_does(tmp_path):
+    """`--n-envs 1` trains with the default minibatch cut to the rollout, and records the value it trained with."""
+    config = build_config(None, {"env": "TMaze-v0", "n_envs": 1, "total_timesteps": 64, "eval_freq": 0,
+                                 "n_eval_episodes": 1, "log_dir": str(tmp_path)})
+    validate(config)
+    train(config)
+    recorded = yaml.safe_load(next(tmp_path.glob("*/config.yaml")).read_text())
+    assert recorded["ppo"]["batch_size"] == 64
