@@ -33,18 +33,26 @@ def upscale(frame: np.ndarray, min_side: int = MIN_SIDE) -> np.ndarray:
 
 
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
-    """Write `frames` (`H × W × 3` uint8, one size) to `path` (`.gif` loops forever), whole or not at all
-    (`experiments.atomic.atomic_path`)."""
-    import imageio.v2 as imageio
+    """Write `frames` (`H × W × 3` uint8, one size) to the new file `path` (`.gif` loops forever), whole or not at
+    all; `FileExistsError` when `path` exists, even when another process made it meanwhile: a file is never
+    overwritten (`experiments.writable.write_new_file`)."""
+    from experiments.writable import write_new_file
 
     path = check_video_path(path)
     if not frames:
         raise ValueError("no frames to record")
     images = [upscale(np.asarray(frame, dtype=np.uint8)) for frame in frames]
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_new_file(path, lambda tmp: _save(images, tmp, fps))
+    return path
+
+
+def _save(images: list[np.ndarray], path: Path, fps: float) -> None:
+    """`images` to the video `path` (replaced), whole or not at all (`experiments.atomic.atomic_path`)."""
+    import imageio.v2 as imageio
+
     with atomic_path(path) as tmp:
         if path.suffix.lower() == ".gif":
             imageio.mimsave(tmp, images, duration=1000 / fps, loop=0)
         else:
             imageio.mimsave(tmp, images, fps=fps, macro_block_size=1)
-    return path

@@ -5,14 +5,24 @@ directory that exists, or would be created inside one that exists, in which a fi
 file system, an immutable directory or a missing permission is then refused before an evaluation or a bootstrap
 runs, with the errno the system gave. The write itself may still fail later (a disk that fills meanwhile):
 `experiments.atomic` handles that.
+
+Such a file is new: one that is there already (the user's, an earlier command's) is refused (`check_new_file`)
+and never replaced, even when another process makes it while the command works (`write_new_file` links the
+finished file into place, which fails rather than replace). A default name the user did not choose moves aside
+instead (`free_name`: `curves-2.png`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
+import secrets
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from experiments.atomic import WriteError
+from experiments.atomic import WriteError, sync_directory, write_error
 from experiments.config import ConfigError
 from experiments.rules import check_name_lengths, nearest_existing
 
@@ -51,3 +61,44 @@ def check_directory(directory: str | Path) -> None:
     error = _try_create(folder)
     if error is not None:
         raise WriteError(error.errno, error.strerror, str(directory))
+
+
+def check_new_file(flag: str, path: str | Path) -> None:
+    """Refuse (`ConfigError`, one line naming `flag` and the path) an output file that is there already (a link
+    too, even one that leads nowhere): a command never overwrites what it did not write."""
+    if os.path.lexists(path):
+        raise ConfigError(f"{flag} {str(path)!r}: already exists (a file is never overwritten); expected the name of "
+                          "a new file")
+
+
+def free_name(path: Path) -> Path:
+    """`path` when nothing is there, else the first of `stem-2.suffix`, `stem-3.suffix`, ... that is free."""
+    for n in itertools.count(1):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        if not os.path.lexists(candidate):
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def write_new_file(path: Path, write: Callable[[Path], None]) -> None:
+    """Write the new file `path` with `write(temporary path)` (a writer that writes whole or not at all:
+    `experiments.atomic.save_figure`, `experiments.video.write_video`), then link it into place, which never
+    replaces a file: `FileExistsError` when `path` exists by then. Other failures raise `WriteError` naming `path`;
+    no temporary file is left."""
+    path = Path(path)
+    private = path.with_name(f".new-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")  # short: any name fits
+    try:
+        try:
+            write(private)
+        except OSError as error:  # named after the file meant, not the temporary one
+            raise (error if error.errno is None else WriteError(error.errno, error.strerror, str(path))) from error
+        try:
+            os.link(private, path)
+        except FileExistsError:
+            raise
+        except OSError as error:
+            raise write_error(error, path) from error
+        sync_directory(path.parent)
+    finally:
+        with contextlib.suppress(OSError):
+            private.unlink(missing_ok=True)

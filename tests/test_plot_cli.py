@@ -59,6 +59,7 @@ def test_plot_takes_run_directories_and_any_grouping_key(runs, tmp_path, capsys)
     out = tmp_path / "seeds.png"
     assert train_rl.main(["plot", *chosen, "--out", str(out), "--group-by", "seed", "--reps", "50"]) == 0
     assert "3 runs in 2 groups: 0 (2), 1 (1)" in capsys.readouterr().out
+    out = tmp_path / "tasks.png"
     assert train_rl.main(["plot", *chosen, "--out", str(out), "--group-by", "backbone", "task", "--reps", "50"]) == 0
     assert "gtrxl / TMaze-v0 (length=5) (2), lstm / TMaze-v0 (length=5) (1)" in capsys.readouterr().out
 
@@ -77,7 +78,7 @@ def test_bad_input_exits_2_naming_it(argv, message, runs, tmp_path, capsys, monk
 
 
 def test_the_report_draws_its_curves_with_the_plot_commands_code(runs):
-    assert report.plot_curves is plotting.plot_curves
+    assert report.curves_figure is plotting.curves_figure
     report.build_report(runs, reps=50)
     assert [path.name for path in runs.glob("curves_*.png")] == ["curves_TMaze_v0_length_5.png"]
 

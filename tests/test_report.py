@@ -19,6 +19,7 @@ import train_rl
 from experiments.run_dir import EVAL_COLUMNS
 from experiments.studies import stats
 from experiments.studies.report import Study, build_report
+from policies.rules import ConfigError
 from tests.test_cli import REPO
 
 REPS = 300
@@ -393,13 +394,15 @@ def test_a_rebuilt_report_removes_the_figures_of_tasks_that_are_gone_and_keeps_e
     assert "notes.png" in second and second < first
 
 
-def test_a_report_into_a_folder_whose_report_md_links_the_users_images_keeps_them(tmp_path):
-    """A `report.md` of the user's in `--out` that shows their own image: the report replaces `report.md` (its
-    name) but removes no image it did not write (mutation caught: every image the old `report.md` linked went)."""
+def test_a_report_into_a_folder_whose_report_md_is_the_users_is_refused_and_keeps_both(tmp_path):
+    """A `report.md` of the user's in `--out` that shows their own image: the report writes neither over it nor
+    removes the image (mutation caught: the user's report.md replaced, or every image it linked removed)."""
     fake_run(tmp_path / "runs", "gtrxl", 0, 0.5, curve=[0.5])
     out = tmp_path / "notes"
     out.mkdir()
     (out / "report.md").write_text("# My notes\n![holiday](photo.png)\n")
     (out / "photo.png").write_bytes(b"mine")
-    build_report(tmp_path / "runs", out, reps=REPS)
+    with pytest.raises(ConfigError, match="holds a report.md that train_rl.py report did not write"):
+        build_report(tmp_path / "runs", out, reps=REPS)
+    assert (out / "report.md").read_text() == "# My notes\n![holiday](photo.png)\n"
     assert (out / "photo.png").read_bytes() == b"mine"

@@ -45,7 +45,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="torch CPU threads, 0: every core (default: %(default)s)")
     parser.add_argument("--render", action="store_true",
                         help="show episodes as they are played (text for engram's tasks, a window for MiniGrid)")
-    parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4")
+    parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4: a new "
+                                                         "file (an existing one is refused, never overwritten)")
     parser.add_argument("--record-episodes", type=int, default=1,
                         help="episodes shown or recorded by --render and --record (default: %(default)s)")
     parser.add_argument("--fps", type=float, default=4.0, help="frames per second of --render and --record "
@@ -55,9 +56,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 def _check(options: argparse.Namespace) -> None:
     """Exit status 2, naming the flag and what is valid, for counts below one, a frame rate that is not a positive
-    number, a device this machine lacks, an unknown video format and a video path that cannot be written."""
+    number, a device this machine lacks, an unknown video format and a video path that cannot be written or exists
+    already."""
     from experiments.video import check_video_path
-    from experiments.writable import check_output
+    from experiments.writable import check_new_file, check_output
     from policies.rules import Device, Range
 
     Range(0, integer=True, note="0: every core").check("--threads", options.threads)  # as a run's threads
@@ -72,6 +74,7 @@ def _check(options: argparse.Namespace) -> None:
     if options.record:
         check_video_path(options.record)
         check_output("--record", options.record)
+        check_new_file("--record", options.record)
 
 
 def _summary_line(policy: str, result: Any) -> str:
@@ -151,6 +154,12 @@ def main(argv: list[str]) -> int:
         _show(agent, players["render"], options, seed, deterministic)
     if options.record:
         frames = list(play(agent, players["record"], options.record_episodes, seed, deterministic))
-        video = write_video(frames, Path(options.record), options.fps)
+        video = Path(options.record)
+        try:
+            write_video(frames, video, options.fps)
+        except FileExistsError:
+            print(f"error: --record {str(video)!r}: made by another process meanwhile; a file is never overwritten",
+                  file=sys.stderr)
+            return 2
         print(f"  video:   {video} ({len(frames)} frames, {options.record_episodes} episode(s))")
     return 0

@@ -1,9 +1,13 @@
 """``train_rl.py plot RUN_DIRS... [--out FILE.png] [--group-by KEY ...]``: learning curves of any runs.
 
-Every run directory at or below the given paths is read; runs are grouped by configuration keys
-(``backbone``, ``algo``, ``env``, ``task`` = env with its keyword arguments, ``seed``, or any run setting
-such as ``n_envs``), and the figure is the study report's (:func:`experiments.studies.plotting.plot_curves`):
-per group the mean and a 95 % bootstrap band over its finished runs, every run as a thin line.
+Every run directory at or below the given paths is read (once, however many of the paths hold it); runs are grouped
+by configuration keys (``backbone``, ``algo``, ``env``, ``task`` = env with its keyword arguments, ``seed``, or any
+run setting such as ``n_envs``), and the figure is the study report's
+(:func:`experiments.studies.plotting.curves_figure`): per group the mean and a 95 % bootstrap band over its
+finished runs, every run as a thin line.
+
+The figure goes to a new file: ``--out`` names one that must not exist yet (a file is never overwritten); without
+it, ``curves.png`` in the current directory, or ``curves-2.png``, ... when an earlier plot holds that name.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from experiments.cli.parser import OneLineParser, program
-from experiments.config import DEFAULT_REPS
+from experiments.config import DEFAULT_REPS, ConfigError
 from experiments.studies.runs import Run, find_runs, readable, task_label
 
+DEFAULT_OUT = Path("curves.png")
+"""the figure's file without --out (the first free one of curves-2.png, ... when it is taken)"""
 DEFAULT_GROUPING = ("algo", "backbone", "task")
 """the keys grouped by when none is given: those whose values differ between the runs"""
 
@@ -27,7 +33,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=f"{program()} plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directories, or directories holding runs")
-    parser.add_argument("--out", "-o", default="curves.png", help="the PNG to write (default: %(default)s)")
+    parser.add_argument("--out", "-o", metavar="FILE", help=(
+        f"the new image file to write; an existing one is refused, never overwritten (default: {DEFAULT_OUT}, or "
+        f"{DEFAULT_OUT.stem}-2{DEFAULT_OUT.suffix}, ... when it exists)"))
     parser.add_argument("--group-by", nargs="+", metavar="KEY",
                         help="configuration keys that make a group: backbone, algo, env, task, seed or any run "
                              f"setting (default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
@@ -61,8 +69,6 @@ def check_image_path(flag: str, path: str) -> None:
     """Refuse (`ConfigError` naming `flag`) a file name whose suffix is no image format matplotlib writes."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from experiments.config import ConfigError
-
     formats = FigureCanvasBase.get_supported_filetypes()
     if Path(path).suffix.lstrip(".").lower() not in formats:
         raise ConfigError(f"{flag}={path!r}: expected a file name ending in an image format: "
@@ -75,43 +81,64 @@ def varying_keys(runs: list[Run], candidates: tuple[str, ...] = DEFAULT_GROUPING
     return keys or ["backbone"]
 
 
+def runs_at(paths: list[str]) -> list[Run]:
+    """The runs at or below `paths` that plot can read, each once (by its resolved directory), in the order given;
+    every run it cannot read beside them is named on one line of stderr. `ConfigError` naming a path that holds
+    none (`check_readable`)."""
+    from experiments.studies.report import RUN_EXPECTED, check_readable
+
+    runs: dict[Path, Run] = {}
+    for path in map(Path, paths):
+        if not path.is_dir():
+            why = "it is a file" if path.exists() else "it does not exist"
+            raise ConfigError(f"RUN_DIR {str(path)!r} holds no run that plot can read: {why}; expected {RUN_EXPECTED}")
+        found = find_runs(path)
+        check_readable(found, "plot", "RUN_DIR", path)
+        for run in readable([run for run in found if run.directory.resolve() not in runs], "plot"):
+            runs[run.directory.resolve()] = run
+    return list(runs.values())
+
+
 def main(argv: list[str]) -> int:
-    """Write the figure; exit status 2 when a path holds no run, a grouping key is unknown, `--reps` is below one
-    or `--out` cannot be written."""
+    """Write the figure to a new file; exit status 2 when a path holds no run that plot can read, a grouping key is
+    unknown, `--reps` is below one, or `--out` exists already or cannot be written."""
     options = make_parser().parse_args(argv)
-    from experiments.config import ConfigError
-    from experiments.writable import check_output
+    from experiments.writable import check_new_file, check_output, free_name, write_new_file
     from policies.rules import Range
 
+    out = Path(options.out) if options.out is not None else free_name(DEFAULT_OUT)
     try:
         Range(1, integer=True).check("--reps", options.reps)
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
-        check_output("--out", options.out)
-        check_image_path("--out", options.out)
+        check_output("--out", out)
+        check_image_path("--out", str(out))
+        check_new_file("--out", out)
+        runs = runs_at(options.paths)
+        groups = group_runs(runs, options.group_by or varying_keys(runs))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    runs = []
-    for path in map(Path, options.paths):
-        found = readable(find_runs(path), "plot") if path.is_dir() else []
-        if not found:
-            print(f"error: {str(path)!r} holds no run that plot can read (no config.yaml below it, or only the runs "
-                  "skipped above)", file=sys.stderr)
-            return 2
-        runs += found
-    try:
-        groups = group_runs(runs, options.group_by or varying_keys(runs))
     except KeyError as error:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 2
-    from experiments.studies.plotting import plot_curves
+    from experiments.atomic import save_figure
+    from experiments.studies.plotting import curves_figure
 
     success = all(run.has_success() for run in runs)
     tasks = {task_label(run.config) for run in runs}
     title = options.title or (tasks.pop() if len(tasks) == 1 else f"{len(tasks)} tasks")
-    out = Path(options.out)
+    figure = curves_figure(groups, success, title, options.reps, options.seed, options.stochastic)
     out.parent.mkdir(parents=True, exist_ok=True)
-    plot_curves(groups, success, title, out, options.reps, options.seed, options.stochastic)
+    while True:
+        try:
+            write_new_file(out, lambda tmp: save_figure(figure, tmp))
+            break
+        except FileExistsError:  # made by another process while the figure was drawn
+            if options.out is not None:
+                print(f"error: --out {str(out)!r}: made by another process meanwhile; a file is never overwritten",
+                      file=sys.stderr)
+                return 2
+            out = free_name(out)
     print(f"{out}: {len(runs)} runs in {len(groups)} groups: "
           + ", ".join(f"{name} ({len(members)})" for name, members in groups.items()))
     return 0

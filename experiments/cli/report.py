@@ -13,8 +13,10 @@ def make_parser() -> argparse.ArgumentParser:
     """The parser of `train_rl.py report`."""
     parser = OneLineParser(prog=f"{program()} report", description=(
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
-    parser.add_argument("directory", help="the study directory, e.g. runs/TMaze-v0__ppo")
-    parser.add_argument("--out", help="where to write the report (default: the study directory)")
+    parser.add_argument("directory", metavar="DIR", help="the study directory, e.g. runs/TMaze-v0__ppo")
+    parser.add_argument("--out", metavar="DIR", help=(
+        "where to write the report (default: the study directory); a report.md there that the report did not write, "
+        "or a figure that its earlier report there does not show, is refused and never replaced"))
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
                         help="bootstrap resamples (default: %(default)s)")
     parser.add_argument("--solve-threshold", type=float,
@@ -26,7 +28,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """`train_rl.py report DIRECTORY`; exit status 2 when there is no study there or `--out` cannot be written."""
+    """`train_rl.py report DIRECTORY`; exit status 2 when there is no run there that a report can read, or `--out`
+    (or the study directory) cannot be written or holds a file the report did not write."""
     parser = make_parser()
     options = parser.parse_args(argv)
     if options.env and options.out is None:
@@ -46,7 +49,7 @@ def main(argv: list[str]) -> int:
         if options.out is not None:
             check_output("--out", options.out, directory=True)
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed,
-                            options.env)
+                            options.env, arguments=("DIR", "--out"))
     except (FileNotFoundError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -34,6 +34,16 @@ def score_name(success: bool, stochastic: bool = False) -> str:
 
 def plot_curves(groups: Mapping[str, Sequence[Run]], success: bool, title: str, path: Path, reps: int, seed: int,
                 stochastic: bool = False) -> None:
+    """Write `curves_figure` of these arguments to the new file `path`: `FileExistsError` when it exists, a file is
+    never overwritten (`experiments.writable.write_new_file`)."""
+    from experiments.writable import write_new_file
+
+    figure = curves_figure(groups, success, title, reps, seed, stochastic)
+    write_new_file(path, lambda tmp: save_figure(figure, tmp))
+
+
+def curves_figure(groups: Mapping[str, Sequence[Run]], success: bool, title: str, reps: int, seed: int,
+                  stochastic: bool = False) -> Figure:
     """Each group's mean learning curve over its finished runs with a bootstrap band; every run as a thin line.
 
     `success`: plot success rates (else mean returns); `stochastic`: the sampling policy's evaluations.
@@ -70,4 +80,4 @@ def plot_curves(groups: Mapping[str, Sequence[Run]], success: bool, title: str, 
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
-    save_figure(figure, path)
+    return figure

@@ -23,11 +23,20 @@ its final mean return (the final model's, `model.zip`; never `best_model.zip`'s)
 failed is scored by its last evaluation before it stopped (left out of the scores when it has none) and never
 counts as solved. Each run's outcome (`outcome`) and best evaluation are listed beside its final score. See
 `experiments.studies.stats` for the definitions.
+
+A report replaces its own earlier output and nothing else: `report.md` ends in a signature line, the SHA-256
+digest of the text above it (`sign`), and a `report.md` without a valid one (the user's, or a report edited since)
+is never replaced, nor a figure that the earlier report does not show (`report_target`); both are refused before
+any work. The new `report.md` is written before its figures, so that every figure on disk is one the `report.md`
+beside it shows, even after an interruption.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import hashlib
+import os
 import re
 import time
 from collections import defaultdict
@@ -42,7 +51,7 @@ from matplotlib.figure import Figure
 from experiments.atomic import save_figure, write_atomic
 from experiments.config import DEFAULT_REPS
 from experiments.studies import stats
-from experiments.studies.plotting import group_colors, plot_curves
+from experiments.studies.plotting import curves_figure, group_colors
 from experiments.studies.runs import (
     DIVERGED,
     FAILED,
@@ -65,6 +74,7 @@ from experiments.studies.suite_scores import (
     run_scores,
     suite_matrices,
 )
+from policies.rules import ConfigError, one_line
 
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
 SOLVED, SOLVED_THEN_LOST, NOT_SOLVED = "solved", "solved, then lost", "not solved"
@@ -318,7 +328,7 @@ def _suite(tasks: list[Task], final: bool = False) -> Suite | None:
 # figures
 
 
-def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path) -> None:
+def scores_figure(title: str, score_stats: ScoreStats, score_name: str) -> Figure:
     """Mean, median and IQM with their CIs per backbone (rliable's interval plot), and every run;
     `score_name` says which score (`final success rate`)."""
     names = list(score_stats.scores)
@@ -348,10 +358,10 @@ def plot_scores(title: str, score_stats: ScoreStats, score_name: str, path: Path
         ax.set_xlabel(score_name)
         ax.grid(axis="x", alpha=0.3)
     figure.suptitle(f"{title}: {score_name}, 95 % stratified bootstrap CIs")
-    save_figure(figure, path)
+    return figure
 
 
-def plot_improvement(title: str, score_stats: ScoreStats, path: Path) -> None:
+def improvement_figure(title: str, score_stats: ScoreStats) -> Figure:
     """P(row > column) for every pair of backbones."""
     names = list(score_stats.scores)
     matrix = np.full((len(names), len(names)), np.nan)
@@ -368,7 +378,7 @@ def plot_improvement(title: str, score_stats: ScoreStats, path: Path) -> None:
     ax.set_yticks(range(len(names)), names)
     ax.set(xlabel="Y", ylabel="X", title=f"{title}: P(X > Y)")
     figure.colorbar(image, ax=ax, fraction=0.046)
-    save_figure(figure, path)
+    return figure
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,12 +394,13 @@ def _format_number(value: float) -> str:
     return "–" if not np.isfinite(value) else f"{value:.3f}"
 
 
-def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: str, directory: Path) -> list[str]:
-    """Score table, P(improvement) table and their figures; `score_name` says which score (`final success
-    rate`)."""
+def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: str,
+                   figures: dict[str, Figure]) -> list[str]:
+    """Score table, P(improvement) table and their figures (added to `figures`); `score_name` says which score
+    (`final success rate`)."""
     if not score_stats.scores:
         return ["No run has a score yet.", ""]
-    plot_scores(title, score_stats, score_name, directory / f"scores_{key}.png")
+    figures[f"scores_{key}.png"] = scores_figure(title, score_stats, score_name)
     rows = []
     for name, matrix in score_stats.scores.items():
         estimate = score_stats.estimates[name]
@@ -400,7 +411,7 @@ def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: st
              *_table(["backbone", "runs", "mean", "std", "median", "IQM"], rows), "",
              f"![{score_name}](scores_{key}.png)", ""]
     if score_stats.improvement:
-        plot_improvement(title, score_stats, directory / f"improvement_{key}.png")
+        figures[f"improvement_{key}.png"] = improvement_figure(title, score_stats)
         names = list(score_stats.scores)
         matrix = [[x, *("–" if x == y else score_stats.improvement[x, y] for y in names)] for x in names]
         lines += ["Probability of improvement P(row > column) [95 % CI]:", "",
@@ -408,11 +419,11 @@ def _score_section(title: str, key: str, score_stats: ScoreStats, score_name: st
     return lines
 
 
-def _task_section(task: Task, directory: Path, reps: int, seed: int) -> list[str]:
-    plot_curves(task.runs, task.success, task.label, directory / f"curves_{task.slug}.png", reps, seed)
+def _task_section(task: Task, figures: dict[str, Figure], reps: int, seed: int) -> list[str]:
+    figures[f"curves_{task.slug}.png"] = curves_figure(task.runs, task.success, task.label, reps, seed)
     lines = [f"## {task.label}", "", f"Score: final **{task.score_name}**.", "",
              f"![learning curves](curves_{task.slug}.png)", "", "### Final scores", "",
-             *_score_section(task.label, task.slug, task.stats, f"final {task.score_name}", directory),
+             *_score_section(task.label, task.slug, task.stats, f"final {task.score_name}", figures),
              *_evaluations_section(task), "### Reliability", ""]
     rows = []
     for backbone, rel in task.reliability.items():
@@ -468,7 +479,7 @@ def _evaluations_section(task: Task) -> list[str]:
             *_table(["backbone", "finished", *columns], rows), ""]
 
 
-def _suite_section(study: Study, directory: Path) -> list[str]:
+def _suite_section(study: Study, figures: dict[str, Figure]) -> list[str]:
     """The normalised MMER of every task and backbone, the tasks left out, and the suite's aggregates."""
     suite = study.suite
     assert suite is not None
@@ -501,7 +512,7 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
               "number of runs on every task (its lowest seeds), as rliable's stratified bootstrap needs."
               + "".join(f" {b}: {n} finished {'run' if n == 1 else 'runs'} left out to balance."
                         for b, n in suite.unbalanced.items()), "",
-              *_score_section("suite", "suite", study.suite_stats, "normalised MMER", directory)]
+              *_score_section("suite", "suite", study.suite_stats, "normalised MMER", figures)]
     reference = [(y, estimate) for (x, y), estimate in study.suite_stats.improvement.items()
                  if x == REFERENCE_BACKBONE]
     if reference:
@@ -511,7 +522,7 @@ def _suite_section(study: Study, directory: Path) -> list[str]:
                   "The same aggregates of each run's final evaluation, normalised the same way (0.5·R + 0.5, the final "
                   "success rate): a run that learned and then lost it scores its loss here, its peak above.", "",
                   *_score_section("suite, final evaluation", "suite_final", study.suite_final_stats,
-                                  "normalised final evaluation", directory)]
+                                  "normalised final evaluation", figures)]
     return lines
 
 
@@ -566,8 +577,8 @@ def _retries_sentence(runs: list[Run]) -> str:
             f"{'run' if len(counts) == 1 else 'runs'} after a lost worker or node (see the Runs table).")
 
 
-def render(study: Study, directory: Path, seed: int = 0) -> str:
-    """The markdown of `report.md`; writes the figures into `directory`."""
+def render(study: Study, figures: dict[str, Figure], seed: int = 0) -> str:
+    """The markdown of `report.md`; its figures are added to `figures`, by the file name it shows them by."""
     states = [run.state() for run in study.runs]
     counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
     name = study.record.get("name", study.directory.name)
@@ -593,12 +604,12 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
         "its stochastic twin the same for the policy that samples its actions, as in training (– where the runs "
         "predate that evaluation).", ""]
     for task in study.tasks:
-        lines += _task_section(task, directory, study.reps, seed)
+        lines += _task_section(task, figures, study.reps, seed)
     if study.overall is not None:
         lines += ["## All tasks", "", "Success rates of every task pooled (runs × tasks, stratified by task).", "",
-                  *_score_section("all tasks", "all", study.overall, "final success rate", directory)]
+                  *_score_section("all tasks", "all", study.overall, "final success rate", figures)]
     if study.suite is not None:
-        lines += _suite_section(study, directory)
+        lines += _suite_section(study, figures)
     lines += _runs_section(study)
     lines += [f"_Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from the run directories by "
               f"`train_rl.py report`._", ""]
@@ -606,32 +617,136 @@ def render(study: Study, directory: Path, seed: int = 0) -> str:
 
 
 def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps: int = DEFAULT_REPS,
-                 threshold: float | None = None, seed: int = 0, envs: list[str] | None = None) -> Path:
+                 threshold: float | None = None, seed: int = 0, envs: list[str] | None = None,
+                 arguments: tuple[str, str] = ("study_dir", "out_dir")) -> Path:
     """Analyse `study_dir` (the runs of `envs` only, if given: see `Study.analyse`) and write
     `report.md` and its figures to `out_dir` (default: the study directory; required with `envs`, so
-    that a report of some tasks never replaces the study's own). Returns the path of `report.md`."""
+    that a report of some tasks never replaces the study's own). Returns the path of `report.md`.
+
+    A report replaces its own earlier output there (`report_target`) and no other file: `ConfigError` naming
+    the directory's argument (`arguments`: the names of `study_dir` and `out_dir` in messages) before anything is
+    written, also when the runs found are none that a report can read (`check_readable`)."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise FileNotFoundError(f"study directory {str(study_dir)!r} "
                                 f"{'is a file, not a directory' if study_dir.exists() else 'does not exist'}")
     if envs and out_dir is None:
         raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
-    study = Study.analyse(study_dir, reps, threshold, seed, envs)
-    if not study.runs and envs:
-        every = sorted({str(run.config.get("env")) for run in readable(_ordered_runs(study_dir, []), "report")})
-        raise FileNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
-                                f"its envs: {', '.join(every) or 'none'}")
-    if not study.runs:
-        raise FileNotFoundError(f"no run directory (with a config.yaml) below {str(study_dir)!r}")
     directory = Path(out_dir) if out_dir is not None else study_dir
+    argument = arguments[1] if out_dir is not None else arguments[0]
+    report_target(directory, argument)  # before the analysis: refused at once
+    found = find_runs(study_dir)
+    if not found:
+        raise FileNotFoundError(f"no run directory (with a config.yaml) below {str(study_dir)!r}")
+    check_readable(found, "report", arguments[0], study_dir)
+    every = sorted({str(run.config.get("env")) for run in found if run.problem() is None})
+    if envs and not any(fnmatch.fnmatchcase(env, pattern) for env in every for pattern in envs):
+        raise FileNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
+                                f"its envs: {', '.join(every)}")
+    study = Study.analyse(study_dir, reps, threshold, seed, envs)
+    figures: dict[str, Figure] = {}
+    text = sign(render(study, figures, seed))
+    before = report_target(directory, argument)  # again: the analysis took a while
+    foreign = [name for name in figures if os.path.lexists(directory / name) and not (
+        name in before and (directory / name).is_file() and not (directory / name).is_symlink())]
+    if foreign:
+        raise ConfigError(f"{argument} {str(directory)!r}: holds {foreign[0]!r}"
+                          + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+                          + f", which the report would write and did not write itself; {_NEVER_REPLACED} "
+                          f"{_elsewhere(argument)}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.md"
-    before = _figures(path.read_text()) if path.is_file() else set()
-    text = render(study, directory, seed)
-    write_atomic(path, text)
-    for stale in before - _figures(text):  # a task or backbone gone since: its figures go with it
+    for stale in before - set(figures):  # a task or backbone gone since: its figures go with it
         (directory / stale).unlink(missing_ok=True)
+    write_atomic(path, text)  # first: every figure written below is one that the report.md on disk shows
+    for name, figure in figures.items():
+        save_figure(figure, directory / name)
     return path
+
+
+SIGNATURE = "<!-- written by train_rl.py report, sha256 {digest}: rebuilt only while this line and the text above it " \
+            "are as written -->"
+"""the last line of a `report.md` the report wrote: the SHA-256 digest of the text above it"""
+_SIGNED = re.compile(r"(.*\n)<!-- written by train_rl\.py report, sha256 ([0-9a-f]{64}): [^\n]*-->\n?", re.DOTALL)
+_UNSIGNED = re.compile(r"# Seed study: .*\n_Generated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d from the run directories by "
+                       r"`train_rl\.py report`\._\n*", re.DOTALL)
+"""a report written before reports were signed: its title first, its `_Generated ..._` line last"""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sign(text: str) -> str:
+    """`text` (a rendered report) with its `SIGNATURE` line last."""
+    return text + SIGNATURE.format(digest=_digest(text)) + "\n"
+
+
+def is_own_report(text: str) -> bool:
+    """Whether `text` is a `report.md` a report wrote and nobody has edited since: signed with the digest of the text
+    above the signature, or (written before reports were signed) a `# Seed study` page that ends in its
+    `_Generated ... by train_rl.py report._` line."""
+    signed = _SIGNED.fullmatch(text)
+    if signed is not None:
+        return _digest(signed.group(1)) == signed.group(2)
+    return _UNSIGNED.fullmatch(text) is not None
+
+
+_NEVER_REPLACED = "a file the report did not write is never replaced: move it away, or give"
+
+
+def _elsewhere(argument: str) -> str:
+    """Where else a report can go, after `_NEVER_REPLACED`: another `--out` (`out_dir`), one at all, or none (a
+    study's own report)."""
+    if argument == "out_dir":
+        return "another out_dir"
+    if argument == "study":
+        return "--no-report (then train_rl.py report DIR --out ELSEWHERE)"
+    return "another --out DIR" if argument.startswith("-") else "--out DIR"
+
+
+def report_target(directory: Path, argument: str) -> set[str]:
+    """The figures of the report already in `directory` (none without a `report.md`), which a new report there
+    may replace. `ConfigError` naming `argument` and `directory` when its `report.md` is not one a report wrote
+    (`is_own_report`: the user's, a report edited since, a link, a folder): a file the report did not write is never
+    replaced."""
+    path = Path(directory) / "report.md"
+    if not os.path.lexists(path):
+        return set()
+    text = None
+    if path.is_file() and not path.is_symlink():
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = path.read_text(encoding="utf-8")
+    if text is None or not is_own_report(text):
+        raise ConfigError(f"{argument} {str(directory)!r}: holds a report.md that train_rl.py report did not write "
+                          f"(or that was edited since); {_NEVER_REPLACED} {_elsewhere(argument)}")
+    return _figures(text)
+
+
+RUN_EXPECTED = "a training run's directory (a config.yaml naming algo, backbone and env) or a directory holding them"
+"""what `plot` and `report` read"""
+
+
+def check_readable(runs: list[Run], command: str, argument: str, directory: Path) -> None:
+    """`ConfigError`, one line naming `argument`, `directory`, why and `RUN_EXPECTED`, when `runs` (those found at or
+    below `directory`) hold none that `command` can read (a language-model run, a damaged config.yaml). When some
+    can be read, `readable` names each of the others as it skips it."""
+    problems = []
+    for run in runs:
+        problem = run.problem()
+        if problem is None:
+            return
+        problems.append((run, problem))
+    if not problems:
+        why = "no config.yaml at or below it"
+    elif len(problems) == 1 and problems[0][0].directory == directory:
+        why = one_line(problems[0][1])
+    else:
+        run, problem = problems[0]
+        why = f"{str(run.directory)!r}: {one_line(problem)}" + (
+            f" (and {len(problems) - 1} more runs it cannot read)" if len(problems) > 1 else "")
+    raise ConfigError(f"{argument} {str(directory)!r} holds no run that {command} can read: {why}; "
+                      f"expected {RUN_EXPECTED}")
 
 
 def _figures(report: str) -> set[str]:

@@ -75,7 +75,7 @@ from experiments.rules import FolderName
 from experiments.run_dir import RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
-from experiments.studies.report import DEFAULT_REPS, build_report
+from experiments.studies.report import DEFAULT_REPS, build_report, report_target
 from experiments.studies.runs import (
     DIVERGED,
     FAILED,
@@ -489,6 +489,8 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
     line = applied_line([config.hyperparams for config in configs])
     if line is not None:
         print(line, file=stream, flush=True)
+    if report:  # a report.md the study did not write is refused before any run, not after them all
+        report_target(directory, "study")
     with _study_lock(directory):
         check_consistency(configs)
         for config in configs:
