@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import inspect
 import json
+import os
 import zipfile
 from collections import defaultdict
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, Self
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -40,7 +42,7 @@ from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
-from policies.rules import ConfigError, Count, Device, Entries, OneOf, Range, Switch, short, shown
+from policies.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, short, shown
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -85,6 +87,19 @@ def check_batch_size(batch_size: int, n_steps: int, n_envs: int, prefix: str = "
     if batch_size > rollout:
         raise ConfigError(f"{prefix}batch_size={shown(batch_size)}: expected at most the rollout, {prefix}n_steps="
                           f"{shown(n_steps)} x n_envs={n_envs} = {rollout} steps")
+
+
+def _check_callback(callback: Any) -> None:
+    """`learn`'s `callback` as SB3 takes it: `None`, a `BaseCallback`, a function of `(locals, globals)` or a list
+    of `BaseCallback`s; `ConfigError` otherwise."""
+    if isinstance(callback, list):
+        wrong = [each for each in callback if not isinstance(each, BaseCallback)]
+    else:
+        wrong = [] if callback is None or isinstance(callback, BaseCallback) or (
+            callable(callback) and not isinstance(callback, type)) else [callback]
+    if wrong:
+        raise ConfigError(f"callback={short(repr(callback))}: expected None, an SB3 callback (a BaseCallback), a "
+                          "function of (locals, globals) or a list of BaseCallbacks")
 
 
 def _saved_data(path: str | Path) -> dict[str, Any]:
@@ -216,6 +231,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if env is None and kwargs.get("_init_setup_model", True):
             raise ConfigError(f"env=None: expected an env id, a gymnasium env or a VecEnv (a saved model loads "
                               f"without one: {type(self).__name__}.load)")
+        if env is not None and not isinstance(env, str | gym.Env | VecEnv):
+            raise ConfigError(f"env={short(repr(env))}: expected an env id, a gymnasium env or a VecEnv")
+        if (log := kwargs.get("tensorboard_log")) is not None and not isinstance(log, str | os.PathLike):
+            raise ConfigError(f"tensorboard_log={shown(log)}: expected a folder path, or None for no TensorBoard log")
         if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
             from envs import make_vec_env
 
@@ -405,6 +424,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         `batch_size` larger than the rollout of the env it trains on (`check_batch_size`)."""
         whole = isinstance(total_timesteps, float) and total_timesteps.is_integer()
         Range(0, integer=True).check("total_timesteps", int(total_timesteps) if whole else total_timesteps)
+        _check_callback(callback)
+        Range(1, integer=True).check("log_interval", log_interval)
+        if tb_log_name is not None:
+            Text().check("tb_log_name", tb_log_name)
+        for name, value in (("reset_num_timesteps", reset_num_timesteps), ("progress_bar", progress_bar)):
+            Flag().check(name, value)
         check_batch_size(self.batch_size, self.n_steps, self.n_envs)  # the env may have changed since (`set_env`)
         return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                              reset_num_timesteps, progress_bar)

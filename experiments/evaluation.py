@@ -18,10 +18,12 @@ import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.utils import check_for_correct_spaces
 from stable_baselines3.common.vec_env import VecEnv
 
 from experiments.run_dir import RunDirectory
 from experiments.solved_lr import solved_schedule
+from policies.rules import ConfigError, Flag, Range, one_line, short
 
 
 @dataclass
@@ -59,7 +61,16 @@ class StalledEvaluationError(ValueError):
 
 def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: bool = True) -> EvalResult:
     """Run `n_episodes` with SB3's `evaluate_policy` (memory state carried by `predict`); `StalledEvaluationError`
-    when no episode ends within `STALL_STEPS` steps of every copy."""
+    when no episode ends within `STALL_STEPS` steps of every copy; `ConfigError` naming `n_episodes` (at least
+    one) or `deterministic` (true or false) where either is not one, or `env` where it is no VecEnv."""
+    Range(1, integer=True).check("n_episodes", n_episodes)
+    Flag().check("deterministic", deterministic)
+    if not isinstance(env, VecEnv):
+        raise ConfigError(f"env={short(repr(env))}: expected a VecEnv (envs.make_vec_env)")
+    try:
+        check_for_correct_spaces(env, model.observation_space, model.action_space)
+    except ValueError as error:
+        raise ConfigError(f"env: {one_line(str(error))}") from None
     successes: list[float] = []
     since_end = [0]
 

@@ -490,6 +490,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
 
         `state=None` starts new episodes; `episode_start[i]` clears env `i`'s memory first.
         """
+        Flag().check("deterministic", bool(deterministic) if isinstance(deterministic, np.bool_) else deterministic)
         self.set_training_mode(False)
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
             raise ValueError(MIXED_GYM_API)

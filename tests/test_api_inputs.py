@@ -5,6 +5,7 @@ the hyper-parameter entry named where an invalid value came from it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +268,48 @@ def test_the_command_line_cuts_the_default_minibatch_as_the_learner_does(tmp_pat
     train(config)
     recorded = yaml.safe_load(next(tmp_path.glob("*/config.yaml")).read_text())
     assert recorded["ppo"]["batch_size"] == 64
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"callback": 3}, "callback=3: expected None, an SB3 callback"),
+    ({"callback": [3]}, "callback=[3]: expected None, an SB3 callback"),
+    ({"log_interval": 0}, "log_interval=0: expected an integer >= 1"),
+    ({"tb_log_name": 3}, "tb_log_name=3: expected a non-empty string"),
+    ({"progress_bar": "yes"}, "progress_bar='yes': expected true or false"),
+    ({"reset_num_timesteps": "no"}, "reset_num_timesteps='no': expected true or false"),
+])
+def test_learn_refuses_arguments_sb3_would_fail_on_or_misread(arguments, message):
+    """Each `learn` argument is checked before training (it was a TypeError, a ZeroDivisionError, or accepted)."""
+    model = MemoryPPO("MemoryPolicy", "CartPole-v1", n_steps=16, segment_length=16)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        model.learn(16, **arguments)
+    assert model.num_timesteps == 0
+
+
+def test_the_constructor_and_predict_name_an_argument_of_the_wrong_kind():
+    with pytest.raises(ConfigError, match=r"^env=3: expected an env id, a gymnasium env or a VecEnv"):
+        MemoryPPO("MemoryPolicy", 3)
+    with pytest.raises(ConfigError, match=r"^tensorboard_log=3: expected a folder path"):
+        MemoryPPO("MemoryPolicy", "CartPole-v1", tensorboard_log=3)
+    model = MemoryPPO("MemoryPolicy", "CartPole-v1", n_steps=16, segment_length=16)
+    observation = np.zeros(4, dtype=np.float32)
+    with pytest.raises(ConfigError, match=r"^deterministic='yes': expected true or false"):
+        model.predict(observation, deterministic="yes")
+    assert model.predict(observation, deterministic=np.True_)[0] in (0, 1)
+
+
+def test_evaluate_names_a_bad_episode_count_flag_or_env():
+    from experiments.evaluation import evaluate
+
+    model = MemoryPPO("MemoryPolicy", "CartPole-v1", n_steps=16, segment_length=16)
+    env = make_vec_env("CartPole-v1", 1)
+    for arguments, message in [({"n_episodes": 0}, "n_episodes=0: expected an integer >= 1"),
+                               ({"n_episodes": "3"}, "n_episodes='3': expected"),
+                               ({"n_episodes": 1, "deterministic": "no"}, "deterministic='no': expected true or false")]:
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+            evaluate(model, env, **arguments)
+    with pytest.raises(ConfigError, match=r"^env=.*expected a VecEnv"):
+        evaluate(model, gym.make("CartPole-v1"), 1)
+    with pytest.raises(ConfigError, match=r"^env: Observation spaces do not match"):
+        evaluate(model, make_vec_env("Pendulum-v1", 1), 1)
+    assert len(evaluate(model, env, 2).returns) == 2
