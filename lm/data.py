@@ -18,6 +18,8 @@ may mark the tokens evaluation scores as targets (`scored`); by default it score
 
 from __future__ import annotations
 
+import functools
+import math
 import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,9 +49,27 @@ class TokenStream:
 
 def python_sources() -> list[Path]:
     """The standard library's `.py` files (no site-packages), sorted by relative path."""
+    return list(_python_sources())
+
+
+@functools.cache
+def _python_sources() -> tuple[Path, ...]:
     root = Path(sysconfig.get_paths()["stdlib"])
     files = [path for path in root.rglob("*.py") if "site-packages" not in path.relative_to(root).parts]
-    return sorted(files, key=lambda path: path.relative_to(root).as_posix())
+    return tuple(sorted(files, key=lambda path: path.relative_to(root).as_posix()))
+
+
+def _is_split(index: int, split: str) -> bool:
+    """Whether the file at `index` of `python_sources` belongs to `split`."""
+    return (index % VALIDATION_EVERY == 0) == (split == "validation")
+
+
+@functools.cache
+def python_split_bytes(split: str) -> int:
+    """The bytes of every file of `split` (read from their sizes; nothing is read)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    return sum(path.stat().st_size for index, path in enumerate(_python_sources()) if _is_split(index, split))
 
 
 def python_corpus(split: str, max_bytes: int) -> TokenStream:
@@ -58,7 +78,7 @@ def python_corpus(split: str, max_bytes: int) -> TokenStream:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     chunks, starts, total = [], [], 0
     for index, path in enumerate(python_sources()):
-        if (index % VALIDATION_EVERY == 0) != (split == "validation"):
+        if not _is_split(index, split):
             continue
         data = path.read_bytes()[:max_bytes - total]
         if not data:
@@ -141,6 +161,39 @@ def make_stream(name: str, split: str, *, max_bytes: int, n_tokens: int, vocab_s
     raise ValueError(f"unknown data {name!r}; valid data: {', '.join(DATASETS)}")
 
 
+def stream_length(name: str, split: str, *, max_bytes: int, n_tokens: int) -> int:
+    """The tokens of the stream `make_stream` makes, without making it: `python`'s first `max_bytes` bytes of the
+    split's files, the synthetic tasks' `n_tokens`."""
+    if name == "python":
+        return min(max_bytes, python_split_bytes(split))
+    if name in DATASETS:
+        return n_tokens
+    raise ValueError(f"unknown data {name!r}; valid data: {', '.join(DATASETS)}")
+
+
+TOKEN_BYTES = 11
+"""bytes a stream holds per token while it is read: the token (int64), its start and scored flags, and the
+flags `segments` makes of them"""
+
+
+def stream_bytes(name: str, n_tokens: int, *, vocab_size: int, n_pairs: int) -> int:
+    """About the most bytes a stream of `n_tokens` holds at once, made and read: `TOKEN_BYTES` per token, plus
+    what making it takes (the copy task's blocks and their copy; associative recall's shuffle of its keys,
+    a float and an index per key of every record)."""
+    if name == "copy":
+        return n_tokens * (TOKEN_BYTES + 16)
+    if name == "associative-recall":
+        records, keys = math.ceil(n_tokens / (2 * n_pairs + 3)), max((vocab_size - 1) // 2, 0)
+        return n_tokens * (TOKEN_BYTES + 16) + records * keys * 12
+    return n_tokens * (TOKEN_BYTES + 3)  # the file's bytes, joined, as a tensor
+
+
+def rows_fit(length: int, batch_size: int, segment_length: int) -> bool:
+    """Whether a stream of `length` tokens cut into `batch_size` rows holds one segment of `segment_length`
+    inputs (and its last target) per row: `batch_size × (segment_length + 1) <= length`."""
+    return length // batch_size >= segment_length + 1
+
+
 def segments(stream: TokenStream, batch_size: int, segment_length: int, first: int = 0
              ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
     """`(tokens, starts, scored)` of shape `[T + 1, B]` for segment `first`, `first + 1`, ... of
@@ -148,7 +201,7 @@ def segments(stream: TokenStream, batch_size: int, segment_length: int, first: i
     start on their first token."""
     T = segment_length
     row = len(stream) // batch_size
-    if row < T + 1:
+    if not rows_fit(len(stream), batch_size, T):
         raise ValueError(f"a stream of {len(stream)} tokens is too short for {batch_size} rows of "
                          f"segments of {T} tokens")
     tokens = stream.tokens[:row * batch_size].view(batch_size, row).T  # [row, B]

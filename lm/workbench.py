@@ -41,12 +41,15 @@ import torch
 import torch.nn.functional as F
 import yaml
 from torch import Tensor
+from torch.utils._pytree import tree_leaves
 from torch.utils.tensorboard import SummaryWriter
 
+from agents.on_policy import NonFiniteError, non_finite_tensors
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
 from experiments.exits import advise_on_signal
+from experiments.footprint import available_host_memory, human, uses_accelerator
 from experiments.rules import Directory
 from experiments.run_dir import (
     CHECKPOINTS,
@@ -58,9 +61,21 @@ from experiments.run_dir import (
     notify,
 )
 from experiments.training import torch_threads
-from lm.data import DATASETS, TokenStream, make_stream, segments
+from lm.data import (
+    BYTE_VOCAB,
+    DATASETS,
+    SPLITS,
+    TOKEN_BYTES,
+    TokenStream,
+    make_stream,
+    rows_fit,
+    segments,
+    stream_bytes,
+    stream_length,
+)
 from policies import BACKBONES
-from policies.lm.knn import Datastore, knn_lm_loss, segment_keys
+from policies.backbones.transformer_xl import TransformerXL
+from policies.lm.knn import QUERY_CHUNK, Datastore, knn_lm_loss, segment_keys
 from policies.lm.model import MemoryLanguageModel, scored_mean
 from policies.lm.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
 from policies.options import check_options
@@ -131,6 +146,25 @@ class LMConfig:
                            vocab_size=self.recall_vocab if recall else self.copy_vocab,
                            distance=self.copy_distance, n_pairs=self.recall_pairs, seed=self.seed)
 
+    def vocab_size(self) -> int:
+        """The vocabulary of its data: bytes, or the synthetic task's `copy_vocab` or `recall_vocab`."""
+        return {"python": BYTE_VOCAB, "associative-recall": self.recall_vocab}.get(self.data, self.copy_vocab)
+
+    def length(self, split: str) -> int:
+        """The tokens of its `split` stream, known without making it."""
+        return stream_length(self.data, split, max_bytes=self.max_bytes,
+                             n_tokens=self.recall_tokens if self.data == "associative-recall" else self.copy_tokens)
+
+    def size_keys(self) -> str:
+        """The settings that size its data, as `key=value`."""
+        return {"python": f"max_bytes={self.max_bytes}", "copy": f"copy_tokens={self.copy_tokens}",
+                "associative-recall": f"recall_tokens={self.recall_tokens}"}[self.data]
+
+    def vocab_key(self) -> str:
+        """The setting that gives its vocabulary, as `key=value` (`python`: bytes, no setting)."""
+        return {"python": "", "copy": f"copy_vocab={self.copy_vocab}",
+                "associative-recall": f"recall_vocab={self.recall_vocab}"}[self.data]
+
 
 FIELDS = {f.name: f for f in dataclasses.fields(LMConfig)}
 RESUMABLE = ("steps", "device", "threads", "log_dir", "eval_every", "eval_segments", "checkpoint_every")
@@ -172,9 +206,10 @@ def build_lm_config(file: str | Path | None = None, overrides: list[str] | None 
 
 def check_lm_config(config: LMConfig) -> None:
     """Refuse `config` (`ConfigError`, one line naming the key, the value and what is valid) where a setting
-    breaks its rule, a backbone option is unknown or refused by the backbone's own rules, or the
-    model, the synthetic data or its segments cannot be made; before anything is created. The model is built on
-    PyTorch's `meta` device: every constructor check runs, no storage is allocated."""
+    breaks its rule, a backbone option is unknown or refused by the backbone's own rules, the data is too small
+    for the settings that read it (`check_data_sizes`), the model cannot be made, the run would not fit in memory
+    (`check_fits`), or the validation segments hold no scored token; before anything is created. The model is
+    built on PyTorch's `meta` device: every constructor check runs, no storage is allocated."""
     for spec in dataclasses.fields(LMConfig):
         spec.metadata["rule"].check(spec.name, getattr(config, spec.name))
     valid = BACKBONES[config.backbone].options()
@@ -183,21 +218,140 @@ def check_lm_config(config: LMConfig) -> None:
         raise ConfigError(f"unknown option {short(repr(unknown[0]))} in backbone_options of {config.backbone}; valid "
                           f"options: {', '.join(valid)}")
     check_options(BACKBONES[config.backbone].cls.__init__, config.backbone_options, prefix="backbone_options.")
+    check_data_sizes(config)
     try:
-        with torch.device("meta"):
-            MemoryLanguageModel(2, config.backbone, config.d_embed, config.future_targets, **config.backbone_options)
+        model = meta_model(config)
     except Exception as error:  # a constructor's own check, named with the options it was given
         raise ConfigError(f"backbone={config.backbone} with backbone_options {short(repr(config.backbone_options))}: "
                           f"{one_line(error)}") from None
-    if config.data != "python":  # synthetic data is made in milliseconds: its own checks run now
-        try:
-            batches = segments(config.stream("validation"), config.batch_size, config.segment_length)
-            scored = sum(int(next(batches)[2][1:].sum()) for _ in range(config.eval_segments))
-        except ValueError as error:
-            raise ConfigError(f"data={config.data}: {one_line(error)}") from None
-        if not scored:
-            raise ConfigError(f"eval_segments={config.eval_segments}: the first {config.eval_segments} validation "
-                              f"segments of data={config.data} hold no scored token; expected more segments")
+    check_fits(lm_needs(config, model, training=True), config.device)
+    check_scored(config, config.eval_segments, "eval_segments")
+
+
+def meta_model(config: LMConfig, **option_overrides: Any) -> MemoryLanguageModel:
+    """The model of `config` (its options overridden) on PyTorch's `meta` device: every constructor check runs,
+    no storage is allocated."""
+    with torch.device("meta"):
+        return MemoryLanguageModel(config.vocab_size(), config.backbone, config.d_embed, config.future_targets,
+                                   **{**config.backbone_options, **option_overrides})
+
+
+def check_data_sizes(config: LMConfig) -> None:
+    """Refuse (`ConfigError`) data too small for the settings that read it, from the sizes alone (no stream is
+    made): each split must hold `batch_size` rows of a segment (`segment_length + 1` tokens), the copy task at
+    least one block and its copy, associative recall at least one record, and a segment the target of every
+    future head."""
+    T = config.segment_length
+    if config.future_targets > T - 1:  # head k predicts the token k + 2 steps ahead, inside the segment
+        raise ConfigError(f"future_targets={config.future_targets}: future head k predicts the token k + 2 steps "
+                          f"ahead inside a segment of segment_length + 1 = {T + 1} tokens; expected future_targets "
+                          f"<= segment_length - 1 = {T - 1}")
+    for split in SPLITS:
+        length = config.length(split)
+        if not rows_fit(length, config.batch_size, config.segment_length):
+            held = config.size_keys() if length == config.max_bytes or config.data != "python" else \
+                f"all of its files; {config.size_keys()}"
+            B, T = config.batch_size, config.segment_length
+            raise ConfigError(
+                f"data={config.data}: a stream of {length} tokens is too short for {B} rows of segments of {T} tokens "
+                f"(the {split} split; {held}); expected batch_size × (segment_length + 1) <= {length}, here "
+                f"batch_size={B} × {T + 1} = {B * (T + 1)}")
+    if config.data == "copy" and 2 * config.copy_distance > config.copy_tokens:
+        raise ConfigError(f"copy_distance={config.copy_distance}: a block and its copy take 2 × copy_distance tokens; "
+                          f"expected copy_distance <= copy_tokens // 2 = {config.copy_tokens // 2} "
+                          f"(copy_tokens={config.copy_tokens})")
+    record = 2 * config.recall_pairs + 3
+    if config.data == "associative-recall" and config.recall_tokens < record:
+        raise ConfigError(f"recall_tokens={config.recall_tokens}: a record of recall_pairs={config.recall_pairs} "
+                          f"pairs takes 2 × recall_pairs + 3 = {record} tokens; expected recall_tokens >= {record}")
+
+
+def check_scored(config: LMConfig, n_segments: int, key: str) -> None:
+    """Refuse (`ConfigError` naming `key`) `n_segments` validation segments that hold no scored token; synthetic
+    data is made in milliseconds, so its own checks (associative recall's pairs) run here too."""
+    if config.data == "python":  # every byte is scored
+        return
+    try:
+        batches = segments(config.stream("validation"), config.batch_size, config.segment_length)
+        per_pass = (config.length("validation") // config.batch_size - 1) // config.segment_length
+        scored = sum(int(next(batches)[2][1:].sum()) for _ in range(min(n_segments, per_pass)))  # then they repeat
+    except ValueError as error:
+        raise ConfigError(f"data={config.data}: {one_line(error)}") from None
+    if not scored:
+        raise ConfigError(f"{key}={n_segments}: the first {n_segments} validation segments of data={config.data} "
+                          "hold no scored token; expected more segments")
+
+
+@dataclass(frozen=True)
+class Need:
+    """One part of what a command holds in memory: its bytes, the settings it grows with (`key=value`), and
+    whether it lives on the accelerator when the run uses one."""
+
+    name: str
+    size: int
+    keys: str
+    on_device: bool = True
+
+
+FLOAT = 4
+"""bytes of a float32"""
+
+
+def lm_needs(config: LMConfig, model: MemoryLanguageModel, training: bool, memory_key: str = "",
+             memory_length: int | None = None, datastore_entries: int = 0, datastore_key: str = "",
+             streams: tuple[str, ...] = SPLITS) -> list[Need]:
+    """What training (`training`) or evaluating the model of `config` holds at most, `model` built on the `meta`
+    device: the `streams` (host memory), the parameters (with gradients and Adam's moments when training), the
+    memory carried between segments, one layer's attention scores, the logits of a segment and a kNN datastore of
+    `datastore_entries` entries with its search. Activations besides those are left out: what it refuses could
+    never fit. `memory_key` names the setting of `memory_length` (default: the run's)."""
+    B, T, V = config.batch_size, config.segment_length, config.vocab_size()
+    options = config.backbone_options
+    memory_length = options.get("memory_length") if memory_length is None else memory_length
+    memory_key = memory_key or (f"backbone_options.memory_length={memory_length}" if memory_length else "")
+    lengths = {split: config.length(split) for split in streams}
+    recall = {"vocab_size": config.recall_vocab, "n_pairs": config.recall_pairs}
+    resident = sum(TOKEN_BYTES * n for n in lengths.values())
+    making = max((stream_bytes(config.data, n, **recall) - TOKEN_BYTES * n for n in lengths.values()), default=0)
+    data_keys = ", ".join(filter(None, [config.size_keys(), config.vocab_key() if config.data ==
+                                        "associative-recall" else ""]))
+    model_keys = ", ".join(filter(None, [config.vocab_key(), f"d_embed={config.d_embed}",
+                                         f"backbone_options={short(repr(options))}"]))
+    with torch.device("meta"):
+        state = model.initial_state(B)
+    state_bytes = sum(t.numel() * t.element_size() for t in tree_leaves(state) if isinstance(t, Tensor))
+    needs = [Need("data", resident + making, data_keys, on_device=False),
+             Need("model and optimizer" if training else "model",
+                  (4 if training else 1) * sum(p.numel() * p.element_size() for p in model.parameters()), model_keys),
+             Need("memory", 2 * state_bytes, ", ".join(filter(None, [f"batch_size={B}", memory_key]))),
+             Need("logits", 3 * FLOAT * B * T * V, ", ".join(filter(None, [f"batch_size={B}", f"segment_length={T}",
+                                                                            config.vocab_key()])))]
+    if memory_length and "n_heads" in options:
+        layers = options.get("n_layers", 1) if training else 1  # kept for the backward pass, else one at a time
+        needs.append(Need("attention scores", 2 * FLOAT * B * options["n_heads"] * T * (T + memory_length) * layers,
+                          f"batch_size={B}, segment_length={T}, {memory_key}"))
+    if datastore_entries:
+        width = model.head.in_features
+        needs.append(Need("datastore", datastore_entries * (2 * FLOAT * width + 8 + 3 * FLOAT * QUERY_CHUNK),
+                          datastore_key))
+    return needs
+
+
+def check_fits(needs: list[Need], device: str) -> None:
+    """Refuse (`ConfigError`) `needs` larger than the host memory available (or, for the parts on the
+    accelerator, its free memory), naming first the settings of the largest part, then every part."""
+    on_gpu = uses_accelerator(device)
+    places = [("RAM", [n for n in needs if not (on_gpu and n.on_device)], available_host_memory())]
+    if on_gpu:
+        free = torch.cuda.mem_get_info(torch.device(device if device != "auto" else "cuda"))[0]
+        places.append(("GPU memory", [n for n in needs if n.on_device], free))
+    for place, parts, available in places:
+        total = sum(part.size for part in parts)
+        if total > available:
+            parts = sorted(parts, key=lambda part: -part.size)
+            detail = "; ".join(f"{part.name} {human(part.size)} ({part.keys})" for part in parts if part.size)
+            raise ConfigError(f"{parts[0].keys}: this would need about {human(total)} of {place} but "
+                              f"{human(available)} is available ({detail}); expected smaller settings")
 
 
 def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> MemoryLanguageModel:
@@ -366,6 +520,7 @@ def fine_tune(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig,
 
     Raises:
         ValueError: `n_segments` is below 1, or there is nothing to train.
+        NonFiniteError: a loss, the gradients or, after a step, the parameters trained are not finite.
     """
     if n_segments < 1:
         raise ValueError(f"fine-tuning needs at least 1 training segment, got {n_segments}")
@@ -382,7 +537,9 @@ def fine_tune(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig,
     model.train(train_lm).requires_grad_(train_lm)
     state, losses = model.initial_state(config.batch_size), []
     batches = segments(stream, config.batch_size, config.segment_length, first=first)
-    for tokens, starts, scored in itertools.islice(batches, n_segments):
+    trained = {f"gate.{name}": p for name, p in (retrieval.named_parameters() if retrieval is not None else [])}
+    trained |= dict(model.named_parameters()) if train_lm else {}
+    for index, (tokens, starts, scored) in enumerate(itertools.islice(batches, n_segments)):
         tokens, starts, scored = (part.to(config.device) for part in (tokens, starts, scored))
         with torch.set_grad_enabled(train_lm):
             hidden, targets, state = segment_keys(model, tokens, state, starts)
@@ -393,9 +550,12 @@ def fine_tune(model: MemoryLanguageModel, stream: TokenStream, config: LMConfig,
         loss = scored_mean(F.nll_loss(log_probs, targets, reduction="none"), scored)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        where = f"fine-tuning segment {index + 1} of {n_segments}"
+        check_finite_gradients(loss, trained, where)
         if train_lm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
+        check_finite_parameters(trained, where)
         model.backbone.invalidate_caches()
         losses.append(loss.item())
     model.train().requires_grad_(True)
@@ -416,6 +576,33 @@ def spalm_bits(model: MemoryLanguageModel, retrieval: GatedRetrieval, stream: To
     return nats / math.log(2), gate
 
 
+def check_finite_gradients(loss: Tensor, named: dict[str, Tensor], where: str, norm: Tensor | None = None) -> None:
+    """Raise `NonFiniteError` when `loss` or the gradient norm of the parameters `named` (`norm`, computed when
+    not given) is not finite, naming `where` and the tensors."""
+    grads = {name: p.grad for name, p in named.items() if p.grad is not None}
+    if norm is None:
+        norm = torch.nn.utils.get_total_norm(list(grads.values())) if grads else torch.zeros((), device=loss.device)
+    if torch.isfinite(loss.detach() + norm):
+        return
+    if not torch.isfinite(loss):
+        raise NonFiniteError(f"non-finite training loss ({loss.item()}) at {where}")
+    raise NonFiniteError(f"non-finite gradient norm at {where}: {non_finite_tensors(grads)}")
+
+
+@torch.no_grad()
+def check_finite_parameters(named: dict[str, Tensor], where: str) -> None:
+    """Raise `NonFiniteError` when a parameter of `named`, or the norm over them, is not finite after `where`."""
+    if named and not torch.isfinite(torch.stack(torch._foreach_norm(list(named.values())))).all():
+        raise NonFiniteError(f"non-finite parameter norm after {where}: {non_finite_tensors(named)}")
+
+
+def check_finite_bits(bits: float, where: str) -> float:
+    """`bits`; `NonFiniteError` when they are not finite (the model's predictions overflowed)."""
+    if not math.isfinite(bits):
+        raise NonFiniteError(f"non-finite validation bits per token ({bits}) after {where}")
+    return bits
+
+
 def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> dict[str, Any]:
     """Train (or, with `resume`, continue) the run of `config`; returns its summary.
 
@@ -423,7 +610,14 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     checked before anything is created, one process writes it (its lock), a new run refuses a directory that holds
     one, and every file is written whole. `resume` continues from the newest checkpoint, with the settings it was
     made with (those of `RESUMABLE` may change), dropping the evaluations after it; one that already reaches
-    `steps` changes nothing."""
+    `steps` changes nothing.
+
+    Raises:
+        ConfigError: a bad setting, or a run directory that cannot take this run.
+        NonFiniteError: the training loss, the gradient norm, a parameter or the validation bits became NaN or
+            infinite; training stops there, the run's checkpoints (all made before) are kept, and the message
+            names the step, the quantity and the last checkpoint.
+    """
     check_lm_config(config)
     torch.set_num_threads(torch_threads(config.threads))
     run = config.run()
@@ -434,6 +628,8 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
     if not resume:
         _refuse_existing(run)
     checkpoint = _latest_checkpoint(run) if resume else None
+    if resume and checkpoint is None:
+        notify(f"--resume: nothing to resume in {str(run.path)!r} (no checkpoint); starting from step 0")
     saved = None if checkpoint is None else _load_checkpoint(checkpoint, config.device)
     if saved is not None:
         previous = saved.get("config") or (load_yaml(run / CONFIG_FILE) if (run / CONFIG_FILE).exists() else {})
@@ -462,7 +658,7 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
     run.write(CONFIG_FILE, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     torch.manual_seed(config.seed)
     train, valid = config.stream("train"), config.stream("validation")
-    model = build_model(config, train.vocab_size).to(config.device)
+    model = build_model(config, config.vocab_size()).to(config.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     state, step = model.initial_state(config.batch_size), 0
     if saved is not None:
@@ -476,40 +672,48 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
     batches = segments(train, config.batch_size, config.segment_length, first=step)
     started, losses, first = time.time(), [], step
     bar = _progress_bar(config.steps, step) if progress else None
-    while step < config.steps:
-        tokens, starts, scored = next(batches)
-        # intermediate-layer losses fade out over the first half of training (Al-Rfou et al. 2019
-        # drop them layer by layer; here they decay together, linearly), or stay (early exits)
-        fade = max(0.0, 1.0 - 2.0 * step / config.steps) if config.intermediate_fade else 1.0
-        intermediate = config.intermediate_weight * fade
-        loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device), config.future_weight,
-                                    intermediate, scored.to(config.device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        model.backbone.invalidate_caches()  # the position terms and key caches follow the new parameters
-        step += 1
-        losses.append(loss.item())
-        writer.add_scalar("train/loss", losses[-1], step)
+    named = dict(model.named_parameters())
+    try:
+        while step < config.steps:
+            tokens, starts, scored = next(batches)
+            # intermediate-layer losses fade out over the first half of training (Al-Rfou et al. 2019
+            # drop them layer by layer; here they decay together, linearly), or stay (early exits)
+            fade = max(0.0, 1.0 - 2.0 * step / config.steps) if config.intermediate_fade else 1.0
+            intermediate = config.intermediate_weight * fade
+            loss, state, _ = model.loss(tokens.to(config.device), state, starts.to(config.device),
+                                        config.future_weight, intermediate, scored.to(config.device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            check_finite_gradients(loss, named, f"step {step + 1}", grad_norm)  # before the step changes anything
+            optimizer.step()
+            check_finite_parameters(named, f"step {step + 1}")
+            model.backbone.invalidate_caches()  # the position terms and key caches follow the new parameters
+            step += 1
+            losses.append(loss.item())
+            writer.add_scalar("train/loss", losses[-1], step)
+            if bar is not None:
+                bar.update(1)
+            if step % config.eval_every == 0 or step == config.steps:
+                bits = check_finite_bits(bits_per_token(model, valid, config, config.eval_segments), f"step {step}")
+                writer.add_scalar("eval/bits_per_token", bits, step)
+                rows.append([str(step), f"{sum(losses) / len(losses):.5f}", f"{bits:.5f}",
+                             f"{time.time() - started:.1f}"])
+                _write_evaluations(run, rows)
+                losses = []
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                _save_checkpoint(run, step, model, optimizer, state, config)
+        seconds = max(time.time() - started, 1e-9)
+        bits = check_finite_bits(bits_per_token(model, valid, config, config.eval_segments), f"step {step}")
+    except NonFiniteError as error:  # every checkpoint was saved before it: the run resumes from the last one
+        raise NonFiniteError(f"{error}; {run.checkpoint_note()}") from error
+    finally:
+        writer.close()
         if bar is not None:
-            bar.update(1)
-        if step % config.eval_every == 0 or step == config.steps:
-            bits = bits_per_token(model, valid, config, config.eval_segments)
-            writer.add_scalar("eval/bits_per_token", bits, step)
-            rows.append([str(step), f"{sum(losses) / len(losses):.5f}", f"{bits:.5f}", f"{time.time() - started:.1f}"])
-            _write_evaluations(run, rows)
-            losses = []
-        if step % config.checkpoint_every == 0 or step == config.steps:
-            _save_checkpoint(run, step, model, optimizer, state, config)
-    writer.close()
-    if bar is not None:
-        bar.close()
-    seconds = max(time.time() - started, 1e-9)
+            bar.close()
     summary = {"run": config.run_name(), "steps": step, "tokens": step * config.segment_length * config.batch_size,
                "steps_per_second": round((step - first) / seconds, 2), "torch_threads": torch.get_num_threads(),
-               "valid_bits_per_token": bits_per_token(model, valid, config, config.eval_segments),
-               "parameters": sum(p.numel() for p in model.parameters())}
+               "valid_bits_per_token": bits, "parameters": sum(p.numel() for p in model.parameters())}
     run.write(SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -520,19 +724,93 @@ def _progress_bar(total: int, done: int) -> Any:
     return tqdm(total=total, initial=done, unit="segment")
 
 
-def load_run(directory: Path, **option_overrides: Any) -> tuple[LMConfig, MemoryLanguageModel]:
-    """The config and the last checkpoint's model of a run, with backbone options overridden
-    (`memory_length` for evaluation with a longer memory than training)."""
-    if not (directory / "config.yaml").exists():
-        raise ConfigError(f"{str(directory)!r} is not an LM run directory (no config.yaml)")
+RUN_DIRECTORY = f"an LM run directory (its {CONFIG_FILE} and {CHECKPOINTS}/{CHECKPOINT_PREFIX}<step>.pt)"
+
+
+def read_lm_run(directory: str | Path, key: str = "run") -> LMConfig:
+    """The settings of the LM run in `directory`, read without loading its weights; `ConfigError` naming `key`
+    when `directory` is missing, a file, not a run, a training run of `train_rl.py`, or holds no checkpoint."""
+    directory = Path(directory)
+    where = f"{key}={str(directory)!r}"
+    if not directory.exists():
+        raise ConfigError(f"{where}: no such directory; expected {RUN_DIRECTORY}")
+    if not directory.is_dir():
+        raise ConfigError(f"{where}: is a file; expected {RUN_DIRECTORY}")
     if RunDirectory(directory).reader() == "evaluate":
         raise ConfigError(f"{str(directory)!r} is a training run of train_rl.py, not a language-model run: "
                           f"`evaluate {directory}` reads it")
-    config = build_lm_config(directory / "config.yaml")
-    checkpoint = _latest_checkpoint(lm_run(directory))
-    if checkpoint is None:
+    if not (directory / CONFIG_FILE).is_file():
+        raise ConfigError(f"{str(directory)!r} is not an LM run directory (no {CONFIG_FILE}); expected "
+                          f"{RUN_DIRECTORY}")
+    config = build_lm_config(directory / CONFIG_FILE)
+    if _latest_checkpoint(lm_run(directory)) is None:
         raise ConfigError(f"{str(directory)!r} has no checkpoint yet")
-    model = build_model(config, config.stream("validation").vocab_size, **option_overrides).to(config.device)
+    return config
+
+
+def check_memory_lengths(config: LMConfig, lengths: list[int], key: str = "memory_length") -> None:
+    """Refuse (`ConfigError` naming `key`) evaluation memory lengths the run cannot take: a backbone without a
+    memory length, one its constructor refuses, one its trained weights depend on (Linformer's projections),
+    or a memory that does not fit in memory. Nothing is loaded: the models are built on the `meta` device."""
+    if not lengths:
+        return
+    trained = meta_model(config)
+    if "memory_length" not in BACKBONES[config.backbone].options():
+        raise ConfigError(f"{key}={lengths}: the run's backbone {config.backbone} has no memory_length; expected "
+                          f"no {key}")
+    for length in lengths:
+        Range(1, integer=True).check(key, length)
+        try:
+            model = meta_model(config, memory_length=length)
+        except Exception as error:  # the constructor's own check
+            raise ConfigError(f"{key}={length}: {one_line(error)}") from None
+        shapes = trained.state_dict()
+        misfits = [name for name, tensor in model.state_dict().items()
+                   if name in shapes and shapes[name].shape != tensor.shape]
+        if misfits:  # e.g. Linformer's projections have memory_length + 1 columns
+            raise ConfigError(f"{key}={length}: the weights of the run do not fit {{'memory_length': {length}}}: "
+                              f"{', '.join(misfits)} depend on the options it was trained with "
+                              f"({config.backbone_options}); expected {key}="
+                              f"{config.backbone_options.get('memory_length')}")
+        check_fits(lm_needs(config, model, training=False, memory_key=f"{key}={length}", memory_length=length,
+                            streams=("validation",)), config.device)
+
+
+def datastore_entries(config: LMConfig, datastore_segments: int) -> int:
+    """The entries of a kNN datastore of `datastore_segments` training segments: one per input token."""
+    return datastore_segments * config.batch_size * config.segment_length
+
+
+def check_retrieval(config: LMConfig, k: int, datastore_segments: int, k_key: str = "k",
+                    segments_key: str = "datastore_segments") -> None:
+    """Refuse (`ConfigError` naming the keys) `k` neighbours outside `1 … ` the datastore's entries, or a
+    datastore that does not fit in memory."""
+    entries = datastore_entries(config, datastore_segments)
+    Range(1, entries, integer=True, note=f"the datastore's entries: {segments_key}={datastore_segments} × "
+          f"batch_size={config.batch_size} × segment_length={config.segment_length} of the run").check(k_key, k)
+    check_fits(lm_needs(config, meta_model(config), training=False, datastore_entries=entries,
+                        datastore_key=f"{segments_key}={datastore_segments}, batch_size={config.batch_size}, "
+                                      f"segment_length={config.segment_length}"), config.device)
+
+
+def check_exits(config: LMConfig, thresholds: list[float], key: str = "threshold") -> None:
+    """Refuse (`ConfigError` naming `key`) early exits for a backbone without a stack of distinct layers."""
+    if thresholds and not isinstance(meta_model(config).backbone, TransformerXL):
+        raise ConfigError(f"{key}={thresholds}: early exits need a stack of distinct Transformer layers "
+                          f"(trxl, trxl-i, gtrxl); the run's backbone is {config.backbone}")
+
+
+def load_run(directory: str | Path, **option_overrides: Any) -> tuple[LMConfig, MemoryLanguageModel]:
+    """The config and the last checkpoint's model of a run, with backbone options overridden
+    (`memory_length` for evaluation with a longer memory than training), each checked (`read_lm_run`,
+    `check_memory_lengths`) before the weights load."""
+    directory = Path(directory)
+    config = read_lm_run(directory)
+    if "memory_length" in option_overrides:
+        check_memory_lengths(config, [option_overrides["memory_length"]])
+    checkpoint = _latest_checkpoint(lm_run(directory))
+    assert checkpoint is not None  # read_lm_run refuses a run without one
+    model = build_model(config, config.vocab_size(), **option_overrides).to(config.device)
     weights = _load_checkpoint(checkpoint, config.device)["model"]
     misfits = [name for name, tensor in model.state_dict().items()
                if name in weights and weights[name].shape != tensor.shape]
@@ -547,6 +825,9 @@ def evaluate_run(directory: Path, memory_length: int | None = None, n_segments: 
                  ) -> tuple[LMConfig, MemoryLanguageModel, float]:
     """A run's last checkpoint with `memory_length` (default: its own), and its validation bits per token
     over `n_segments` segments (default: the run's `eval_segments`)."""
+    if n_segments is not None:
+        COUNT.check("n_segments", n_segments)
+        check_scored(read_lm_run(directory), n_segments, "n_segments")
     config, model = load_run(directory, **({} if memory_length is None else {"memory_length": memory_length}))
     bits = bits_per_token(model, config.stream("validation"), config, n_segments or config.eval_segments)
     return config, model, bits
@@ -591,6 +872,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 COMMAND_OPTIONS: dict[str, Rule] = {
+    "run": Text(note="an LM run directory"),
     "memory_length": Items(COUNT, empty_ok=True), "segments": COUNT,
     "knn_weight": Items(Range(0.0, 1.0), empty_ok=True), "knn_k": COUNT, "datastore_segments": COUNT,
     "spalm_steps": Range(0, integer=True), "spalm_lr": Range(0.0, low_open=True), "spalm_lm_lr": NON_NEGATIVE,
@@ -598,6 +880,13 @@ COMMAND_OPTIONS: dict[str, Rule] = {
     "n": COUNT, "temperature": Range(0.0, low_open=True), "prompt": Text(note="the text to continue"),
 }
 """the options of ``lm eval`` and ``lm sample`` with their rules"""
+FLAGS = {"run": "run", "n": "-n"}
+"""the names the command line gives the options whose flag is not `--name-with-dashes`"""
+
+
+def flag(name: str) -> str:
+    """The command line's name of option `name`: `--knn-k`, `-n`, `run`."""
+    return FLAGS.get(name, f"--{name.replace('_', '-')}")
 
 
 def check_command_options(args: argparse.Namespace) -> None:
@@ -605,11 +894,36 @@ def check_command_options(args: argparse.Namespace) -> None:
     the flag)."""
     for name, rule in COMMAND_OPTIONS.items():
         if getattr(args, name, None) is not None:  # None: not given, or not an option of this command
-            rule.check("-n" if name == "n" else f"--{name.replace('_', '-')}", getattr(args, name))
+            rule.check(flag(name), getattr(args, name))
+
+
+def check_eval_options(config: LMConfig, args: argparse.Namespace) -> None:
+    """The options of ``lm eval`` whose valid values depend on the run (`config`), each against it before
+    anything loads: the memory lengths, the segments (they must hold a scored token), `--knn-k` against the
+    datastore of `--datastore-segments` and early exits against the backbone."""
+    check_memory_lengths(config, args.memory_length, flag("memory_length"))
+    if args.segments is not None:
+        check_scored(config, args.segments, flag("segments"))
+    if args.knn_weight or args.spalm_steps:
+        check_retrieval(config, args.knn_k, args.datastore_segments, flag("knn_k"), flag("datastore_segments"))
+    check_exits(config, args.exit_threshold, flag("exit_threshold"))
+
+
+def read_prompt(model: MemoryLanguageModel, prompt: bytes, segment_length: int) -> tuple[Tensor, State]:
+    """The state after reading `prompt` but its last byte, segment by segment of `segment_length` bytes as in
+    training (the memory, not one long segment, carries it), and that last byte, the next input."""
+    tokens = torch.tensor(list(prompt), dtype=torch.long, device=model.head.weight.device).view(-1, 1)
+    state = model.initial_state(1)
+    with torch.no_grad():
+        for begin in range(0, tokens.shape[0] - 1, segment_length):
+            _, state, _ = model.hidden_states(tokens[begin:min(begin + segment_length, tokens.shape[0] - 1)], state)
+    return tokens[-1], state
 
 
 def main(argv: list[str]) -> int:
-    """`train_rl.py lm train|eval|sample`; exit status 2 on bad input, with the valid choices named."""
+    """`train_rl.py lm train|eval|sample`; exit status 2 on bad input, with the valid choices named, before
+    anything is created or loaded; 3 when training (``lm train``, ``lm eval --spalm-steps``) meets a non-finite
+    value."""
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
@@ -619,6 +933,7 @@ def main(argv: list[str]) -> int:
             summary = train_lm(build_lm_config(config_path(args.config, "lm"), args.param), args.resume, args.progress)
             print(json.dumps(summary, indent=2))
         elif args.command == "eval":
+            check_eval_options(read_lm_run(Path(args.run)), args)
             for memory_length in args.memory_length or [None]:
                 config, model, bits = evaluate_run(Path(args.run), memory_length, args.segments)
                 n_segments = args.segments or config.eval_segments
@@ -648,18 +963,20 @@ def main(argv: list[str]) -> int:
                     print(f"memory_length {label}, early exits at confidence {threshold}: {bits:.4f} bits per token, "
                           f"{layers:.2f} of {n_layers} layers per token")
         else:
-            config, model = load_run(Path(args.run))
+            config = read_lm_run(Path(args.run))
             if config.data != "python":
-                raise ConfigError(f"sampling text needs byte-level data (python), this run has {config.data!r}")
-            prompt = torch.tensor(list(args.prompt.encode()), dtype=torch.long).view(-1, 1)
+                raise ConfigError(f"run={args.run!r}: sampling text needs byte-level data (data=python), this run "
+                                  f"has data={config.data}")
+            prompt = args.prompt.encode(errors="surrogateescape")  # the bytes given, whatever their encoding
+            config, model = load_run(Path(args.run))
             model.eval()
-            state = model.initial_state(1)
-            if prompt.shape[0] > 1:  # read the prompt; its last token is the next input
-                with torch.no_grad():
-                    _, state, _ = model.loss(prompt, state)
-            generated = model.generate(prompt[-1], state, args.n, args.temperature)[:, 0]
-            print(args.prompt + bytes(generated.tolist()).decode(errors="replace"))
+            last, state = read_prompt(model, prompt, config.segment_length)
+            generated = model.generate(last, state, args.n, args.temperature)[:, 0]
+            print((prompt + bytes(generated.tolist())).decode(errors="replace"))
     except ValueError as error:  # ConfigError included: bad settings, and bad kNN-LM arguments
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except NonFiniteError as error:
+        print(f"{'training' if args.command == 'train' else 'fine-tuning'} stopped: {error}", file=sys.stderr)
+        return 3
     return 0

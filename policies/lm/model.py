@@ -141,7 +141,9 @@ class MemoryLanguageModel(nn.Module):
         for _ in range(n_tokens):
             hidden, state = self.backbone.step(self.embedding(last), state, no_start)
             logits = self.head(hidden)
+            # shifted to <= 0 and divided in float64, a tiny temperature gives 0 and -inf, never 0 / 0
+            shifted = (logits - logits.amax(-1, keepdim=True)).double()
             last = (logits.argmax(-1) if temperature == 0 else
-                    torch.distributions.Categorical(logits=logits / temperature).sample())
+                    torch.distributions.Categorical(logits=shifted / temperature).sample())
             out.append(last)
         return torch.stack(out)
