@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from experiments import strict_yaml
-from experiments.rules import Directory, EnvWrappers, SavedModel
+from experiments.rules import Directory, EnvWrappers, SavedModel, Threads
 from policies.rules import (
     ConfigError,
     Device,
@@ -106,9 +106,10 @@ class RunConfig:
     seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0, doc="random seed of the run")
     total_timesteps: int = _rule(COUNT, default=100_000, doc="environment steps to train for")
     device: str = _rule(Device(), default="auto", doc="torch device: auto, cpu, cuda, cuda:1, ...")
-    threads: int = _rule(Range(0, integer=True, note="0: every core"), default=1, doc=(
-        "torch CPU threads; 0: every core this process may use. One by default: a second thread gains at most 1.45x on "
-        "an idle machine and loses several times that once another process holds a core (docs/notes/threads.md)"))
+    threads: int = _rule(Threads(), default=1, doc=(
+        "torch CPU threads, at most the cores this process may use; 0: every one of them. One by default: a second "
+        "thread gains at most 1.45x on an idle machine and loses several times that once another process holds a core "
+        "(docs/notes/threads.md)"))
     precision: str = _rule(OneOf(registry("agents", "PRECISIONS")), default="fp32", doc=(
         "compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"))
     log_dir: str = _rule(Directory(), default="runs", doc="parent directory of run directories")
@@ -378,11 +379,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """`key=value` → `(key, parsed value)`."""
+def parse_override(text: str, flag: str = "") -> tuple[str, Any]:
+    """`key=value` → `(key, parsed value)`; the error of another form names `flag` (`--env-kwargs`) if given."""
     key, sep, value = text.partition("=")
     if not sep or not all(part.strip() for part in key.split(".")):
-        raise ConfigError(f"override {shown(text)} is not of the form dotted.key=value")
+        raise ConfigError((f"{flag}: " if flag else "") + f"override {shown(text)} is not of the form dotted.key=value")
     return key.strip(), parse_value(value.strip())
 
 

@@ -16,6 +16,8 @@
   `error: cannot write 'runs/x/checkpoints/model_2048_steps.zip': [Errno 28] No space left on device`. So does any
   other error of the file system about a file it names (a folder that the system will not create, as under
   `/proc`): `error: cannot access '/proc/runs': [Errno 2] No such file or directory`.
+- A bad input that a command lets through (a `ConfigError`) ends it with status 2 and its one line, as every
+  command reports bad input itself.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from experiments.atomic import WriteError
+from policies.rules import ConfigError, one_line
 
 EXIT_FAULT = 1
 """a write failed for a reason of the machine (:data:`FAULTS`)"""
+EXIT_BAD_INPUT = 2
+"""a bad input: a `ConfigError` (docs/validation.md)"""
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO, errno.EACCES, errno.EPERM})
 """errnos of a machine fault: the disk or quota is full, the file system read-only, the file immutable or too
@@ -135,6 +140,9 @@ def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
             elif isinstance(error, OSError) and (is_fault(error) or error.filename is not None):
                 print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
                 status = EXIT_FAULT
+            elif isinstance(error, ConfigError):  # a bad input that the command did not catch itself
+                print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
+                status = EXIT_BAD_INPUT
             else:
                 raise
         finally:

@@ -26,9 +26,10 @@ from gymnasium import spaces
 from agents import ALGOS, saved_learner
 from envs.imports import cause
 from experiments.atomic import write_new
-from experiments.config import ConfigError, RunConfig, build_config
+from experiments.config import FIELDS, ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
+from experiments.rules import PathName
 from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, RunDirectory, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env, scoring_vec_env
 from policies.rules import Device, short, shown
@@ -79,7 +80,9 @@ class SavedAgent:
 
 def locate(path: str | Path) -> tuple[Path, Path | None]:
     """The model file and run directory (holding `config.yaml`) of a run directory (its final
-    `model.zip`) or of a `.zip` (a run's `best_model.zip`, a checkpoint, or a model anywhere)."""
+    `model.zip`) or of a `.zip` (a run's `best_model.zip`, a checkpoint, or a model anywhere); `ConfigError`
+    naming it for any other path, the empty one included."""
+    PathName().check("path", path)
     path = Path(path)
     if path.is_dir():
         if not (path / MODEL_FILE).is_file():
@@ -103,8 +106,13 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
     `env_kwargs` are set over them, `env_wrapper` (`[]`: none) replaces the wrappers and `gym_packages` are
     imported after the run's. A device this machine lacks, a model that does not load (truncated, damaged, not
     SB3's), or an environment that does not build or whose spaces are not the model's (`check_agent_env`) raises
-    `ConfigError` naming it."""
+    `ConfigError` naming it; so does `hyperparams` other than `auto` without `env`, which it would not change."""
     Device().check("device", device)
+    if env is not None:
+        FIELDS["env"].metadata["rule"].check("env", env)
+    elif hyperparams != "auto":  # it names the entry `env` starts from; without one it would change nothing
+        raise ConfigError(f"hyperparams={shown(hyperparams)}: only with env (the run's environment settings are "
+                          "those of its config.yaml, made from the entry it names)")
     model_path, run = locate(path)
     if run is None and env is None:
         raise ConfigError(f"no config.yaml beside {str(model_path)!r}: give the environment with --env")
@@ -160,9 +168,10 @@ def load_agent_with_env(options: Any, device: str) -> SavedAgent:
     from experiments.config import parse_override, parse_value
     from experiments.hyperparams import applied_line
 
-    kwargs = dict(map(parse_override, options.env_kwargs))
+    kwargs = dict(parse_override(text, "--env-kwargs") for text in options.env_kwargs)
     wrappers = None if options.env_wrapper is None else [parse_value(text) for text in options.env_wrapper]
-    agent = load_agent(options.path, device, options.env, kwargs, wrappers, options.gym_packages, options.hyperparams)
+    hyperparams = "auto" if options.hyperparams is None else options.hyperparams
+    agent = load_agent(options.path, device, options.env, kwargs, wrappers, options.gym_packages, hyperparams)
     line = applied_line([agent.config.hyperparams], under="--env-kwargs") if options.env is not None else None
     if line is not None:
         print(line, file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The kinds of rule only run settings declare: a saved model, a directory, a torch device, env wrappers.
+"""The kinds of rule only run settings and commands declare: a saved model, a directory, a path, a thread count,
+env wrappers.
 
 They complete the kinds of `policies.rules` (ranges, choices, flags, ...) for the fields of
 `experiments.config.RunConfig`; like those, each has `check(key, value)`, raising
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policies.rules import ConfigError, Text, short, shown
+from policies.rules import ConfigError, Range, Text, short, shown
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,39 @@ class Directory:
         if not folder.is_dir():
             where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
             raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
+
+
+@dataclass(frozen=True)
+class PathName:
+    """The path of a file or a directory a command reads or writes: a non-empty string (the empty path names
+    nothing; the current directory is `.`)."""
+
+    def describe(self) -> str:
+        return "a non-empty path"
+
+    def check(self, key: str, value: Any) -> None:
+        if not isinstance(value, str | os.PathLike) or not os.fspath(value) or "\0" in os.fspath(value):
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system tells it, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Threads:
+    """A torch CPU thread count: 0 (every core this process may use) up to that many cores (`usable_cores`);
+    more threads than cores only wait for each other, and a count far above them exhausts memory in OpenMP."""
+
+    def describe(self) -> str:
+        return f"an integer >= 0 (0: every core), at most the cores this process may use ({usable_cores()})"
+
+    def check(self, key: str, value: Any) -> None:
+        try:
+            Range(0, usable_cores(), integer=True).check(key, value)
+        except ConfigError:
+            raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}") from None
 
 
 def check_name_lengths(key: str, value: str) -> None:

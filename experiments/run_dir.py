@@ -253,8 +253,18 @@ class RunDirectory:
 
     # -- one writer -----------------------------------------------------------------------------------------------
 
+    def check_is_directory(self) -> None:
+        """Refuse (`ConfigError` naming the path) a run directory's path that holds something else, a file: no run
+        can be written (or resumed) there, and it is not this command's to remove."""
+        if os.path.lexists(self.path) and not self.path.is_dir():
+            what = "a file" if self.path.is_file() else "not a directory"
+            raise ConfigError(f"run directory {str(self.path)!r} is {what}; expected a directory (or nothing) there: "
+                              "move the file away, or choose another --seed or --log-dir")
+
     def check_not_busy(self) -> None:
-        """Raise `RunBusyError` when another process holds the lock; changes no file."""
+        """Raise `RunBusyError` when another process holds the lock, and `ConfigError` when the path is no
+        directory (`check_is_directory`); changes no file."""
+        self.check_is_directory()
         try:
             handle = (self / LOCK_FILE).open()
         except FileNotFoundError:
@@ -268,7 +278,9 @@ class RunDirectory:
     def lock(self) -> Iterator[None]:
         """Hold the directory's exclusive lock (`flock` on `run.lock`, which records this process's PID and
         host) while the block runs; the kernel releases it when the process ends, even killed. Raises
-        `RunBusyError`, naming the holder, when another process has it."""
+        `RunBusyError`, naming the holder, when another process has it, and `ConfigError` when the path is no
+        directory (`check_is_directory`)."""
+        self.check_is_directory()
         self.path.mkdir(parents=True, exist_ok=True)
         with (self / LOCK_FILE).open("a+") as handle:
             busy = _busy(handle, self.path)

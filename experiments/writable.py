@@ -24,7 +24,7 @@ from pathlib import Path
 
 from experiments.atomic import WriteError, sync_directory, write_error
 from experiments.config import ConfigError
-from experiments.rules import check_name_lengths, nearest_existing
+from experiments.rules import PathName, check_name_lengths, nearest_existing
 
 
 def _try_create(folder: Path) -> OSError | None:
@@ -39,8 +39,10 @@ def _try_create(folder: Path) -> OSError | None:
 
 def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
     """Refuse (`ConfigError`, one line naming `flag`, the path and the errno) an output `path` that cannot
-    be written: a file asked for where a directory is (or, with `directory`, a directory asked for where a file
-    is), a folder on the way that is a file, or a folder in which no file can be created now."""
+    be written: the empty path (`PathName`), a file asked for where a directory is (or, with `directory`, a
+    directory asked for where a file is), a folder on the way that is a file, or a folder in which no file can be
+    created now."""
+    PathName().check(flag, path)
     check_name_lengths(flag, str(path))
     path = Path(path)
     if not directory and path.is_dir():

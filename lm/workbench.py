@@ -50,7 +50,7 @@ from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, l
 from experiments.config_files import config_path
 from experiments.exits import advise_on_signal
 from experiments.footprint import available_host_memory, human, uses_accelerator
-from experiments.rules import Directory
+from experiments.rules import Directory, Threads
 from experiments.run_dir import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -118,7 +118,7 @@ class LMConfig:
     eval_segments: int = _setting(COUNT, 32)
     checkpoint_every: int = _setting(COUNT, 250)
     seed: int = _setting(Range(0, SEED_LIMIT, integer=True), 0)
-    threads: int = _setting(Range(0, integer=True, note="0: every core"), 0)
+    threads: int = _setting(Threads(), 0)
     device: str = _setting(Device(), "cpu")
     log_dir: str = _setting(Directory(), "runs/lm")
     max_bytes: int = _setting(COUNT, 4_000_000)

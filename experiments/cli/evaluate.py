@@ -55,14 +55,16 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check(options: argparse.Namespace) -> None:
-    """Exit status 2, naming the flag and what is valid, for counts below one, a frame rate that is not a positive
-    number, a device this machine lacks, an unknown video format and a video path that cannot be written or exists
-    already."""
+    """Exit status 2, naming the flag and what is valid, for counts below one, more threads than cores, a frame rate
+    that is not a positive number, a device this machine lacks, an unknown video format, a video path that is empty,
+    cannot be written or exists already, and environment options that are not valid (`check_env_options`)."""
+    from experiments.cli.parser import check_env_options
+    from experiments.rules import PathName, Threads
     from experiments.video import check_video_path
     from experiments.writable import check_new_file, check_output
     from policies.rules import Device, Range
 
-    Range(0, integer=True, note="0: every core").check("--threads", options.threads)  # as a run's threads
+    Threads().check("--threads", options.threads)  # as a run's threads
     for flag in ("episodes", "n_envs", "record_episodes"):
         if getattr(options, flag) is not None:
             Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
@@ -71,10 +73,12 @@ def _check(options: argparse.Namespace) -> None:
     Device().check("--device", options.device)
     if options.seed is not None:
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
-    if options.record:
+    if options.record is not None:
+        PathName().check("--record", options.record)  # before its format: the empty path names no file
         check_video_path(options.record)
         check_output("--record", options.record)
         check_new_file("--record", options.record)
+    check_env_options(options)
 
 
 def _summary_line(policy: str, result: Any) -> str:

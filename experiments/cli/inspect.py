@@ -50,13 +50,16 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check(options: argparse.Namespace) -> None:
-    """`ConfigError` naming the flag for a count below one, a seed numpy refuses, a path
-    that is no run and an output directory that cannot be written."""
+    """`ConfigError` naming the flag for a count below one, more threads than cores, a seed numpy refuses, an
+    output directory that is empty, cannot be written or holds files, and environment options that are not valid
+    (`check_env_options`)."""
+    from experiments.cli.parser import check_env_options
     from experiments.config import ConfigError
+    from experiments.rules import Threads
     from experiments.writable import check_output
     from policies.rules import Range
 
-    Range(0, integer=True, note="0: every core").check("--threads", options.threads)  # as a run's threads
+    Threads().check("--threads", options.threads)  # as a run's threads
     for flag in ("episodes", "max_steps"):
         Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
     if options.seed is not None:
@@ -67,6 +70,7 @@ def _check(options: argparse.Namespace) -> None:
         if out.is_dir() and any(out.iterdir()):
             raise ConfigError(f"--out {options.out!r}: already holds files (an earlier output is never overwritten); "
                               "give a new or empty directory")
+    check_env_options(options)
 
 
 def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str, Any]:

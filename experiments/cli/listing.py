@@ -19,7 +19,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("what", nargs="*", metavar="WHAT",
                         help=f"one or more of: {', '.join(CATALOGUES)} (default: all)")
     parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
-                        help="modules to import first, so that envs lists the ids they register")
+                        help="modules to import first, so that envs lists the ids they register (after WHAT, or "
+                             "ended by --: list envs --gym-packages my_envs)")
     return parser
 
 
@@ -27,6 +28,18 @@ def format_table(entries: dict[str, str]) -> list[str]:
     """`name  summary` lines, the summaries aligned and in plain text (no docstring markup)."""
     width = max((len(name) for name in entries), default=0)
     return [f"{name:<{width}}  {plain_text(text)}".rstrip() for name, text in entries.items()]
+
+
+def check_not_swallowed(what: list[str], gym_packages: list[str]) -> None:
+    """Refuse (`ConfigError`) `--gym-packages` values that name a catalogue when no WHAT is given: written after
+    the option, `list --gym-packages my_envs envs` hands `envs` to it as a module, and would list everything."""
+    from policies.rules import ConfigError, shown
+
+    named = [name for name in gym_packages if name in CATALOGUES]
+    if named and not what:
+        raise ConfigError(f"--gym-packages={shown(gym_packages)}: {named[0]!r} is taken as a module here, so nothing "
+                          f"is chosen to list; give WHAT first ({program()} list {named[0]} --gym-packages MODULE) "
+                          f"or end the modules with -- ({program()} list --gym-packages MODULE -- {named[0]})")
 
 
 def main(argv: list[str]) -> int:
@@ -40,11 +53,16 @@ def main(argv: list[str]) -> int:
                      f"(choose from {', '.join(map(repr, CATALOGUES))})")
     if options.gym_packages:
         from envs.imports import ImportPathError, import_packages
+        from policies.rules import ConfigError
 
         try:
-            import_packages(options.gym_packages)
+            check_not_swallowed(options.what, options.gym_packages)
+            import_packages(options.gym_packages, key="--gym-packages")
         except ImportPathError as error:
             print(f"error: --gym-packages: {error}", file=sys.stderr)
+            return 2
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
             return 2
     for index, name in enumerate(what):
         try:

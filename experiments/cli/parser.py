@@ -52,8 +52,31 @@ def add_env_options(parser: argparse.ArgumentParser, verb: str) -> None:
                         help="environment keyword arguments over the run's, e.g. length=40")
     parser.add_argument("--env-wrapper", nargs="*", metavar="WRAPPER",
                         help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
-    parser.add_argument("--hyperparams", default="auto", metavar="FILE|none",
-                        help="the hyper-parameter entry whose env_kwargs (and env_wrapper) --env starts from, found "
-                             "as training finds it (default: %(default)s: configs/hyperparams/<algo>.yml; none: none)")
+    parser.add_argument("--hyperparams", metavar="FILE|none",
+                        help="only with --env: the hyper-parameter entry whose env_kwargs (and env_wrapper) --env "
+                             "starts from, found as training finds it (default: auto: configs/hyperparams/<algo>.yml; "
+                             "none: none)")
     parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
                         help="modules to import first (e.g. ones registering the --env id), besides the run's")
+
+
+def check_env_options(options: argparse.Namespace) -> None:
+    """Refuse (`ConfigError`, one line naming the flag) what `add_env_options` and the model's path take that is
+    not valid, before a model is loaded: an empty `RUN_DIR_OR_MODEL`, an `--env` that is no env setting,
+    `--env-kwargs` not of the form KEY=VALUE, `--gym-packages` that are no module names, and `--hyperparams`
+    without `--env`, which it would not change: a run's environment settings are those of its config.yaml, made
+    from the entry it names."""
+    from envs.imports import MODULE_NAMES
+    from experiments.config import FIELDS, ConfigError, parse_override
+    from experiments.rules import PathName
+    from policies.rules import shown
+
+    PathName().check("RUN_DIR_OR_MODEL", options.path)
+    if options.env is not None:
+        FIELDS["env"].metadata["rule"].check("--env", options.env)
+    for text in options.env_kwargs:
+        parse_override(text, "--env-kwargs")
+    MODULE_NAMES.check("--gym-packages", options.gym_packages)
+    if options.hyperparams is not None and options.env is None:
+        raise ConfigError(f"--hyperparams={shown(options.hyperparams)}: only with --env (the run's environment "
+                          "settings are those of its config.yaml, made from the entry it names)")

@@ -150,7 +150,7 @@ def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
     flags = {name: getattr(args, name) for _, (name, _) in FLAGS.items()
              if getattr(args, name) is not None and name not in ("backbone", "seed")}
-    flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
+    flags.update({f"env_kwargs.{k}": v for k, v in (parse_override(text, "--env-kwargs") for text in args.env_kwargs)})
     return flags
 
 
