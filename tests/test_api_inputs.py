@@ -305,7 +305,8 @@ def test_evaluate_names_a_bad_episode_count_flag_or_env():
     env = make_vec_env("CartPole-v1", 1)
     for arguments, message in [({"n_episodes": 0}, "n_episodes=0: expected an integer >= 1"),
                                ({"n_episodes": "3"}, "n_episodes='3': expected"),
-                               ({"n_episodes": 1, "deterministic": "no"}, "deterministic='no': expected true or false")]:
+                               ({"n_episodes": 1, "deterministic": "no"},
+                                "deterministic='no': expected true or false")]:
         with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
             evaluate(model, env, **arguments)
     with pytest.raises(ConfigError, match=r"^env=.*expected a VecEnv"):

@@ -20,7 +20,7 @@ from typing import Any
 
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import DEFAULT_REPS, ConfigError
-from experiments.studies.runs import Run, find_runs, readable, task_label
+from experiments.studies.runs import Run, counted, find_runs, readable, task_label
 
 DEFAULT_OUT = Path("curves.png")
 """the figure's file without --out (the first free one of curves-2.png, ... when it is taken)"""
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     try:
         Range(1, integer=True).check("--reps", options.reps)
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
-        check_output("--out", out)
+        check_output("--out", options.out if options.out is not None else out)
         check_image_path("--out", str(out))
         check_new_file("--out", out)
         runs = runs_at(options.paths)
@@ -139,6 +139,6 @@ def main(argv: list[str]) -> int:
                       file=sys.stderr)
                 return 2
             out = free_name(out)
-    print(f"{out}: {len(runs)} runs in {len(groups)} groups: "
+    print(f"{out}: {counted(len(runs), 'run')} in {counted(len(groups), 'group')}: "
           + ", ".join(f"{name} ({len(members)})" for name, members in groups.items()))
     return 0

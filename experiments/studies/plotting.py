@@ -7,6 +7,7 @@ finished runs with a pointwise 95 % bootstrap band (`experiments.studies.stats.c
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 
 from experiments.atomic import save_figure
 from experiments.studies import stats
-from experiments.studies.runs import FINISHED, UNSUCCESSFUL, Run
+from experiments.studies.runs import FINISHED, UNSUCCESSFUL, Run, counted
 
 
 def group_colors(names: Sequence[str]) -> dict[str, Any]:
@@ -40,6 +41,16 @@ def plot_curves(groups: Mapping[str, Sequence[Run]], success: bool, title: str, 
 
     figure = curves_figure(groups, success, title, reps, seed, stochastic)
     write_new_file(path, lambda tmp: save_figure(figure, tmp))
+
+
+LABEL_WIDTH = 40
+"""characters per line of a label in a figure (a variant's label names its settings: `wrapped`)"""
+
+
+def wrapped(label: str, width: int = LABEL_WIDTH) -> str:
+    """`label` broken into lines of at most `width` characters at its spaces (a longer word is cut), so that a
+    long label (a variant's settings) leaves room for the plot."""
+    return "\n".join(textwrap.wrap(label, width)) or label
 
 
 def curves_figure(groups: Mapping[str, Sequence[Run]], success: bool, title: str, reps: int, seed: int,
@@ -74,7 +85,7 @@ def curves_figure(groups: Mapping[str, Sequence[Run]], success: bool, title: str
             continue
         curves = np.stack([values[np.isin(steps, common)] for steps, values in finished])
         mean, low, high = stats.curve_band(curves, reps, seed)
-        ax.plot(common, mean, color=color, lw=2, label=f"{name} ({len(finished)} runs)")
+        ax.plot(common, mean, color=color, lw=2, label=wrapped(f"{name} ({counted(len(finished), 'run')})"))
         ax.fill_between(common, low, high, color=color, alpha=0.2, lw=0)
     ax.set(xlabel="environment steps", ylabel=score_name(success, stochastic), title=title)
     ax.grid(alpha=0.3)

@@ -51,7 +51,7 @@ from matplotlib.figure import Figure
 from experiments.atomic import save_figure, write_atomic
 from experiments.config import DEFAULT_REPS
 from experiments.studies import stats
-from experiments.studies.plotting import curves_figure, group_colors
+from experiments.studies.plotting import curves_figure, group_colors, wrapped
 from experiments.studies.runs import (
     DIVERGED,
     FAILED,
@@ -60,6 +60,7 @@ from experiments.studies.runs import (
     NEW,
     UNSUCCESSFUL,
     Run,
+    counted,
     find_runs,
     read_study_record,
     readable,
@@ -107,8 +108,9 @@ class Reliability:
     finished: int
     diverged: int
     failed: int
-    solved: int
-    solved_then_lost: int
+    solved: int | None
+    """finished runs that solve the task (``None`` for a task that has no threshold: :func:`solve_threshold`)"""
+    solved_then_lost: int | None
     """finished runs that reached the threshold at an evaluation and ended below it (:func:`outcome`)"""
     iqr: float
     cvar: float
@@ -131,13 +133,17 @@ class Task:
     env: str
     success: bool
     """scored by success rate (else by mean return)"""
-    threshold: float
+    threshold: float | None
+    """the score that counts as solving the task (``None``: none, a task scored by return with no threshold
+    given: :func:`solve_threshold`)"""
     runs: dict[str, list[Run]]
     """backbone → its runs"""
     stats: ScoreStats
     reliability: dict[str, Reliability]
     finished: dict[str, list[RunScores]]
     """backbone → the final and best evaluations of its finished runs, by seed"""
+    threshold_given: float | None = None
+    """the threshold the report was given (``None``: each run's own decision, :func:`outcome`)"""
 
     @property
     def slug(self) -> str:
@@ -153,18 +159,41 @@ def _score_matrix(runs: list[Run], success: bool) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).reshape(-1, 1)
 
 
-def outcome(run: Run, success: bool, threshold: float) -> str:
-    """What became of a run: `SOLVED` (finished, its final score ≥ `threshold`), `SOLVED_THEN_LOST`
-    (finished below it after an evaluation of `evaluations.csv` at or above it), `NOT_SOLVED`, or, for a run
-    that is not finished, its state (`diverged`, `failed`, `unfinished`, `pending`)."""
+def solve_threshold(run: Run, success: bool, threshold: float | None) -> float | None:
+    """The score that counts as solving `run`'s task: `threshold` where one is given (`--solve-threshold`), else
+    the run's own `success_threshold` for a task scored by success rate, and none (`None`) for a task scored by
+    mean return: a run's summary says whether it solved its task only by the success rate (`solved`)."""
+    if threshold is not None:
+        return threshold
+    return float(run.config.get("success_threshold", 0.9)) if success else None
+
+
+def _solved(run: Run, success: bool, threshold: float | None) -> bool:
+    """Whether finished `run` solved its task: the run's own decision (its summary's `solved`) where no other
+    `threshold` is given, else its final score ≥ `threshold`."""
+    summary = run.summary or {}
+    if threshold is None and summary.get("solved") is not None:
+        return bool(summary["solved"])
+    limit, score = solve_threshold(run, success, threshold), run.score(success)
+    return limit is not None and score is not None and score >= limit
+
+
+def outcome(run: Run, success: bool, threshold: float | None) -> str:
+    """What became of a run: `SOLVED` (finished, and solved: the run's summary says so, or its final score ≥ a
+    `threshold` given), `SOLVED_THEN_LOST` (finished unsolved after an evaluation of `evaluations.csv` at or above
+    the threshold), `NOT_SOLVED`, `FINISHED` for a finished run of a task without a threshold
+    (:func:`solve_threshold`), or, for a run that is not finished, its state (`diverged`, `failed`, `unfinished`,
+    `pending`)."""
     state = run.state()
     if state != FINISHED:
         return STATE_NAMES.get(state, state)
-    score = run.score(success)
-    if score is not None and score >= threshold:
+    limit = solve_threshold(run, success, threshold)
+    if limit is None:
+        return FINISHED
+    if _solved(run, success, threshold):
         return SOLVED
     _, values = run.curve(success)
-    return SOLVED_THEN_LOST if bool(np.any(values >= threshold)) else NOT_SOLVED
+    return SOLVED_THEN_LOST if bool(np.any(values >= limit)) else NOT_SOLVED
 
 
 def best_score(run: Run, success: bool) -> float | None:
@@ -176,16 +205,18 @@ def best_score(run: Run, success: bool) -> float | None:
     return max(finite, default=None)
 
 
-def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability:
-    """Outcomes (`outcome`), runs solved (finished runs scoring ≥ `threshold`) and dispersion of one group
-    of runs."""
+def reliability(runs: list[Run], success: bool, threshold: float | None) -> Reliability:
+    """Outcomes (`outcome`), runs solved and dispersion of one group of runs; the counts of runs solved are
+    `None` for a task without a threshold (scored by return, no `threshold` given: :func:`solve_threshold`)."""
     states = [run.state() for run in runs]
     scores = _score_matrix(runs, success).ravel()
     outcomes = [outcome(run, success, threshold) for run in runs]
     has_scores = scores.size > 0
+    rated = success or threshold is not None
     return Reliability(
         runs=len(runs), finished=states.count(FINISHED), diverged=states.count(DIVERGED), failed=states.count(FAILED),
-        solved=outcomes.count(SOLVED), solved_then_lost=outcomes.count(SOLVED_THEN_LOST),
+        solved=outcomes.count(SOLVED) if rated else None,
+        solved_then_lost=outcomes.count(SOLVED_THEN_LOST) if rated else None,
         iqr=stats.iqr(scores) if has_scores else float("nan"),
         cvar=stats.cvar(scores) if has_scores else float("nan"),
         worst=float(scores.min()) if has_scores else float("nan"),
@@ -193,8 +224,10 @@ def reliability(runs: list[Run], success: bool, threshold: float) -> Reliability
         lowest_after_solving_stochastic=_lowest_after_solving(runs, success, threshold, stochastic=True))
 
 
-def _lowest_after_solving(runs: list[Run], success: bool, threshold: float, stochastic: bool) -> float | None:
-    lows = (run.lowest_after_solving(success, threshold, stochastic) for run in runs)
+def _lowest_after_solving(runs: list[Run], success: bool, threshold: float | None,
+                          stochastic: bool) -> float | None:
+    limits = ((run, solve_threshold(run, success, threshold)) for run in runs)
+    lows = (run.lowest_after_solving(success, limit, stochastic) for run, limit in limits if limit is not None)
     return min((low for low in lows if low is not None), default=None)
 
 
@@ -221,7 +254,8 @@ class Study:
                 seed: int = 0, envs: list[str] | None = None) -> Study:
         """Read every run below `directory` and compute the statistics. `threshold` (the score
         that counts as solving a task) defaults to the runs' `success_threshold`; `envs`, shell
-        patterns of env ids (`popgym-*`), keeps the runs of the envs that match one."""
+        patterns of env ids (`popgym-*`), keeps the runs of the envs that match one. A task scored by mean return
+        has no threshold unless `threshold` is given (:func:`solve_threshold`)."""
         directory = Path(directory)
         record = read_study_record(directory)
         runs = readable(_ordered_runs(directory, record.get("runs", [])), "report")
@@ -236,14 +270,14 @@ class Study:
             members = [run for group in by_backbone.values() for run in group]
             with_data = [run for run in members if run.summary is not None or run.evaluations]
             success = bool(with_data) and all(run.has_success() for run in with_data)
-            task_threshold = threshold if threshold is not None else float(members[0].config.get(
-                "success_threshold", 0.9))
+            task_threshold = solve_threshold(members[0], success, threshold)
             scores = {backbone: _score_matrix(group, success) for backbone, group in by_backbone.items()}
             finished = {b: sorted((s for s in map(run_scores, g) if s is not None), key=lambda s: s.seed)
                         for b, g in by_backbone.items()}
             tasks.append(Task(name, str(members[0].config.get("env", "?")), success, task_threshold,
                               dict(by_backbone), ScoreStats.compute(scores, reps, seed),
-                              {b: reliability(g, success, task_threshold) for b, g in by_backbone.items()}, finished))
+                              {b: reliability(g, success, threshold) for b, g in by_backbone.items()}, finished,
+                              threshold))
         suite, final = _suite(tasks), _suite(tasks, final=True)
         suite_stats, final_stats = (ScoreStats.compute(s.scores, reps, seed) if s is not None and s.tasks else None
                                     for s in (suite, final))
@@ -333,7 +367,9 @@ def scores_figure(title: str, score_stats: ScoreStats, score_name: str) -> Figur
     `score_name` says which score (`final success rate`)."""
     names = list(score_stats.scores)
     colors = group_colors(names)
-    figure = Figure(figsize=(12, 0.5 * len(names) + 1.8), layout="constrained")
+    labels = [wrapped(name) for name in names]
+    lines = sum(max(1.0, 0.6 * (label.count("\n") + 1)) for label in labels)
+    figure = Figure(figsize=(12, 0.5 * lines + 1.8), layout="constrained")
     axes = figure.subplots(1, 4, sharey=True)
     rows = np.arange(len(names))
     for ax, aggregate in zip(axes, stats.AGGREGATES, strict=False):
@@ -347,7 +383,7 @@ def scores_figure(title: str, score_stats: ScoreStats, score_name: str) -> Figur
         values = score_stats.scores[name].ravel()
         axes[3].scatter(values, row + rng.uniform(-0.2, 0.2, values.size), s=14, color=colors[name])
     axes[3].set_title("every run")
-    axes[0].set_yticks(rows, names)
+    axes[0].set_yticks(rows, labels)
     axes[0].invert_yaxis()
     everything = np.concatenate([*(m.ravel() for m in score_stats.scores.values()),
                                  *([e.low, e.high] for b in score_stats.estimates.values() for e in b.values())])
@@ -367,15 +403,22 @@ def improvement_figure(title: str, score_stats: ScoreStats) -> Figure:
     matrix = np.full((len(names), len(names)), np.nan)
     for (x, y), estimate in score_stats.improvement.items():
         matrix[names.index(x), names.index(y)] = estimate.value
-    figure = Figure(figsize=(1.1 * len(names) + 2.5, 0.9 * len(names) + 1.5), layout="constrained")
+    labels = [wrapped(name) for name in names]
+    multiline = any("\n" in label for label in labels)  # long names (a variant's settings): numbered, columns too
+    if multiline:
+        labels = [f"{i}: {label}" for i, label in enumerate(labels, 1)]
+    longest = max(len(line) for label in labels for line in label.split("\n"))
+    row = max(0.9, 0.2 * max(label.count("\n") + 1 for label in labels))
+    figure = Figure(figsize=(1.1 * len(names) + 1.5 + 0.08 * longest, row * len(names) + 1.5), layout="constrained")
     ax = figure.subplots()
-    image = ax.imshow(matrix, cmap="RdBu", vmin=0, vmax=1)
+    image = ax.imshow(matrix, cmap="RdBu", vmin=0, vmax=1, aspect="auto" if multiline else None)
     for (i, j), value in np.ndenumerate(matrix):
         if np.isfinite(value):
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9,
                     color="white" if abs(value - 0.5) > 0.3 else "black")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set_yticks(range(len(names)), names)
+    ax.set_xticks(range(len(names)), [str(i) for i in range(1, len(names) + 1)] if multiline else names,
+                  rotation=0 if multiline else 30, ha="center" if multiline else "right")
+    ax.set_yticks(range(len(names)), labels)
     ax.set(xlabel="Y", ylabel="X", title=f"{title}: P(X > Y)")
     figure.colorbar(image, ax=ax, fraction=0.046)
     return figure
@@ -427,14 +470,19 @@ def _task_section(task: Task, figures: dict[str, Figure], reps: int, seed: int) 
              *_evaluations_section(task), "### Reliability", ""]
     rows = []
     for backbone, rel in task.reliability.items():
-        share = f"{rel.solved}/{rel.with_result}"
-        if rel.with_result:
+        share = "–" if rel.solved is None else f"{rel.solved}/{rel.with_result}"
+        if rel.solved is not None and rel.with_result:
             share += f" ({rel.solved / rel.with_result:.0%})"
-        rows.append([backbone, rel.runs, rel.finished, share, rel.solved_then_lost, rel.diverged, rel.failed,
+        lost = "–" if rel.solved_then_lost is None else rel.solved_then_lost
+        rows.append([backbone, rel.runs, rel.finished, share, lost, rel.diverged, rel.failed,
                      rel.runs - rel.with_result, *map(_format_number, (rel.iqr, rel.cvar, rel.worst)),
                      *("–" if low is None else _format_number(low)
                        for low in (rel.lowest_after_solving, rel.lowest_after_solving_stochastic))])
-    lines += _table(["backbone", "runs", "finished", f"solved (≥ {task.threshold:g})", "solved, then lost",
+    if task.threshold is None:
+        lines += ["Scored by mean return, with no threshold that counts as solving the task (give "
+                  "--solve-threshold): no run is counted solved or not solved.", ""]
+    solved = "solved" if task.threshold is None else f"solved (≥ {task.threshold:g})"
+    lines += _table(["backbone", "runs", "finished", solved, "solved, then lost",
                      "diverged", "failed", "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
                      "lowest after solving, stochastic policy"], rows)
     return [*lines, ""]
@@ -559,13 +607,33 @@ def _runs_section(study: Study) -> list[str]:
         rows.append([run.directory.relative_to(study.directory).as_posix(), STATE_NAMES.get(state, state),
                      run.timesteps(), retries(run), "–" if score is None else f"{score:.3f}",
                      "–" if best is None else f"{best:.3f}",
-                     outcome(run, task.success, task.threshold) if state == FINISHED else "–",
-                     summary.get("wall_seconds", "–"), summary.get("steps_per_second", "–"),
+                     _outcome_cell(run, task) if state == FINISHED else "–",
+                     summary.get("wall_seconds", "–"), rate_shown(summary),
                      run.error().splitlines()[0][:100] if run.error() else ""])
     header = ["run", "state", "steps", "retries", "score", "best", "outcome", "wall s", "steps/s", "message"]
     legend = ("Score: the final evaluation (of model.zip); best: the highest deterministic evaluation, the final one "
-              "included; outcome of a finished run: solved, solved, then lost, or not solved.")
+              "included; outcome of a finished run: solved, solved, then lost, or not solved (– on a task scored by "
+              "return, which has no threshold unless --solve-threshold gives one); steps/s: – where the command that "
+              "finished the run had nothing left to train.")
     return ["## Runs", "", legend, "", *_table(header, rows), ""]
+
+
+def trained_nothing(summary: dict[str, Any]) -> bool:
+    """Whether the command that wrote `summary` trained no step: it resumed from a checkpoint at the budget."""
+    return summary.get("resumed_from") is not None and summary.get("env_steps") == summary["resumed_from"]
+
+
+def rate_shown(summary: dict[str, Any]) -> str:
+    """A summary's steps per second as the Runs table shows it: – where it has none, or its command trained
+    nothing (a rate of 0 that says nothing of the run)."""
+    rate = summary.get("steps_per_second")
+    return "–" if rate is None or trained_nothing(summary) else str(rate)
+
+
+def _outcome_cell(run: Run, task: Task) -> str:
+    """The outcome of a finished run in the Runs table: – where its task has no threshold."""
+    shown = outcome(run, task.success, task.threshold_given)
+    return "–" if shown == FINISHED else shown
 
 
 def _retries_sentence(runs: list[Run]) -> str:
@@ -583,8 +651,8 @@ def render(study: Study, figures: dict[str, Figure], seed: int = 0) -> str:
     counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
     name = study.record.get("name", study.directory.name)
     lines = [f"# Seed study: {name}", "",
-             f"{len(study.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + "."
-             + _retries_sentence(study.runs), ""]
+             f"{counted(len(study.runs), 'run')}: "
+             + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + "." + _retries_sentence(study.runs), ""]
     commands = study.record.get("commands", [])
     if commands:
         lines += ["Produced by:", "", "```",

@@ -55,6 +55,11 @@ def task_label(config: dict[str, Any]) -> str:
     return label
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` with `noun` in the number it takes: `1 run`, `2 runs` (`plural`: the plural when not `noun + "s"`)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def slug(text: str) -> str:
     """`text` as a file or folder name (letters, digits, dots and underscores)."""
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")

@@ -50,7 +50,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import fcntl
+import math
 import os
 import shutil
 import signal
@@ -60,7 +62,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -69,13 +71,13 @@ import yaml
 
 from agents import NonFiniteError
 from experiments.atomic import write_atomic
-from experiments.config import SEED_LIMIT, ConfigError, RunConfig, build_config, env_slug, load_yaml
+from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
-from experiments.rules import FolderName
+from experiments.rules import FolderName, nearest_existing
 from experiments.run_dir import RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
-from experiments.studies.report import DEFAULT_REPS, build_report, report_target
+from experiments.studies.report import DEFAULT_REPS, build_report, report_target, trained_nothing
 from experiments.studies.runs import (
     DIVERGED,
     FAILED,
@@ -105,6 +107,8 @@ STUDY_KEYS: dict[str, Rule] = {
     "gym_packages": Items(Text(), empty_ok=True),
 }
 """The keys of a study file and their valid values."""
+LOG_DIR_RULE: Rule = next(spec.metadata["rule"] for spec in dataclasses.fields(RunConfig) if spec.name == "log_dir")
+"""the rule of a run's `log_dir`, which the study checks on the value given before it puts each run below it"""
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
 LOST_WORKER_WAIT_SECONDS = 60.0
 """how long a retry waits for the lost worker it replaces to be gone (see :func:`wait_for_lost_worker`)"""
@@ -233,21 +237,41 @@ class Grid:
 
     def study_configs(self) -> tuple[Path, list[RunConfig]]:
         """The study directory and the run configurations placed in it: one torch thread each, or the
-        `threads` given as a flag (a study's workers share the machine, so a config file's count is not used)."""
+        `threads` given as a flag (a study's workers share the machine, so a config file's count is not used).
+
+        `log_dir` is checked by its rule before the study puts each run under it, and every folder the study
+        makes (its directory, each run's) must not be a file (`check_folders`); then each run is validated, and
+        runs the grid lists twice are refused, naming the flags that made tasks alike."""
         configs = self.configs()
         first = configs[0]
-        directory = Path(first.log_dir) / (self.name or f"{env_slug(first.env)}__{first.algo}")
+        for config in configs:  # the value given: each run's own log_dir is the study's folder from here on
+            LOG_DIR_RULE.check("log_dir", config.log_dir)
+        given = first.log_dir
+        directory = Path(given) / (self.name or f"{env_slug(first.env)}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
         threads = self.flags.get("threads") or 1
         for config in configs:
             config.log_dir = str(directory / task_folder(config.to_dict()) if shared_env else directory)
             config.threads = threads
+        check_folders("log_dir", given, [("the study directory", directory),
+                                         *(("the run directory", RunDirectory.of(c).path) for c in configs)])
+        validate_all(configs)
         names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
         repeated = [name for name, count in names.items() if count > 1]
         if repeated:
-            raise ConfigError(f"the study lists run {repeated[0]!r} more than once (repeated seeds or tasks?)")
-        validate_all(configs)
+            raise ConfigError(f"the study lists run {repeated[0]!r} more than once{self._alike()}")
         return directory, configs
+
+    def _alike(self) -> str:
+        """Why runs repeat: the flags or `-p` keys that replace a key every task sets itself, else repeated seeds
+        or tasks."""
+        given = {key.split(".")[0] for key in self.flags} | {
+            text.partition("=")[0].strip().split(".")[0] for text in self.params}
+        replaced = sorted(given & {key for task in self.tasks for key in task if key != "config"})
+        if len(self.tasks) > 1 and replaced:
+            return (f": the command line sets {', '.join(replaced)} for every task, replacing each task's own, so "
+                    "tasks become the same run; drop it to keep the file's tasks")
+        return " (repeated seeds or tasks?)"
 
     def record(self) -> dict[str, Any]:
         return {"config": self.config_file, "settings": self.settings, "flags": self.flags, "params": self.params,
@@ -273,7 +297,7 @@ class RunTask:
         return replace(self, resume=Run.of(self.config).checkpoint() is not None, retries=self.retries + 1)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether process `pid` (of this host) exists and is not a zombie."""
     try:
         os.kill(pid, 0)
@@ -296,7 +320,7 @@ def wait_for_lost_worker(directory: Path, session: str, timeout: float = LOST_WO
             or status.get("host") != socket.gethostname()):
         return
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -316,8 +340,8 @@ def execute(task: RunTask) -> dict[str, Any]:
     except Exception as error:  # any failure of one run is recorded, never fatal to the study
         outcome.update(state=FAILED, error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
     else:
-        outcome.update(steps_per_second=summary["steps_per_second"], final_mean_return=summary["final_mean_return"],
-                       final_success_rate=summary["final_success_rate"])
+        outcome.update(steps_per_second=None if trained_nothing(summary) else summary["steps_per_second"],
+                       final_mean_return=summary["final_mean_return"], final_success_rate=summary["final_success_rate"])
     write_status(directory, outcome["state"], session=task.session, retries=task.retries,
                  **{k: v for k, v in outcome.items() if k in ("error", "traceback")})
     return outcome
@@ -353,6 +377,29 @@ def plan(configs: list[RunConfig], session: str, retry_failed: bool = False,
     return tasks, states
 
 
+def steps_at_end(config: RunConfig, start: int) -> int:
+    """The environment steps a run of `config` trained from step `start` ends at: its learner collects whole
+    rollouts of `n_steps` × `n_envs` steps until it reaches `total_timesteps` (SB3's `learn`), so the budget left
+    rounds up to a whole number of rollouts (a run stopped early when solved ends before)."""
+    if start >= config.total_timesteps:
+        return start
+    rollout = algo_settings(config.algo, config.algo_options(), config.n_envs)["n_steps"] * config.n_envs
+    return start + math.ceil((config.total_timesteps - start) / rollout) * rollout
+
+
+def check_folders(key: str, value: Any, folders: Iterable[tuple[str, Path]]) -> None:
+    """Refuse (`ConfigError`, one line naming `key`, its `value` and the path that is a file) a folder the command
+    would make (`folders`: what it is, its path) where a file is, or on whose way one is: a file is never
+    replaced, nor written into, and nothing is created before the check."""
+    for what, path in folders:
+        existing = nearest_existing(Path(path))
+        if not existing.is_dir():
+            where = (f"{what} {str(path)!r} is a file" if existing == Path(path)
+                     else f"{str(existing)!r}, on the way to {what} {str(path)!r}, is a file")
+            raise ConfigError(f"{key}={shown(value)}: {where}; expected a directory (move the file away, or choose "
+                              f"another {key})")
+
+
 class Progress:
     """A compact progress line on `stream`, from the run directories: runs done / running /
     failed / queued, environment steps and their rate over this session."""
@@ -360,7 +407,8 @@ class Progress:
     def __init__(self, tasks: list[RunTask], stream: TextIO | None = None, every: float = 10.0) -> None:
         self.tasks, self.stream, self.every = tasks, stream or sys.stderr, every
         self.directories = [RunDirectory.of(task.config).path for task in tasks]
-        self.target = sum(task.config.total_timesteps for task in tasks)
+        self.target = sum(steps_at_end(task.config, Run(d).timesteps() if task.resume else 0)
+                          for task, d in zip(tasks, self.directories, strict=True))
         self.started = time.time()
         self.steps_at_start = self._steps()
         self.last_counts: tuple[int, ...] = ()
@@ -385,7 +433,8 @@ class Progress:
         eta = (self.target - steps) / rate if rate > 0 and steps < self.target else None
         done, running, failed, queued = counts
         return (f"[{_duration(elapsed)}] {done}/{len(self.tasks)} done, {running} running, {failed} failed, "
-                f"{queued} queued | {steps:,}/{self.target:,} steps, {rate:,.0f} steps/s"
+                f"{queued} queued | {steps:,}/{self.target:,} steps, "
+                + (f"{rate:,.0f} steps/s" if rate > 0 else "– steps/s")
                 + ("" if eta is None else f", about {_duration(eta)} left"))
 
     def update(self, results: dict[int, dict[str, Any]]) -> None:
@@ -398,9 +447,10 @@ class Progress:
     def finished(self, task: RunTask, result: dict[str, Any]) -> None:
         """One line per run as it ends."""
         if result["state"] == FINISHED:
-            rate = result["final_success_rate"]
+            rate, speed = result["final_success_rate"], result["steps_per_second"]
             detail = (f"mean return {result['final_mean_return']:.3f}" + ("" if rate is None else
-                      f", success rate {rate:.2f}") + f", {result['steps_per_second']:.0f} steps/s")
+                      f", success rate {rate:.2f}") + (", nothing left to train" if speed is None
+                                                       else f", {speed:.0f} steps/s"))
         else:
             detail = result["error"].splitlines()[0] if result.get("error") else ""
         print(f"  {result['state']} {task.config.run_name()}: {detail}", file=self.stream, flush=True)

@@ -28,15 +28,21 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
+import errno
 import fcntl
 import json
 import multiprocessing
+import os
 import shlex
 import shutil
+import socket
+import sqlite3
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +55,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents import NonFiniteError
 from envs.imports import cause
 from envs.registry import VEC_ENVS
-from experiments.atomic import atomic_path, write_atomic
+from experiments.atomic import WriteError, atomic_path, write_atomic
 from experiments.cli.parser import OneLineParser, invocation, program
 from experiments.config import (
     SEED_LIMIT,
@@ -64,13 +70,13 @@ from experiments.config import (
 from experiments.config_files import config_path, shipped_dir
 from experiments.exits import advise_on_signal
 from experiments.hyperparams import applied_line
-from experiments.rules import FolderName, nearest_existing
+from experiments.rules import FolderName, Threads, nearest_existing
 from experiments.run_dir import EvalLog, RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.pruning import RunningMedianPruner
 from experiments.studies.runs import slug, task_folder, task_label
 from experiments.studies.stats import iqm
-from experiments.studies.study import Grid
+from experiments.studies.study import Grid, alive, check_folders
 from experiments.studies.tune_space import SearchSpace, default_space_files, load_space
 from experiments.validation import validate_all
 from policies.rules import Range, Rule, Text, shown
@@ -82,7 +88,7 @@ PRUNERS = ("median", "none")
 MAX_FAILURES = 3
 TUNE_OPTIONS: dict[str, Rule] = {
     "trials": Range(1, integer=True), "tune_seeds": Range(1, integer=True), "workers": Range(1, integer=True),
-    "threads": Range(0, integer=True, note="0: every core"), "startup_trials": Range(0, integer=True),
+    "threads": Threads(), "startup_trials": Range(0, integer=True),
     "timeout": Range(0, low_open=True),
     "seed": Range(0, SEED_LIMIT, integer=True),
     "name": FolderName(note="the study directory under {log_dir}/tune"),
@@ -190,7 +196,9 @@ def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Pat
 def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
     """Train the trial's runs one after another; the aggregate of their final scores. A trial that fails records
     why, on one line, as its `error`; one whose runs report no success rate for `--metric success` is also `fatal`
-    (`stop_on_failures` then stops the search)."""
+    (`stop_on_failures` then stops the search). The trial records the process that runs it (`WORKER`), so that a
+    later command fails it at once when that process is gone (`fail_dead_workers`)."""
+    trial.storage.set_trial_system_attr(trial._trial_id, WORKER, worker_identity())
     try:
         return _run_trial(trial, settings)
     except optuna.TrialPruned:
@@ -265,6 +273,71 @@ def open_study(settings: TuneSettings, sampler_seed: int | None = None) -> optun
                                pruner=make_pruner(settings), direction="maximize", load_if_exists=True)
 
 
+WORKER = "engram_worker"
+"""the system attribute of a trial naming the process that runs it (`worker_identity`)"""
+
+
+def worker_identity() -> dict[str, Any]:
+    """This process: its host and PID."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def fail_dead_workers(study: optuna.Study) -> None:
+    """Fail the running trials whose process, on this host, is gone (killed, or stopped by a storage that could not
+    record the trial's end), and retry them as a trial whose heartbeat stopped is retried: a later command goes on at
+    once instead of after the heartbeat's grace period. Trials of other hosts are left to their heartbeat."""
+    storage = study._storage
+    retry = storage.get_heartbeat_stale_trial_callback() if hasattr(storage, "get_heartbeat_stale_trial_callback") \
+        else None
+    here = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = trial.system_attrs.get(WORKER) or {}
+        if worker.get("host") != here or worker.get("pid") in (None, os.getpid()) or alive(worker["pid"]):
+            continue
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL) and retry:
+                retry(study, copy.deepcopy(storage.get_trial(trial._trial_id)))
+
+
+SQLITE_ERRNOS = {"SQLITE_FULL": errno.ENOSPC, "SQLITE_READONLY": errno.EROFS, "SQLITE_IOERR": errno.EIO,
+                 "SQLITE_PERM": errno.EPERM, "SQLITE_CANTOPEN": errno.EACCES}
+"""SQLite's result codes of a machine fault, as the errno a file write would give"""
+
+
+def storage_fault(error: BaseException, path: Path) -> WriteError | None:
+    """The machine fault behind `error` (a full disk, a read-only file system, ... under SQLAlchemy's and Optuna's
+    errors) as a `WriteError` naming the database `path`; `None` for any other error."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            name = getattr(current, "sqlite_errorname", "")
+            code = next((number for prefix, number in SQLITE_ERRNOS.items() if name.startswith(prefix)), None)
+            if code is None and "disk is full" in str(current):
+                code = errno.ENOSPC
+            if code is not None:
+                return WriteError(code, os.strerror(code), str(path))
+        if isinstance(current, OSError) and current.errno in SQLITE_ERRNOS.values():
+            return current if isinstance(current, WriteError) else WriteError(current.errno, current.strerror,
+                                                                                str(current.filename or path))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+@contextlib.contextmanager
+def storage_faults(settings: TuneSettings) -> Iterator[None]:
+    """Raise a machine fault of the study's database (`storage_fault`) as a `WriteError` naming `study.db`, which
+    ends the command with one line and exit status 1, not a traceback; other errors pass as they are."""
+    try:
+        yield
+    except Exception as error:
+        fault = storage_fault(error, settings.directory / "study.db")
+        if fault is None:
+            raise
+        raise fault from error
+
+
 def finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=DONE))
 
@@ -313,6 +386,17 @@ def work(settings: TuneSettings, worker: int) -> None:
                    timeout=settings.timeout, catch=(Exception,))
 
 
+def work_process(settings: TuneSettings, worker: int) -> None:
+    """`work` in a process of its own: a machine fault of the storage (`storage_faults`) ends it with one line and
+    exit status 1."""
+    try:
+        with storage_faults(settings):
+            work(settings, worker)
+    except WriteError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
 def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Stop the study once `MAX_FAILURES` trials in a row have failed (a setting that no sampled value
     can fix, rather than one bad draw), or at once after a `fatal` trial (`objective`)."""
@@ -337,6 +421,7 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
     The study (and its tables) is created and the `--enqueue` trials queued here, once, before any worker
     starts: workers that each queued them raced past `skip_if_exists` and ran the same trial twice."""
     study = open_study(settings)
+    fail_dead_workers(study)
     for values in settings.enqueue:
         study.enqueue_trial(values, skip_if_exists=True)
     workers = max(1, min(workers, settings.trials - finished(study)))  # no more workers than trials left
@@ -344,7 +429,7 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
         work(settings, 0)
         return 0
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=work, args=(settings, i)) for i in range(workers)]
+    processes = [context.Process(target=work_process, args=(settings, i)) for i in range(workers)]
     for process in processes:
         process.start()
     try:
@@ -438,7 +523,9 @@ def make_parser() -> argparse.ArgumentParser:
     base.add_argument("-p", "--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                       help="dotted overrides of the base configuration")
     tune = parser.add_argument_group("search")
-    tune.add_argument("--name", help="study name (default: {env}__{algo}-{backbone}); the same name resumes")
+    tune.add_argument("--name", help="study name (default: {env}_{algo}_{backbone}, each run of characters other "
+                                     "than letters, digits and dots made one _, e.g. CartPole_v1_ppo_mlp); the same "
+                                     "name resumes")
     tune.add_argument("--space", nargs="+", help="search-space YAML file(s), or names of shipped ones (ppo, "
                                                  "configs/tune/ppo.yaml; default: tune/{algo} and tune/{backbone})")
     tune.add_argument("--enqueue", nargs="+", action="append", default=[], metavar="KEY=VALUE",
@@ -467,7 +554,7 @@ def base_configs(args: argparse.Namespace) -> list[RunConfig]:
         ("env_wrapper", args.env_wrapper), ("gym_packages", args.gym_packages), ("vec_env", args.vec_env),
         ("eval_freq", args.eval_freq), ("n_eval_episodes", args.n_eval_episodes), ("threads", args.threads),
         ("log_dir", args.log_dir), ("hyperparams", args.hyperparams)) if value is not None}
-    flags.update({f"env_kwargs.{k}": v for k, v in map(parse_override, args.env_kwargs)})
+    flags.update({f"env_kwargs.{k}": v for k, v in (parse_override(text, "--env-kwargs") for text in args.env_kwargs)})
     if args.suite:
         grid = Grid.from_file(config_path(args.suite, "studies"), config_file=config_path(args.config), flags=flags,
                               params=args.param)
@@ -503,6 +590,9 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
         space.check(config)
     name = args.name or slug(f"{first.env}__{first.algo}-{first.backbone}")
     directory = Path(first.log_dir) / "tune" / name
+    check_folders("log_dir", first.log_dir, [("the folder of tune studies", directory.parent)])
+    check_folders("--name" if args.name else "log_dir", args.name or first.log_dir,
+                  [("the tune study directory", directory)])
     return TuneSettings(name=name, directory=directory, base=base, space=space, seeds=list(range(args.tune_seeds)),
                         trials=args.trials, metric=args.metric, aggregate=args.aggregate, pruner=args.pruner,
                         startup_trials=args.startup_trials, seed=args.seed, timeout=args.timeout, command=command,
@@ -511,7 +601,7 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
 
 def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
     """The values of an `--enqueue` trial; keys outside the space raise `ConfigError`."""
-    values = dict(map(parse_override, texts))
+    values = dict(parse_override(text, "--enqueue") for text in texts)
     keys = [param.key for param in space.params]
     unknown = sorted(set(values) - set(keys))
     if unknown:
@@ -543,7 +633,8 @@ def summary_lines(settings: TuneSettings, paths: dict[str, Path]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """`train_rl.py tune ...`; exit status 0 done, 2 bad input."""
+    """`train_rl.py tune ...`; exit status 0 done, 1 trials failing or a machine fault (one line naming the file),
+    2 bad input."""
     args = make_parser().parse_args(argv)
     try:
         settings = settings_from_args(args, shlex.join([*invocation(), "tune", *argv]))
@@ -564,6 +655,12 @@ def main(argv: list[str]) -> int:
         write_atomic(settings.directory / SEARCH_RECORD, json.dumps(search_identity(settings), indent=1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise_on_signal("rerun the same command to resume the search")
+    with storage_faults(settings):
+        return _search(settings, args, made)
+
+
+def _search(settings: TuneSettings, args: argparse.Namespace, made: Path | None) -> int:
+    """Run the workers, then write the outputs and the summary; the exit status."""
     failed_workers = run_workers(settings, args.workers)
     fatal = fatal_error(settings)
     if fatal is not None:  # no trial could score: the search is refused, and what this command made removed
