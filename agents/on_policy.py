@@ -38,11 +38,11 @@ from agents.buffer import (
     MemoryRolloutBuffer,
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
+from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, short, shown
 from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
-from policies.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, short, shown
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""

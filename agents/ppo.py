@@ -21,9 +21,9 @@ from agents.on_policy import (
     Precision,
     UniformKLCoef,
 )
+from envs.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
 from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
-from policies.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
 
 LEARNING_RATE = LinearSchedule(1e-3, 0.0, 1.0)
 """the default learning rate: 1e-3 decaying linearly to 0 over the run (``lin_1e-3``; docs/notes/tuned-defaults.md)"""

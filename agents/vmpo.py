@@ -30,10 +30,10 @@ from agents.vmpo_losses import (
     top_half,
     trust_region_loss,
 )
+from envs.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
 from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
 from policies.popart import PopArtBeta, PopArtValueHead
-from policies.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
 
 DUAL_MIN = 1e-8
 AlphaInit = Annotated[float | None, Range(0.0, low_open=True, optional=True)]

@@ -4,7 +4,7 @@
 (engram's tasks, any gymnasium id, an entry point `module.path:EnvClass`; see `envs.registry`);
 `make_env` gives one gymnasium env (for checkers, docs and debugging); `list_env_ids`
 and `env_kwargs` describe what is available; `envs.wrappers` holds the `env_wrapper` machinery.
-Bad arguments are refused with `policies.rules.ConfigError` (`EnvKwargsError` for an unknown keyword,
+Bad arguments are refused with `envs.rules.ConfigError` (`EnvKwargsError` for an unknown keyword,
 `ImportPathError` for an import path that names nothing), each one line naming the argument and what is valid.
 Importing `envs` does not import torch;
 `BatchedVecEnv` (an SB3 class, so SB3 and torch come with it) is loaded on first use.

@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from policies.rules import ConfigError, Range, shown
+from envs.rules import ConfigError, Range, shown
 
 Index = np.ndarray | slice
 """Which copies an operation applies to: an integer index array, or ``slice(None)`` for all."""

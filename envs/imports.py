@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from policies.rules import ConfigError, Items, Text
+from envs.rules import ConfigError, Items, Text
 
 MODULE_NAMES = Items(Text(note="a module name"), empty_ok=True)
 """the rule of `gym_packages`: a list (or tuple) of module names; a bare string is not a list of names"""

@@ -18,7 +18,7 @@ then run as single copies too). Every such `make_vec_env` result is wrapped in S
 of a run seeded s uses `copy_seeds(s, n)[i]`. With `vec_env="torch"`, engram's tasks that have a torch twin
 (`envs.torch_tasks`) run as tensors on the learner's device, seeded alike.
 
-Bad input to the factories and helpers is a `policies.rules.ConfigError` (a `ValueError`) whose one-line message
+Bad input to the factories and helpers is a `envs.rules.ConfigError` (a `ValueError`) whose one-line message
 names the argument, the value and what is valid: `n_envs=0: expected an integer >= 1`, `device='cuda': CUDA is
 not available on this machine; ...`, `gym_packages='math': expected a list, ...`; an env that fails to build with
 the kwargs given is named with them and the cause, as the command line names it.
@@ -43,9 +43,9 @@ from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
+from envs.rules import ConfigError, Device, OneOf, Range, Text, one_line, shown
 from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
-from policies.rules import ConfigError, Device, OneOf, Range, Text, one_line, shown
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv

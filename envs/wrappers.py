@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.imports import ImportPathError, cause, load_object
-from policies.rules import ConfigError, shown
+from envs.rules import ConfigError, shown
 
 
 class WrapperSpec(NamedTuple):

@@ -36,9 +36,7 @@ from typing import Any
 
 import yaml
 
-from experiments import strict_yaml
-from experiments.rules import Directory, EnvWrappers, SavedModel, Threads
-from policies.rules import (
+from envs.rules import (
     ConfigError,
     Device,
     Entries,
@@ -51,6 +49,8 @@ from policies.rules import (
     one_line,
     shown,
 )
+from experiments import strict_yaml
+from experiments.rules import Directory, EnvWrappers, SavedModel, Threads
 
 POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
                   "features_extractor_class": None, "features_extractor_kwargs": None,
@@ -84,7 +84,7 @@ COUNT = Range(1, integer=True)
 @dataclass
 class RunConfig:
     """Everything one training run needs. Each field's metadata holds its `rule`, which declares its valid values
-    (`policies.rules`, `experiments.rules`), and its `doc`, the `--help` text."""
+    (`envs.rules`, `experiments.rules`), and its `doc`, the `--help` text."""
 
     algo: str = _rule(OneOf(algos), default="ppo", doc="learner: a key of ``agents.ALGOS``")
     backbone: str = _rule(OneOf(backbones), default="gtrxl", doc=(

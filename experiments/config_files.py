@@ -44,7 +44,7 @@ def config_path(name: str | None, folder: str = "") -> str | None:
     """The path of the file `name` stands for (`None` for `None`): `name` itself if it exists, else the
     shipped file of that name, in `folder` first (a key of `FOLDERS`), then at the top of the shipped files.
     A string, as paths given on the command line are (a study records it in `study.yaml`)."""
-    from policies.rules import ConfigError  # here: resolving a name loads no torch (``list configs``)
+    from envs.rules import ConfigError  # here: resolving a name loads no torch (``list configs``)
 
     if name is not None and not name.strip():
         raise ConfigError(f"config file {name!r}: an empty name; expected a file path or the name of a shipped "

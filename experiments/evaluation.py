@@ -21,9 +21,9 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.utils import check_for_correct_spaces
 from stable_baselines3.common.vec_env import VecEnv
 
+from envs.rules import ConfigError, Flag, Range, one_line, short
 from experiments.run_dir import RunDirectory
 from experiments.solved_lr import solved_schedule
-from policies.rules import ConfigError, Flag, Range, one_line, short
 
 
 @dataclass
@@ -68,7 +68,8 @@ def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: 
     if not isinstance(env, VecEnv):
         raise ConfigError(f"env={short(repr(env))}: expected a VecEnv (envs.make_vec_env)")
     try:
-        check_for_correct_spaces(env, model.observation_space, model.action_space)
+        check_for_correct_spaces(model._wrap_env(env, verbose=0, monitor_wrapper=False), model.observation_space,
+                                 model.action_space)  # as `set_env` compares them: images may be channel-last
     except ValueError as error:
         raise ConfigError(f"env: {one_line(str(error))}") from None
     successes: list[float] = []

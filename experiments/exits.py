@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from envs.rules import ConfigError, one_line
 from experiments.atomic import WriteError
-from policies.rules import ConfigError, one_line
 
 EXIT_FAULT = 1
 """a write failed for a reason of the machine (:data:`FAULTS`)"""

@@ -26,8 +26,8 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from torch import Tensor
 
+from envs.rules import ConfigError
 from experiments.config import RunConfig, algo_defaults
-from policies.rules import ConfigError
 
 FLOAT = 4
 """bytes of a float32"""

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.rules import ConfigError, shown
 from experiments.config import FIELDS, RunConfig, apply, load_yaml, plain
 from experiments.config_files import config_path, shipped_dir
-from policies.rules import ConfigError, shown
 
 FOLDER = "hyperparams"
 """the folder of the shipped files, under ``configs/``"""

@@ -25,6 +25,7 @@ from gymnasium import spaces
 
 from agents import ALGOS, saved_learner
 from envs.imports import cause
+from envs.rules import Device, short, shown
 from experiments.atomic import write_new
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
@@ -32,7 +33,6 @@ from experiments.model_files import damage
 from experiments.rules import PathName
 from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, RunDirectory, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env, scoring_vec_env
-from policies.rules import Device, short, shown
 
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
             "both": ("deterministic", "stochastic")}

@@ -1,7 +1,7 @@
 """The kinds of rule only run settings and commands declare: a saved model, a directory, a path, a thread count,
 env wrappers.
 
-They complete the kinds of `policies.rules` (ranges, choices, flags, ...) for the fields of
+They complete the kinds of `envs.rules` (ranges, choices, flags, ...) for the fields of
 `experiments.config.RunConfig`; like those, each has `check(key, value)`, raising
 `ConfigError` with one line naming the key, and `describe()`. Each imports what it needs
 (torch, the env wrappers) only when it checks a value, so reading a configuration loads neither.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policies.rules import ConfigError, Range, Text, short, shown
+from envs.rules import ConfigError, Range, Text, short, shown
 
 
 @dataclass(frozen=True)

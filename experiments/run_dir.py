@@ -35,11 +35,11 @@ from typing import Any
 
 import yaml
 
+from envs.rules import ConfigError
 from experiments.atomic import atomic_path, write_atomic
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
 from experiments.strict_yaml import load as load_yaml_text
-from policies.rules import ConfigError
 
 CONFIG_FILE, SUMMARY_FILE, MODEL_FILE = "config.yaml", "summary.json", "model.zip"
 EVALUATIONS_FILE, PROGRESS_FILE, STATUS_FILE = "evaluations.csv", "progress.json", "status.json"

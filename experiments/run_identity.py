@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.rules import ConfigError, short
 from experiments.config import RunConfig, algo_defaults, algos, backbones, plain, with_every_option
-from policies.rules import ConfigError, short
 
 RECORD_ENTRY = "engram/config.json"
 """the zip entry of a saved model that holds its run's configuration"""

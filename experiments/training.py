@@ -18,6 +18,7 @@ from stable_baselines3.common.utils import get_device
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
 from envs.imports import ImportPathError, load_object
+from envs.rules import VERBOSITY, Flag, one_line, short, shown
 from experiments.atomic import write_error
 from experiments.config import ConfigError, RunConfig, reread
 from experiments.evaluation import RunCallback, evaluate_both
@@ -25,7 +26,6 @@ from experiments.model_files import damage
 from experiments.run_dir import RunBusyError, RunDirectory, notify
 from experiments.run_identity import config_record
 from policies.policy_options import ACTIVATIONS
-from policies.rules import VERBOSITY, Flag, one_line, short, shown
 
 EVAL_SEED_OFFSET = 10_000
 

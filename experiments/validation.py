@@ -36,6 +36,7 @@ from agents.on_policy import check_batch_size
 from envs import env_family, make_env, make_vec_env
 from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs, check_time_limit, keywords
+from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, short, shown
 from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, algo_settings, coerce, plain, reread, section_defaults
 from experiments.footprint import check_fits, estimate
@@ -46,7 +47,6 @@ from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.catalogue import Catalogue
 from policies.options import check_options, option_rules, relations
 from policies.policy import MemoryActorCriticPolicy, default_features_extractor
-from policies.rules import VERBOSITY, ConfigError, Range, Rule, one_line, short, shown
 from policies.spaces import check_spaces
 
 FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")

@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
+from envs.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
 from experiments.cli.parser import OneLineParser, program
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
@@ -79,7 +80,6 @@ from policies.lm.knn import QUERY_CHUNK, Datastore, knn_lm_loss, segment_keys
 from policies.lm.model import MemoryLanguageModel, scored_mean
 from policies.lm.spalm import GatedRetrieval, spalm_log_probs, spalm_loss
 from policies.options import check_options
-from policies.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
 from policies.window import State
 
 CHECKPOINT_PREFIX = "lm_"
@@ -98,7 +98,7 @@ NON_NEGATIVE = Range(0.0)
 @dataclass
 class LMConfig:
     """Settings of one language-model run (YAML keys and `-p key=value` overrides); each field declares the
-    rule of its valid values (`policies.rules`), checked by `check_lm_config`."""
+    rule of its valid values (`envs.rules`), checked by `check_lm_config`."""
 
     data: str = _setting(OneOf(lambda: DATASETS), "python")
     backbone: str = _setting(OneOf(lambda: BACKBONES), "trxl")

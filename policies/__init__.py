@@ -8,7 +8,7 @@
 - `policies.lm`: the language model and its retrieval (kNN-LM, SPALM);
 - at the root: the memory contract (`policies.backbone`), the window operations (`policies.window`),
   the SB3 policy (`policies.policy`) and its PopArt value head (`policies.popart`);
-- the rules of options and their check (`policies.rules`, `policies.options`), which import no torch.
+- the rules of options and their check (`envs.rules`, `policies.options`), which import no torch.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 EXPORTS = {"ATTENTIONS": "policies.attention", "BACKBONES": "policies.registry", "POSITIONS": "policies.positions",
            "MemoryBackbone": "policies.backbone", "make_backbone": "policies.registry"}
 """the package's names and the modules that define them, imported on first use: importing the torch-free
-:mod:`policies.rules` and :mod:`policies.options` (the command line's run settings) loads no torch"""
+:mod:`envs.rules` and :mod:`policies.options` (the command line's run settings) loads no torch"""
 
 __all__ = list(EXPORTS)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from policies.rules import ConfigError, shown
+from envs.rules import ConfigError, shown
 
 T = TypeVar("T")
 

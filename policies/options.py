@@ -1,6 +1,6 @@
 """Options and their rules, declared once in the constructor that takes them.
 
-A constructor annotates each option with the rule of its valid values (`policies.rules`) and is decorated
+A constructor annotates each option with the rule of its valid values (`envs.rules`) and is decorated
 with `checked`::
 
     class LocalPattern(Pattern):
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from policies.rules import ConfigError, Rule, Spelled, shown
+from envs.rules import ConfigError, Rule, Spelled, shown
 
 F = TypeVar("F", bound=Callable[..., None])
 

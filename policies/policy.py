@@ -34,12 +34,12 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor
 from torch.distributions import Categorical
 
+from envs.rules import ConfigError, Flag, OptionalMapping, Switch, one_line, short
 from policies.backbone import Aux, MemoryBackbone
 from policies.options import checked
 from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
-from policies.rules import ConfigError, Flag, OptionalMapping, Switch, one_line, short
 from policies.spaces import check_spaces, observation_problem
 from policies.window import State, Window
 

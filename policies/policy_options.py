@@ -1,5 +1,5 @@
 """The options `policies.policy.MemoryActorCriticPolicy` passes on to SB3's `ActorCriticPolicy` or reads
-as sb3-contrib's `RecurrentActorCriticPolicy` does, each with its rule (`policies.rules`).
+as sb3-contrib's `RecurrentActorCriticPolicy` does, each with its rule (`envs.rules`).
 
 `ActorCriticOptions` types the policy's `**kwargs`, so `policies.options.checked` refuses a bad one
 when the policy is built, and the command line reads the same rules for its `policy` section. A configuration
@@ -15,7 +15,7 @@ import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from policies.rules import Count, Finite, LayerSizes, OneOf, OptionalMapping, Spelled, Subclass, Switch, Text
+from envs.rules import Count, Finite, LayerSizes, OneOf, OptionalMapping, Spelled, Subclass, Switch, Text
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 """the activations a configuration file names (``policy.activation_fn: relu``), and the classes they name"""

@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 from torch import Tensor, nn
 
-from policies.rules import Range
+from envs.rules import Range
 
 PopArtBeta = Annotated[float, Range(0.0, 1.0, low_open=True)]
 """PopArt's step size ``β`` of the value statistics"""

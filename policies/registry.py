@@ -10,6 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from envs.rules import ConfigError, OneOf, Range, shown
 from policies.backbone import MemoryBackbone
 from policies.backbones.ffm import FastForgetfulMemory
 from policies.backbones.linear_transformer import LinearTransformer
@@ -22,7 +23,6 @@ from policies.backbones.recurrent import RecurrentMemory
 from policies.backbones.reversible_transformer import ReversibleTransformerXL
 from policies.backbones.transformer_xl import TransformerXL
 from policies.backbones.universal import UniversalTransformerACT
-from policies.rules import ConfigError, OneOf, Range, shown
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from policies.rules import short
+from envs.rules import short
 
 OBSERVATION_PARTS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 """the observation spaces SB3's preprocessing takes, alone or as the values of a Dict"""

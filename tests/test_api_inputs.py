@@ -17,12 +17,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import VMPO, MemoryPPO
 from envs import make_vec_env
+from envs.rules import ConfigError
 from experiments.config import RunConfig, build_config, reread
 from experiments.replay import load_agent
 from experiments.training import train
 from experiments.validation import validate
 from policies import ATTENTIONS, BACKBONES, POSITIONS, make_backbone
-from policies.rules import ConfigError
 
 SMALL: dict[str, Any] = {"env": "TMaze-v0", "env_kwargs": {"length": 3}, "n_envs": 4, "n_eval_envs": 2,
                          "total_timesteps": 32, "eval_freq": 0, "checkpoint_freq": 0, "n_eval_episodes": 2,

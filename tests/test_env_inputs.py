@@ -16,7 +16,7 @@ import envs
 import train_rl
 from envs.imports import import_packages
 from envs.registry import check_time_limit
-from policies.rules import ConfigError
+from envs.rules import ConfigError
 
 SMALL = ["-n", "32", "--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
          "--backbone", "mlp", "-p", "ppo.n_steps=16", "ppo.batch_size=32", "n_eval_envs=1"]

@@ -17,7 +17,7 @@ from experiments.cli import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "stable_baselines3", "rliable", "agents")
-TORCH_FREE = {"policies", "policies.rules"}
+TORCH_FREE = {"policies", "envs.rules"}
 """what help may load of :mod:`policies`: the package (its names load on first use) and the kinds of rule"""
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from envs.rules import ConfigError
 from policies.backbones.lru import LinearRecurrentUnit
-from policies.rules import ConfigError
 from policies.window import Window
 
 

@@ -19,12 +19,12 @@ import agents
 import train_rl
 from agents import MemoryPPO
 from envs import make_vec_env
+from envs.rules import ConfigError, Range
 from experiments.cli import listing
 from experiments.config import build_config
 from experiments.validation import validate
 from policies import ATTENTIONS, make_backbone
 from policies.options import Relation, checked, is_checked, option_rules, relations
-from policies.rules import ConfigError, Range
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--threads", "1",
@@ -43,7 +43,7 @@ from torch import Tensor
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
 from policies.options import Relation, checked
-from policies.rules import Count, Range
+from envs.rules import Count, Range
 from policies.window import key_distances
 
 WHOLE_HOPS = Relation("window", ("window", "hop"), lambda o: o["window"] % o["hop"] == 0,

@@ -16,10 +16,10 @@ import yaml
 from rliable import metrics
 
 import train_rl
+from envs.rules import ConfigError
 from experiments.run_dir import EVAL_COLUMNS
 from experiments.studies import stats
 from experiments.studies.report import Study, build_report
-from policies.rules import ConfigError
 from tests.test_cli import REPO
 
 REPS = 300

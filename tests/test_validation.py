@@ -14,6 +14,7 @@ import yaml
 
 import train_rl
 from agents import ALGOS
+from envs.rules import ConfigError
 from experiments.cli import train as train_cli
 from experiments.config import POLICY_OPTIONS, SEED_LIMIT, RunConfig, build_config, section_defaults
 from experiments.footprint import check_fits, estimate
@@ -23,7 +24,6 @@ from experiments.validation import component, validate
 from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.options import is_checked, option_rules
 from policies.policy import MemoryActorCriticPolicy
-from policies.rules import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--threads", "1",

@@ -58,11 +58,11 @@ def _check(options: argparse.Namespace) -> None:
     """Exit status 2, naming the flag and what is valid, for counts below one, more threads than cores, a frame rate
     that is not a positive number, a device this machine lacks, an unknown video format, a video path that is empty,
     cannot be written or exists already, and environment options that are not valid (`check_env_options`)."""
+    from envs.rules import Device, Range
     from experiments.cli.parser import check_env_options
     from experiments.rules import PathName, Threads
     from experiments.video import check_video_path
     from experiments.writable import check_new_file, check_output
-    from policies.rules import Device, Range
 
     Threads().check("--threads", options.threads)  # as a run's threads
     for flag in ("episodes", "n_envs", "record_episodes"):

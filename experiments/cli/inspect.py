@@ -53,11 +53,11 @@ def _check(options: argparse.Namespace) -> None:
     """`ConfigError` naming the flag for a count below one, more threads than cores, a seed numpy refuses, an
     output directory that is empty, cannot be written or holds files, and environment options that are not valid
     (`check_env_options`)."""
+    from envs.rules import Range
     from experiments.cli.parser import check_env_options
     from experiments.config import ConfigError
     from experiments.rules import Threads
     from experiments.writable import check_output
-    from policies.rules import Range
 
     Threads().check("--threads", options.threads)  # as a run's threads
     for flag in ("episodes", "max_steps"):

@@ -33,7 +33,7 @@ def format_table(entries: dict[str, str]) -> list[str]:
 def check_not_swallowed(what: list[str], gym_packages: list[str]) -> None:
     """Refuse (`ConfigError`) `--gym-packages` values that name a catalogue when no WHAT is given: written after
     the option, `list --gym-packages my_envs envs` hands `envs` to it as a module, and would list everything."""
-    from policies.rules import ConfigError, shown
+    from envs.rules import ConfigError, shown
 
     named = [name for name in gym_packages if name in CATALOGUES]
     if named and not what:
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
                      f"(choose from {', '.join(map(repr, CATALOGUES))})")
     if options.gym_packages:
         from envs.imports import ImportPathError, import_packages
-        from policies.rules import ConfigError
+        from envs.rules import ConfigError
 
         try:
             check_not_swallowed(options.what, options.gym_packages)

@@ -67,9 +67,9 @@ def check_env_options(options: argparse.Namespace) -> None:
     without `--env`, which it would not change: a run's environment settings are those of its config.yaml, made
     from the entry it names."""
     from envs.imports import MODULE_NAMES
+    from envs.rules import shown
     from experiments.config import FIELDS, ConfigError, parse_override
     from experiments.rules import PathName
-    from policies.rules import shown
 
     PathName().check("RUN_DIR_OR_MODEL", options.path)
     if options.env is not None:

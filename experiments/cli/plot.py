@@ -103,8 +103,8 @@ def main(argv: list[str]) -> int:
     """Write the figure to a new file; exit status 2 when a path holds no run that plot can read, a grouping key is
     unknown, `--reps` is below one, or `--out` exists already or cannot be written."""
     options = make_parser().parse_args(argv)
+    from envs.rules import Range
     from experiments.writable import check_new_file, check_output, free_name, write_new_file
-    from policies.rules import Range
 
     out = Path(options.out) if options.out is not None else free_name(DEFAULT_OUT)
     try:

@@ -35,11 +35,11 @@ def main(argv: list[str]) -> int:
     if options.env and options.out is None:
         parser.error(f"--env {' '.join(options.env)}: a report of some of the tasks needs --out DIR, so that it does "
                      "not replace the study's own report")
+    from envs.rules import Range
     from experiments.config import ConfigError
     from experiments.studies.report import build_report
     from experiments.validation import check_cli_options
     from experiments.writable import check_output
-    from policies.rules import Range
 
     try:
         check_cli_options(vars(options))

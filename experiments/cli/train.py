@@ -129,8 +129,8 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
 def check_study_options(args: argparse.Namespace) -> None:
     """Refuse (`ConfigError`) what would be ignored: a study's option given to a single run, and `--ray-address`
     without `--launcher ray`."""
+    from envs.rules import shown
     from experiments.config import ConfigError
-    from policies.rules import shown
 
     if args.ray_address is not None and args.launcher != "ray":
         raise ConfigError(f"--ray-address={shown(args.ray_address)}: only with --launcher ray (the local launcher "

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from envs.rules import ConfigError, one_line
 from experiments.atomic import save_figure, write_atomic
 from experiments.config import DEFAULT_REPS
 from experiments.studies import stats
@@ -75,7 +76,6 @@ from experiments.studies.suite_scores import (
     run_scores,
     suite_matrices,
 )
-from policies.rules import ConfigError, one_line
 
 STATE_NAMES = {INTERRUPTED: "unfinished", NEW: "pending"}
 SOLVED, SOLVED_THEN_LOST, NOT_SOLVED = "solved", "solved, then lost", "not solved"

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from envs.rules import one_line
 from envs.wrappers import parse_env_wrapper
 from experiments.config import RunConfig
 from experiments.run_dir import STATUS_FILE, RunDirectory, read_json
 from experiments.strict_yaml import load as load_yaml_text
-from policies.rules import one_line
 
 STUDY_FILE = "study.yaml"
 FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"

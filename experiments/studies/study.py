@@ -70,6 +70,7 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
+from envs.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
 from experiments.atomic import write_atomic
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
@@ -95,7 +96,6 @@ from experiments.studies.runs import (
 from experiments.training import train
 from experiments.validation import validate_all
 from policies.registry import BACKBONES
-from policies.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
 
 STUDY_KEYS: dict[str, Rule] = {
     "name": FolderName(note="the study directory under log_dir"),

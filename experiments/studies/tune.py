@@ -55,6 +55,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents import NonFiniteError
 from envs.imports import cause
 from envs.registry import VEC_ENVS
+from envs.rules import Range, Rule, Text, shown
 from experiments.atomic import WriteError, atomic_path, write_atomic
 from experiments.cli.parser import OneLineParser, invocation, program
 from experiments.config import (
@@ -79,7 +80,6 @@ from experiments.studies.stats import iqm
 from experiments.studies.study import Grid, alive, check_folders
 from experiments.studies.tune_space import SearchSpace, default_space_files, load_space
 from experiments.validation import validate_all
-from policies.rules import Range, Rule, Text, shown
 
 SPACE_DIR = shipped_dir() / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs.rules import short
 from experiments.config import ConfigError, RunConfig, algos, apply, backbones, coerce, load_yaml
-from policies.rules import short
 
 TYPES = ("log_uniform", "uniform", "int", "categorical")
 SPEC_KEYS = {"type", "low", "high", "step", "log", "choices", "template"}

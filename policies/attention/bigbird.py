@@ -7,11 +7,11 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from envs.rules import CountOrNone, NonNegativeInt, Range
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
 from policies.attention.local import local_window_length
 from policies.options import checked
-from policies.rules import CountOrNone, NonNegativeInt, Range
 from policies.window import key_times, root_length
 
 WORD = 0xFFFFFFFF

@@ -7,10 +7,10 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from envs.rules import CountOrNone, Items, Range
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
 from policies.options import checked
-from policies.rules import CountOrNone, Items, Range
 from policies.window import key_times
 
 Shifts = Annotated[list[int] | None, Items(Range(0, integer=True), optional=True)]

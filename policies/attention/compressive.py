@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import Count, CountOrNone, OneOf
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel, Pattern, Position, Slots, attend
 from policies.options import checked
-from policies.rules import Count, CountOrNone, OneOf
 from policies.window import key_distances
 
 DEFAULT_RATE = 4

@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import CountOrNone
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern, Position
 from policies.attention.local import local_window_length
 from policies.options import checked
-from policies.rules import CountOrNone
 from policies.window import key_distances
 
 

@@ -7,10 +7,10 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from envs.rules import CountOrNone, Range
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
 from policies.options import Relation, checked
-from policies.rules import CountOrNone, Range
 from policies.window import key_times, root_length
 
 Block = tuple[int, int]

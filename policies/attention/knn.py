@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from envs.rules import Count, CountOrNone
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel
 from policies.attention.local import LocalPattern
 from policies.options import checked
-from policies.rules import Count, CountOrNone
 
 DEFAULT_TOP_K = 8
 """``k``, the number of older keys each query retrieves (the paper used 32 with far larger stores)"""

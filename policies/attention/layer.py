@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import OneOf
 from policies.catalogue import ATTENTIONS, POSITIONS
-from policies.rules import OneOf
 from policies.window import key_distances
 
 

@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import CountOrNone
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel, Pattern, Position, Slots
 from policies.options import checked
-from policies.rules import CountOrNone
 from policies.window import key_distances
 
 DEFAULT_RANK = 16

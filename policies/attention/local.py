@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from envs.rules import CountOrNone
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Pattern
 from policies.options import checked
-from policies.rules import CountOrNone
 from policies.window import key_distances
 
 LOCAL_FRACTION = 8

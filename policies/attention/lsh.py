@@ -7,10 +7,10 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from envs.rules import AnyOf, Count, OneOf, Range
 from policies.attention import ATTENTIONS
 from policies.attention.layer import Kernel, Pattern
 from policies.options import checked
-from policies.rules import AnyOf, Count, OneOf, Range
 from policies.window import key_distances
 
 DEFAULT_BUCKETS = 4

@@ -20,8 +20,8 @@ from typing import Annotated
 import torch
 from torch import Tensor, nn
 
+from envs.rules import Count, Finite, Range
 from policies.options import checked
-from policies.rules import Count, Finite, Range
 
 Epsilon = Annotated[float, Range(0.0, 1.0, low_open=True, high_open=True)]
 """ACT's ``ε``: a position halts once its cumulative halting probability exceeds ``1 − ε``"""

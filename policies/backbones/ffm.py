@@ -8,9 +8,9 @@ from typing import Annotated
 import torch
 from torch import Tensor, nn
 
+from envs.rules import Count, Range
 from policies.backbones.scan import CarryMemory, keep, linear_scan
 from policies.options import checked
-from policies.rules import Count, Range
 
 
 class FastForgetfulMemory(CarryMemory):

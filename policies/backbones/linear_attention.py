@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import CountOrNone, OneOf
 from policies.attention.layer import HeadProjections
 from policies.backbones.random_features import PositiveRandomFeatures
 from policies.options import checked
-from policies.rules import CountOrNone, OneOf
 from policies.window import episode_ids
 
 FeatureMap = Annotated[str, OneOf(lambda: FEATURE_MAPS)]

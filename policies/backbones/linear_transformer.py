@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from envs.rules import Count, CountOrNone
 from policies.backbone import MemoryBackbone, Sequence
 from policies.backbones.linear_attention import CausalLinearAttention, FeatureMap
 from policies.backbones.scan import through_layers
 from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL, Gate, GateBias, TransformerXLBlock
 from policies.options import checked
-from policies.rules import Count, CountOrNone
 from policies.window import Window, as_bool
 
 

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import Count, Range
 from policies.backbones.scan import CarryMemory, keep, linear_scan
 from policies.options import Relation, checked
-from policies.rules import Count, Range
 
 Radius = Annotated[float, Range(0.0, 1.0, high_open=True)]
 """an eigenvalue modulus ``|λ|`` in ``[0, 1)``"""

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import Count
 from policies.backbones.scan import CarryMemory, linear_scan, through_layers
 from policies.options import checked
-from policies.rules import Count
 
 
 class MambaLayer(nn.Module):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from envs.rules import Count
 from policies.backbone import MemoryBackbone, Sequence
 from policies.options import checked
-from policies.rules import Count
 from policies.window import Window, as_bool, window_before
 
 

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from envs.rules import Count, CountOrNone
 from policies.backbones.scan import CarryMemory, keep, linear_scan, through_layers
 from policies.backbones.transformer_xl import HEADS_DIVIDE_D_MODEL
 from policies.options import checked
-from policies.rules import Count, CountOrNone
 
 
 def mlstm_chunk(q: Tensor, k: Tensor, v: Tensor, i_tilde: Tensor, log_f: Tensor, starts: Tensor,

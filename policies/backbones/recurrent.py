@@ -7,9 +7,9 @@ from typing import Annotated
 import torch
 from torch import Tensor, nn
 
+from envs.rules import Count, OneOf
 from policies.backbone import MemoryBackbone, Sequence
 from policies.options import checked
-from policies.rules import Count, OneOf
 from policies.window import Window, as_bool
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}

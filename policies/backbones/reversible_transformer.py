@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from envs.rules import Count, CountOrNone, OptionalMapping
 from policies.attention.layer import AttentionName, KeysValues, PositionName, SharedRecords, make_attention
 from policies.backbone import Aux
 from policies.backbones.reversible import ReversibleLayer, reversible_stack
 from policies.backbones.transformer_xl import TransformerXLBlock, WindowTransformer
 from policies.options import checked
-from policies.rules import Count, CountOrNone, OptionalMapping
 
 
 class ReversibleTransformerXL(WindowTransformer):

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from envs.rules import Count, CountOrNone, OneOf, OptionalMapping, Range
 from policies.attention.layer import (
     AttentionName,
     HeadProjections,
@@ -47,7 +48,6 @@ from policies.attention.layer import (
 from policies.backbone import Aux, MemoryBackbone, Sequence
 from policies.options import Relation, checked
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
-from policies.rules import Count, CountOrNone, OneOf, OptionalMapping, Range
 from policies.window import (
     KeyValueCache,
     SharedWindows,

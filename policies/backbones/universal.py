@@ -7,13 +7,13 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from envs.rules import Count, CountOrNone, Finite, OneOf, OptionalMapping
 from policies.attention.layer import AttentionName, KeysValues, PositionName, make_attention
 from policies.backbone import Aux
 from policies.backbones.act import AdaptiveComputationTime, Epsilon
 from policies.backbones.transformer_xl import Dropout, Gate, GateBias, TransformerXLBlock, WindowTransformer
 from policies.options import checked
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
-from policies.rules import Count, CountOrNone, Finite, OneOf, OptionalMapping
 
 StepEncoding = Annotated[str, OneOf(lambda: ABSOLUTE_ENCODINGS)]
 """the encoding of the ponder step added to the state at each step"""

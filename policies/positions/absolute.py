@@ -7,11 +7,11 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from envs.rules import OneOf
 from policies.attention.layer import HeadProjections, Position
 from policies.options import checked
 from policies.positions import POSITIONS
 from policies.positions.encodings import ABSOLUTE_ENCODINGS
-from policies.rules import OneOf
 from policies.window import key_distances
 
 

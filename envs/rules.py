@@ -4,7 +4,8 @@ Each rule is a small frozen dataclass with `check(key, value)`, which raises `Co
 naming the key, the bad value and what is valid (`gamma=2.0: expected a number in [0, 1]`), and `describe()`,
 the valid values in words (for `--help` and the docs). A constructor puts them in its annotations
 (`policies.options`); the aliases at the end (`Count`, `Probability`, ...) are the common ones.
-This module imports neither torch nor anything of engram, so the command line can read run settings without them.
+This module imports neither torch nor anything of engram, so the command line can read run settings without them;
+it sits in the lowest layer, `envs`, so that every layer checks its inputs with the same rules.
 """
 
 from __future__ import annotations
