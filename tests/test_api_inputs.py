@@ -279,7 +279,7 @@ def test_the_command_line_cuts_the_default_minibatch_as_the_learner_does(tmp_pat
     ({"reset_num_timesteps": "no"}, "reset_num_timesteps='no': expected true or false"),
 ])
 def test_learn_refuses_arguments_sb3_would_fail_on_or_misread(arguments, message):
-    """Each `learn` argument is checked before training (it was a TypeError, a ZeroDivisionError, or accepted)."""
+    """Each `learn` argument is checked before training (SB3 raises a TypeError or ZeroDivisionError, or accepts it)."""
     model = MemoryPPO("MemoryPolicy", "CartPole-v1", n_steps=16, segment_length=16)
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
         model.learn(16, **arguments)

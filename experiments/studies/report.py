@@ -738,7 +738,7 @@ SIGNATURE = "<!-- written by train_rl.py report, sha256 {digest}: rebuilt only w
 _SIGNED = re.compile(r"(.*\n)<!-- written by train_rl\.py report, sha256 ([0-9a-f]{64}): [^\n]*-->\n?", re.DOTALL)
 _UNSIGNED = re.compile(r"# Seed study: .*\n_Generated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d from the run directories by "
                        r"`train_rl\.py report`\._\n*", re.DOTALL)
-"""a report written before reports were signed: its title first, its `_Generated ..._` line last"""
+"""an unsigned report of the report's own layout: its title first, its `_Generated ..._` line last"""
 
 
 def _digest(text: str) -> str:
@@ -752,7 +752,7 @@ def sign(text: str) -> str:
 
 def is_own_report(text: str) -> bool:
     """Whether `text` is a `report.md` a report wrote and nobody has edited since: signed with the digest of the text
-    above the signature, or (written before reports were signed) a `# Seed study` page that ends in its
+    above the signature, or (unsigned) a `# Seed study` page that ends in its
     `_Generated ... by train_rl.py report._` line."""
     signed = _SIGNED.fullmatch(text)
     if signed is not None:
