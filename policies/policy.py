@@ -299,7 +299,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                                                                             kwargs.get("normalize_images", True))
         adam = kwargs.get("optimizer_class", torch.optim.Adam) is torch.optim.Adam
         if adam and kwargs.get("optimizer_kwargs") is None:
-            kwargs["optimizer_kwargs"] = {"eps": 1e-5, "foreach": True}  # SB3's eps; one kernel per op on CPU too
+            kwargs["optimizer_kwargs"] = {"eps": 1e-5, "fused": True}  # SB3's eps; one kernel for all parameters
         check_optimizer(kwargs.get("optimizer_class", torch.optim.Adam), kwargs.get("optimizer_kwargs") or {})
         self.backbone_name, self.backbone_kwargs = options["backbone"], options["backbone_kwargs"]
         self.share_backbone = options["share_backbone"]
@@ -410,8 +410,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         its `Categorical`: `a ~ softmax(log π)`, `log π = l − logsumexp(l)`), and `log π` `[B, n]`."""
         logits = self.action_net(latent_pi)
         log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)  # [B, n]
-        probs = log_pmf.softmax(dim=-1)
-        return probs.argmax(dim=-1, keepdim=True) if deterministic else torch.multinomial(probs, 1, True), log_pmf
+        if deterministic:
+            return log_pmf.argmax(dim=-1, keepdim=True), log_pmf
+        return torch.multinomial(log_pmf.softmax(dim=-1), 1, True), log_pmf
 
     def distribution_params(self, distribution: Distribution) -> Tensor:
         """All parameters of an action distribution as one `[B, P]` tensor: logits (categorical,
