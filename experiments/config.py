@@ -36,11 +36,11 @@ from typing import Any
 
 import yaml
 
+from envs.imports import MODULE_NAMES
 from envs.rules import (
     ConfigError,
     Device,
     Entries,
-    Items,
     OneOf,
     Range,
     Rule,
@@ -94,7 +94,7 @@ class RunConfig:
         "gym_packages), or an entry point module.path:EnvClass"))
     env_kwargs: dict[str, Any] = _rule(Entries(optional=False), default_factory=dict, doc=(
         "keyword arguments of the environment"))
-    gym_packages: list[str] = _rule(Items(Text(), empty_ok=True), default_factory=list, doc=(
+    gym_packages: list[str] = _rule(MODULE_NAMES, default_factory=list, doc=(
         "modules imported before the environment is made, e.g. ones that register gymnasium ids"))
     env_wrapper: Any = _rule(EnvWrappers(), default=None, doc=(
         "wrappers of each environment copy, in order: an import path, {path: {keyword: value}}, or a list of them"))
