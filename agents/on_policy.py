@@ -43,6 +43,7 @@ from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
+from policies.spaces import check_spaces
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -178,6 +179,14 @@ class Recomputed(NamedTuple):
     aux_loss: Tensor | float  # weighted sum of the backbone's auxiliary losses and the KL(U ‖ π) barrier
 
 
+def _check_env_spaces(env: gym.Env | VecEnv) -> None:
+    """`ConfigError` naming the observation or action space of `env` that a memory policy cannot take."""
+    try:
+        check_spaces(env.observation_space, env.action_space)
+    except ValueError as error:
+        raise ConfigError(f"env: {error}") from None
+
+
 class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     """An SB3 on-policy algorithm whose policy carries an episode memory.
 
@@ -236,9 +245,16 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if (log := kwargs.get("tensorboard_log")) is not None and not isinstance(log, str | os.PathLike):
             raise ConfigError(f"tensorboard_log={shown(log)}: expected a folder path, or None for no TensorBoard log")
         if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
-            from envs import make_vec_env
+            from envs import make_env, make_vec_env
 
+            probe = make_env(env)
+            try:
+                _check_env_spaces(probe)  # before a VecEnv allocates buffers for a space it cannot hold
+            finally:
+                probe.close()
             env = make_vec_env(env, 1, kwargs.get("seed"))
+        if env is not None:
+            _check_env_spaces(env)  # before SB3 asserts on (or wraps) a space no memory policy takes
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         self.precision = precision
         self.batch_size = batch_size

@@ -50,6 +50,9 @@ class Directory:
         Text().check(key, value)
         check_name_lengths(key, value)
         path = Path(value)
+        if path.parts and path.parts[0].startswith("~"):  # no shell expands it here: a folder named '~' would be made
+            raise ConfigError(f"{key}={shown(value)}: '~' is not expanded here; expected {self.describe()} written "
+                              f"out, such as {os.path.expanduser(value)!r}")
         folder = nearest_existing(path)  # it must be a directory
         if not folder.is_dir():
             where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"

@@ -34,6 +34,7 @@ from agents import ALGOS
 from agents.exploration import check_action_space
 from agents.on_policy import check_batch_size
 from envs import env_family, make_env, make_vec_env
+from envs.conformance import api_problem
 from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs, check_time_limit, keywords
 from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, short, shown
@@ -213,6 +214,8 @@ def check_env(config: RunConfig) -> Any:
         try:
             check_spaces(probe.observation_space, probe.action_space)  # before a VecEnv allocates for them
             _check_render_mode(config.env_kwargs.get("render_mode"), probe.metadata.get("render_modes") or [])
+            if (problem := api_problem(probe, config.seed)) is not None:  # before a VecEnv steps it in the run
+                raise ValueError(f"breaks gymnasium's API: {problem}")
         except ValueError as error:
             raise ConfigError(f"env={shown(config.env)}: {error}") from None
         finally:

@@ -81,6 +81,8 @@ USER_MODULE = textwrap.dedent('''
                 return {"inner": {"cue": shown}, "clock": self.t}
             if self.obs == "multidiscrete":
                 return np.array([shown, self.t])
+            if self.obs == "tiny":
+                return np.full((7, 7, 3), 127 * shown, np.uint8)
             return np.array([shown == 1, shown == 2, self.t == self.length], np.int8)
 
         def _answer(self, action):

@@ -1,0 +1,58 @@
+"""Does an environment keep gymnasium's API? One `reset` and one `step` of a probe copy, before a run is made.
+
+An env that returns observations of another shape than its space, the old four-tuple `step`, a `reset` without
+its info dict, or that raises in `reset` or its first `step`, would fail inside the vectorised env after the run
+directory exists. `api_problem` names the first such break in one line, so that a command can refuse the env
+before it writes anything. Values outside a Box's bounds are not a break (many envs leave them loose, and SB3
+trains on them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+def shape_problem(space: gym.Space, value: Any, where: str = "observation") -> str | None:
+    """Why `value` cannot be an element of `space` by its structure (keys, shape), or `None`."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict) or set(value) != set(space.spaces):
+            keys = sorted(value) if isinstance(value, dict) else type(value).__name__
+            return f"{where} is {keys}, the space's keys are {sorted(space.spaces)}"
+        for key, sub in space.spaces.items():
+            if (problem := shape_problem(sub, value[key], f"{where}[{key!r}]")) is not None:
+                return problem
+        return None
+    if space.shape is not None and np.shape(value) != space.shape:
+        return f"{where} has shape {np.shape(value)}, its space {space.shape}"
+    return None
+
+
+def _call(what: str, fn: Any) -> tuple[Any, str | None]:
+    try:
+        return fn(), None
+    except Exception as error:  # the env's own failure, named with its type and first line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return None, f"{what} raised {type(error).__name__}" + (f": {first}" if first else "")
+
+
+def api_problem(env: gym.Env, seed: int | None = None) -> str | None:
+    """The first break of gymnasium's API in one `reset(seed=seed)` and one `step` of a sampled action, or `None`."""
+    result, problem = _call("reset", lambda: env.reset(seed=seed))
+    if problem is not None:
+        return problem
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+        return "reset returned no (observation, info) pair (gymnasium's reset returns both)"
+    if (problem := shape_problem(env.observation_space, result[0], "reset's observation")) is not None:
+        return problem
+    result, problem = _call("step", lambda: env.step(env.action_space.sample()))
+    if problem is not None:
+        return problem
+    if not (isinstance(result, tuple) and len(result) == 5):
+        size = len(result) if isinstance(result, tuple) else type(result).__name__
+        return (f"step returned {size} values; gymnasium's step returns 5 (observation, reward, terminated, "
+                "truncated, info)")
+    return shape_problem(env.observation_space, result[0], "step's observation")
