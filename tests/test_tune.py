@@ -101,14 +101,19 @@ def test_a_suite_listing_a_task_twice_exits_2(tmp_path, capsys):
 
 
 def test_trials_that_keep_failing_stop_the_study(tmp_path, capsys, monkeypatch):
-    # an env that passes every check before the study (it builds) and fails once it is stepped, in every trial
+    # an env that passes every check before the study (it builds, resets and steps once) and fails at its second
+    # step, in every trial
     (tmp_path / "breaks_when_stepped.py").write_text(
         "from envs.batched import SingleCopyEnv\nfrom envs.tmaze import PassiveTMaze\n\n"
         "class Env(SingleCopyEnv):\n"
         "    def __init__(self):\n"
-        "        super().__init__(PassiveTMaze(n_copies=1, length=3))\n\n"
+        "        super().__init__(PassiveTMaze(n_copies=1, length=3))\n"
+        "        self.steps = 0\n\n"
         "    def step(self, action):\n"
-        "        raise RuntimeError('the simulator crashed')\n")
+        "        self.steps += 1\n"
+        "        if self.steps > 1:\n"
+        "            raise RuntimeError('the simulator crashed')\n"
+        "        return super().step(action)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert tune(tmp_path, "--trials", "5", task=("--env", "breaks_when_stepped:Env")) == 1
     assert len(load_study(tmp_path).trials) == 3
