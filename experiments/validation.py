@@ -18,9 +18,7 @@ entry (`experiments.hyperparams.named_source`). `docs/validation.md` lists the r
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
-import traceback
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,7 +35,7 @@ from envs import env_family, make_env, make_vec_env
 from envs.conformance import api_problem
 from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs, check_time_limit, keywords
-from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, short, shown
+from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, shown
 from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, algo_settings, coerce, plain, reread, section_defaults
 from experiments.footprint import check_fits, estimate
@@ -47,8 +45,8 @@ from experiments.training import policy_kwargs
 from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.catalogue import Catalogue
 from policies.options import check_options, option_rules, relations
-from policies.policy import MemoryActorCriticPolicy, default_features_extractor
-from policies.spaces import check_spaces
+from policies.policy import MemoryActorCriticPolicy
+from policies.spaces import ExtractorMismatchError, check_spaces
 
 FINITE_ACTIONS_ONLY = ("exploration_floor", "uniform_kl_coef")
 """learner options that, when set above 0, need a finite action space (:mod:`agents.exploration`)"""
@@ -264,14 +262,9 @@ def _build_policy_on_meta(config: RunConfig, env: Any) -> torch.nn.Module:
         with torch.device("meta"):
             return MemoryActorCriticPolicy(spaces.observation_space, spaces.action_space, lambda _: 0.0,
                                            **kwargs, **extra)
+    except ExtractorMismatchError as error:
+        raise ConfigError(f"env={shown(config.env)}: {error}") from None
     except Exception as error:  # a constructor's own check, named with the section it came from
-        extractor = kwargs.get("features_extractor_class") or default_features_extractor(
-            spaces.observation_space, kwargs.get("normalize_images", True))
-        frames = traceback.extract_tb(error.__traceback__)
-        if any(frame.filename == inspect.getsourcefile(extractor) for frame in frames):  # the extractor failed
-            raise ConfigError(f"env={shown(config.env)}: its observation space {short(str(spaces.observation_space))} "
-                              f"does not fit the features extractor {extractor.__name__} ({one_line(error)}); choose "
-                              "another with policy.features_extractor_class") from None
         given = config.backbone_options() or "(defaults)"
         raise ConfigError(f"{config.backbone} options {given} with policy {config.policy or '(defaults)'}: "
                           f"{one_line(error)}") from None

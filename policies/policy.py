@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import traceback
 from collections.abc import Mapping
 from typing import Annotated, Any, NamedTuple, Unpack
 
@@ -40,7 +41,7 @@ from policies.options import checked
 from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
-from policies.spaces import check_spaces, observation_problem
+from policies.spaces import ExtractorMismatchError, check_spaces, observation_problem
 from policies.window import State, Window
 
 
@@ -320,6 +321,23 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                 chosen.update((name, parameters[name].default) for name in MEMORY_OPTIONS if name in parameters)
         chosen.update((name, kwargs.pop(name)) for name in (*MEMORY_OPTIONS, *SB3_CONTRIB_OPTIONS) if name in kwargs)
         return {**kwargs, **memory_options(chosen, kwargs.get("share_features_extractor", True))}
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        """SB3's, with an extractor that fails on the observation space (in its own source) refused by name.
+
+        Raises:
+            ExtractorMismatchError: naming the observation space and the extractor.
+        """
+        extractor = self.features_extractor_class
+        try:
+            return super().make_features_extractor()
+        except Exception as error:
+            frames = traceback.extract_tb(error.__traceback__)
+            if not any(frame.filename == inspect.getsourcefile(extractor) for frame in frames):
+                raise
+            raise ExtractorMismatchError(f"its observation space {short(str(self.observation_space))} does not fit the "
+                                    f"features extractor {extractor.__name__} ({one_line(error)}); choose another "
+                                    "features_extractor_class") from None
 
     def _build(self, lr_schedule: Schedule) -> None:
         super()._build(lr_schedule)

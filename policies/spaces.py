@@ -14,6 +14,10 @@ ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.Multi
 FLATTEN = "flatten it with env_wrapper: envs.adapters.FlatObservation"
 
 
+class ExtractorMismatchError(ValueError):
+    """The features extractor cannot take the observation space (an image smaller than `NatureCNN`'s kernels)."""
+
+
 def _observation_problem(space: spaces.Space) -> str | None:
     if isinstance(space, spaces.Dict):
         return f"is a Dict inside a Dict, which SB3 does not take; {FLATTEN}"

@@ -314,3 +314,24 @@ def test_evaluate_names_a_bad_episode_count_flag_or_env():
     with pytest.raises(ConfigError, match=r"^env: Observation spaces do not match"):
         evaluate(model, make_vec_env("Pendulum-v1", 1), 1)
     assert len(evaluate(model, env, 2).returns) == 2
+
+
+class SmallImage(gym.Env):
+    """A 7 × 7 RGB image: an image to SB3, too small for NatureCNN's 8 × 8 first kernel."""
+
+    observation_space = gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, True, False, {}
+
+
+@pytest.mark.parametrize("algo", [MemoryPPO, VMPO])
+def test_the_constructor_names_an_image_too_small_for_the_features_extractor(algo):
+    with pytest.raises(ValueError, match=r"^its observation space Box\(0, 255, \(3, 7, 7\), uint8\) does not fit the "
+                                         r"features extractor NatureCNN \(.*\); choose another features_extractor_class$"):
+        algo("MemoryPolicy", SmallImage(), **LEARNER | {"policy_kwargs": {"backbone": "gru"}})
