@@ -38,6 +38,7 @@ from agents.buffer import (
     MemoryRolloutBuffer,
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
+from envs.conformance import api_problem
 from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, short, shown
 from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
@@ -74,9 +75,7 @@ WHOLE_SEGMENTS = (_whole_segments("n_steps"), _whole_segments("batch_size"))
 
 
 def default_batch_size(default: int, n_steps: int, n_envs: int) -> int:
-    """The minibatch a learner takes when `batch_size` is not given: its default, or the whole rollout of `n_steps`
-    × `n_envs` steps where that is smaller (one env copy, say); a `batch_size` given is checked instead
-    (`check_batch_size`)."""
+    """The minibatch when `batch_size` is not given: `default`, or the whole rollout where that is smaller."""
     return min(default, n_steps * n_envs)
 
 
@@ -187,6 +186,13 @@ def _check_env_spaces(env: gym.Env | VecEnv) -> None:
         raise ConfigError(f"env: {error}") from None
 
 
+def _check_env_api(env: gym.Env, seed: int | None, spec: str | None = None) -> None:
+    """`ConfigError` naming the first break of gymnasium's API in one `reset` and `step` of `env`
+    (`envs.conformance.api_problem`), before SB3 steps it inside a VecEnv."""
+    if (problem := api_problem(env, seed)) is not None:
+        raise ConfigError(f"env{'' if spec is None else '=' + shown(spec)}: breaks gymnasium's API: {problem}")
+
+
 class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     """An SB3 on-policy algorithm whose policy carries an episode memory.
 
@@ -250,11 +256,14 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             probe = make_env(env)
             try:
                 _check_env_spaces(probe)  # before a VecEnv allocates buffers for a space it cannot hold
+                _check_env_api(probe, kwargs.get("seed"), env)
             finally:
                 probe.close()
             env = make_vec_env(env, 1, kwargs.get("seed"))
         if env is not None:
             _check_env_spaces(env)  # before SB3 asserts on (or wraps) a space no memory policy takes
+        if isinstance(env, gym.Env):  # a user's env object: SB3 resets it again before learning
+            _check_env_api(env, kwargs.get("seed"))
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         self.precision = precision
         self.batch_size = batch_size
@@ -637,8 +646,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return grad_norm.detach()
 
     def _optimized_parameters(self) -> list[Tensor]:
-        """The policy's parameters as its optimizer holds them (read from its groups: walking the module tree
-        for every minibatch costs more than the optimiser step)."""
+        """The policy's parameters as its optimizer's groups hold them (cheaper than walking the modules)."""
         return [p for group in self.policy.optimizer.param_groups for p in group["params"]]
 
     def _check_parameters(self) -> None:

@@ -1,6 +1,6 @@
 """An environment that breaks gymnasium's API (observations of another shape, the old four-tuple `step`, a `reset`
 without info, `reset` or `step` raising) is refused in one line before a run directory exists; the Python API
-refuses a space no memory policy takes with a `ConfigError` before SB3 sees it; a folder path starting with `~`,
+refuses such an env, and a space no memory policy takes, with a `ConfigError` before SB3 sees it; a folder path starting with `~`,
 which no shell expands there, is refused rather than made as a folder named `~`."""
 
 from __future__ import annotations
@@ -125,6 +125,17 @@ def test_the_python_api_refuses_a_space_no_memory_policy_takes(user_module, lear
         learner("MemoryPolicy", make_vec_env("conformance_envs:UnboundedActions", 2, seed=0))
     with pytest.raises(ConfigError, match=r"^env: its observation space Tuple"):
         learner("MemoryPolicy", "conformance_envs:TupleObservations")
+
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+@pytest.mark.parametrize("given", ["id", "object"])
+def test_the_python_api_refuses_an_env_that_breaks_the_api(user_module, learner, given) -> None:
+    import conformance_envs
+
+    env, named = (("conformance_envs:FourTupleStep", "env='conformance_envs:FourTupleStep'") if given == "id" else
+                  (conformance_envs.FourTupleStep(), "env"))
+    with pytest.raises(ConfigError, match=rf"^{named}: breaks gymnasium's API: step returned 4 values"):
+        learner("MemoryPolicy", env, seed=0)
 
 
 @pytest.mark.parametrize("path", ["~/runs", "~user/runs", "~"])
