@@ -57,13 +57,8 @@ def check_seed(seed: Any, key: str = "seed") -> None:
 
 
 def copy_seeds(seed: int | None, n_copies: int) -> list[int]:
-    """Per-copy seeds derived from `(seed, i)`.
-
-    Copy i gets the first 64-bit word of `SeedSequence(seed, spawn_key=(i,))`: the seeds of
-    one run are independent of each other, do not depend on `n_copies`, and runs with
-    nearby seeds (0, 1, 2, ...) share no copy stream (unlike `seed + i`). `seed=None`
-    draws fresh entropy. `ConfigError` for a negative or non-integer `seed` or `n_copies`.
-    """
+    """Copy i's seed: the first word of `SeedSequence(seed, spawn_key=(i,))` (independent of `n_copies`,
+    and no stream shared by runs of nearby seeds, unlike `seed + i`); `seed=None` draws fresh entropy."""
     check_seed(seed)
     Range(0, integer=True).check("n_copies", n_copies)
     if seed is None:
@@ -99,11 +94,8 @@ class CopyStreams:
         return _mix64(states)
 
     def integers(self, idx: Index, high: int, size: int | None = None) -> np.ndarray:
-        """Uniform ints in `[0, high)` for copies `idx`: shape `(k,)`, or `(k, size)`.
-
-        Uses the top 32 bits times `high` (Lemire's multiply-shift); the bias is below
-        `high / 2**32`.
-        """
+        """Uniform ints in `[0, high)` for copies `idx`, `(k,)` or `(k, size)`: Lemire's multiply-shift of the
+        top 32 bits (bias below `high / 2**32`)."""
         if not 1 <= high < 2**32:
             raise ValueError(f"high must be in [1, 2**32), got {high}")
         words = self._words(idx, size)
@@ -210,11 +202,7 @@ class BatchedTask(ABC):
         return reward, terminated, truncated, terminated & self._success()
 
     def render_rgb(self, i: int, cell: int = 16) -> np.ndarray:
-        """An RGB picture of copy i: its observation vector as a strip of grey cells.
-
-        Values are scaled from the observation bounds to black..white; tasks with a spatial
-        layout override this.
-        """
+        """Copy i's observation as a strip of grey cells, black at its low bound and white at its high."""
         low, high = self.observation_space.low, self.observation_space.high
         level = (self.observe(np.array([i]))[0] - low) / (high - low)
         strip = np.repeat(np.round(255 * level).astype(np.uint8), cell)

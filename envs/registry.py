@@ -228,8 +228,7 @@ def kwarg_defaults(env_id: str) -> dict[str, Any]:
 
 
 def env_kwargs(env_id: str) -> list[str]:
-    """The named keyword arguments `make_env` / `make_vec_env` accept for `env_id` (an env whose constructor
-    takes `**kwargs` accepts others too: see `keywords`); `ConfigError` for a spec that names no env."""
+    """The named keyword arguments `make_env` / `make_vec_env` accept for `env_id` (`**kwargs`: see `keywords`)."""
     return list(kwarg_defaults(env_id))
 
 
@@ -290,14 +289,9 @@ def _building(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[None]:
 
 
 def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
-    """One gymnasium env of the spec `env_id`: the single-copy view (`SingleCopyEnv`) of an engram task, an
-    adapted MiniGrid or POPGym env, `gym.make` of another registered id, or an entry point's env; wrapped by
-    `env_wrapper` (see `envs.wrappers`) after importing `gym_packages` (a list of module names).
-
-    Raises `ConfigError` (a `ValueError`) naming the argument: a spec that names no env (an unknown id, a module
-    that does not import, a class that is not an env), bad `gym_packages` or wrappers, kwargs the env refuses;
-    `EnvKwargsError` (also a `TypeError`) for an unknown keyword argument.
-    """
+    """One env of the spec `env_id` (an engram task's single copy, an adapted MiniGrid or POPGym env, a gymnasium
+    id or an entry point), wrapped by `env_wrapper` after importing `gym_packages`; `ConfigError` naming a bad
+    argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword)."""
     family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
     with _building(env_id, env_kwargs):
         env = _make_one(env_id, family, env_kwargs)

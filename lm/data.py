@@ -189,8 +189,7 @@ def stream_bytes(name: str, n_tokens: int, *, vocab_size: int, n_pairs: int) -> 
 
 
 def rows_fit(length: int, batch_size: int, segment_length: int) -> bool:
-    """Whether a stream of `length` tokens cut into `batch_size` rows holds one segment of `segment_length`
-    inputs (and its last target) per row: `batch_size × (segment_length + 1) <= length`."""
+    """Whether `length` tokens in `batch_size` rows hold a segment and its last target per row."""
     return length // batch_size >= segment_length + 1
 
 

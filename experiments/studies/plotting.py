@@ -48,8 +48,7 @@ LABEL_WIDTH = 40
 
 
 def wrapped(label: str, width: int = LABEL_WIDTH) -> str:
-    """`label` broken into lines of at most `width` characters at its spaces (a longer word is cut), so that a
-    long label (a variant's settings) leaves room for the plot."""
+    """`label` in lines of at most `width` characters, broken at its spaces."""
     return "\n".join(textwrap.wrap(label, width)) or label
 
 

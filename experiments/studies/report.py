@@ -818,6 +818,5 @@ def check_readable(runs: list[Run], command: str, argument: str, directory: Path
 
 
 def _figures(report: str) -> set[str]:
-    """The figures a report shows that a report writes (`curves_*`, `scores_*`, `improvement_*`), by file name (each
-    sits beside `report.md`); an image of another name that a `report.md` links is not the report's own."""
+    """The file names of the report's own figures that `report` links (`curves_*`, `scores_*`, `improvement_*`)."""
     return set(re.findall(r"!\[[^\]]*\]\(((?:curves|scores|improvement)_[^/)]+\.png)\)", report))
