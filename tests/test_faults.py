@@ -193,6 +193,20 @@ def test_a_simulated_fault_of_a_checkpoint_write_ends_with_one_line_and_resumes(
     resumes(log_dir, capsys)
 
 
+def test_a_tune_whose_workers_fill_the_disk_ends_with_one_line_and_resumes_once_space_is_back(tmp_path, capsys):
+    tune = ["tune", "--env", "TMaze-v0", "--env-kwargs", "length=3", "--backbone", "mlp", "-n", "256",
+            "--eval-freq", "128", "--n-eval-episodes", "2", "--trials", "12", "--workers", "2", "--threads", "1",
+            "--tune-seeds", "1", "-p", "ppo.n_steps=32", "ppo.batch_size=64"]
+    with tmpfs(tmp_path / "disk", size="2m") as disk:
+        code, err = cli([*tune, "--log-dir", str(disk)], capsys)
+        assert code == 1
+        one_line(err, "error: cannot write ", str(disk / "tune"), "[Errno 28] No space left on device")
+        subprocess.run(["mount", "-o", "remount,size=300m", str(disk)], check=True)
+        code, err = cli([*tune, "--log-dir", str(disk)], capsys)
+        assert code == 0, err
+        assert (disk / "tune" / "TMaze_v0_ppo_mlp" / "best.yaml").is_file()
+
+
 def test_evaluate_plot_and_report_on_read_only_and_full_disks(finished, tmp_path, capsys):
     with tmpfs(tmp_path / "disk") as disk:
         run = disk / RUN

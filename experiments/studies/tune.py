@@ -386,14 +386,14 @@ def work(settings: TuneSettings, worker: int) -> None:
                    timeout=settings.timeout, catch=(Exception,))
 
 
-def work_process(settings: TuneSettings, worker: int) -> None:
-    """`work` in a process of its own: a machine fault of the storage (`storage_faults`) ends it with one line and
-    exit status 1."""
+def work_process(settings: TuneSettings, worker: int, faults: Any) -> None:
+    """`work` in a process of its own: a machine fault of the storage (`storage_faults`) is put on the queue
+    `faults`, for the command to name once, and ends the process with exit status 1."""
     try:
         with storage_faults(settings):
             work(settings, worker)
     except WriteError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        faults.put(error)
         sys.exit(1)
 
 
@@ -416,7 +416,8 @@ def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
 
 
 def run_workers(settings: TuneSettings, workers: int) -> int:
-    """`workers` processes on the same storage (one in this process when 1); the number that failed.
+    """`workers` processes on the same storage (one in this process when 1); the number that failed. A machine
+    fault in any of them is raised here, once (`WriteError`), in place of one line per worker.
 
     The study (and its tables) is created and the `--enqueue` trials queued here, once, before any worker
     starts: workers that each queued them raced past `skip_if_exists` and ran the same trial twice."""
@@ -429,7 +430,8 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
         work(settings, 0)
         return 0
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=work_process, args=(settings, i)) for i in range(workers)]
+    faults = context.SimpleQueue()
+    processes = [context.Process(target=work_process, args=(settings, i, faults)) for i in range(workers)]
     for process in processes:
         process.start()
     try:
@@ -440,6 +442,8 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
             if process.is_alive():
                 process.terminate()
                 process.join()
+    if not faults.empty():
+        raise faults.get()
     return sum(process.exitcode != 0 for process in processes)
 
 
