@@ -1,19 +1,51 @@
-"""Does an environment keep gymnasium's API? One `reset` and one `step` of a probe copy, before a run is made.
+"""Does an environment keep gymnasium's API, and do its episodes end? Probes of a copy, before a run is made.
 
 An env that returns observations of another shape than its space, the old four-tuple `step`, a `reset` without
 its info dict, or that raises in `reset` or its first `step`, would fail inside the vectorised env after the run
 directory exists. `api_problem` names the first such break in one line, so that a command can refuse the env
 before it writes anything. Values outside a Box's bounds are not a break (many envs leave them loose, and SB3
 trains on them).
+
+An env without a time limit ends an episode only in a terminal state; `endless_problem` plays each action of a
+`Discrete` action space over and over and names one under which no episode ends, as a policy that settles on one
+action would play it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env import VecEnv
+
+
+ENDING_STEPS = 1_000
+"""steps in which a repeated action must end an episode (`endless_problem`)"""
+
+
+def endless_problem(venv: VecEnv, steps: int = ENDING_STEPS) -> str | None:
+    """Why the episodes of the VecEnv `venv` are not shown to end, or `None` where every one of its copies, repeating
+    any one action of its `Discrete` action space from a reset, ends an episode within `steps` steps (the copies
+    are stepped, and left where the last probe stopped). Another kind of action space is not tried: its episodes
+    are not shown to end."""
+    space = venv.action_space
+    if not isinstance(space, spaces.Discrete):
+        return f"its {type(space).__name__} actions are not tried one by one, as a Discrete space's are"
+    for action in range(int(space.start), int(space.start + space.n)):
+        venv.reset()
+        ended = np.zeros(venv.num_envs, dtype=bool)
+        for _ in range(steps):
+            ended |= np.asarray(venv.step(np.full(venv.num_envs, action))[2], dtype=bool)
+            if ended.all():
+                break
+        else:
+            return f"repeating action {action} ended no episode within {steps:,} steps"
+    return None
 
 
 def shape_problem(space: gym.Space, value: Any, where: str = "observation") -> str | None:
@@ -40,7 +72,14 @@ def _call(what: str, fn: Any) -> tuple[Any, str | None]:
 
 
 def api_problem(env: gym.Env, seed: int | None = None) -> str | None:
-    """The first break of gymnasium's API in one `reset(seed=seed)` and one `step` of a sampled action, or `None`."""
+    """The first break of gymnasium's API in one `reset(seed=seed)` and one `step` of a sampled action, or `None`.
+    The env's warnings are silenced here: the run's own copies give them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _api_problem(env, seed)
+
+
+def _api_problem(env: gym.Env, seed: int | None) -> str | None:
     result, problem = _call("reset", lambda: env.reset(seed=seed))
     if problem is not None:
         return problem

@@ -39,6 +39,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
 from envs.batched import BatchedTask, check_seed
+from envs.conformance import endless_problem
 from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
@@ -384,16 +385,21 @@ def _make_torch_vec_env(env_id: str, n_envs: int, seed: int | None, wrappers: li
 
 def check_time_limit(env_id: str, venv: VecEnv) -> None:
     """`ConfigError` naming `env_id` where its copies in `venv` have no time limit though their family does not
-    end episodes by itself: a gymnasium id registered without `max_episode_steps` and given none (by env_kwargs or
-    a `TimeLimit` env_wrapper). A policy that never reaches a terminal state would then never end an episode, and
-    an evaluation, which plays whole episodes, would never finish. engram's, MiniGrid's, POPGym's and Memory Gym's
-    tasks end their episodes themselves; an entry point's env is trusted to."""
+    end episodes by itself, and its episodes are not shown to end (`envs.conformance.endless_problem`, which steps
+    `venv`): a gymnasium id registered without `max_episode_steps` and given none (by env_kwargs or a `TimeLimit`
+    env_wrapper), under which a repeated action ends no episode (CliffWalking; Blackjack's end whatever is played).
+    A policy that never reaches a terminal state would then never end an episode, and an evaluation, which plays
+    whole episodes, would never finish. engram's, MiniGrid's, POPGym's and Memory Gym's tasks end their episodes
+    themselves; an entry point's env is trusted to. An evaluation whose episodes do not end all the same stops
+    (`experiments.evaluation.StalledEvaluationError`)."""
     if env_family(env_id) != "gymnasium" or all(venv.env_is_wrapped(gym.wrappers.TimeLimit)):
         return
-    raise ConfigError(f"env={shown(env_id)} has no time limit (gymnasium registers it without {TIME_LIMIT}): an "
-                      "episode that reaches no terminal state would never end, nor would the evaluation after "
-                      f"training; set one with env_kwargs {TIME_LIMIT}=N (--env-kwargs {TIME_LIMIT}=N) or a "
-                      "gymnasium.wrappers.TimeLimit env_wrapper")
+    if (problem := endless_problem(venv)) is None:
+        return
+    raise ConfigError(f"env={shown(env_id)} has no time limit (gymnasium registers it without {TIME_LIMIT}) and "
+                      f"its episodes are not shown to end ({problem}): an episode that reaches no terminal state "
+                      "would never end, nor would the evaluation after training; set one with env_kwargs "
+                      f"{TIME_LIMIT}=N (--env-kwargs {TIME_LIMIT}=N) or a gymnasium.wrappers.TimeLimit env_wrapper")
 
 
 def _plain_wrappers(wrappers: list[WrapperSpec]) -> list[dict[str, dict[str, Any]]] | None:

@@ -174,6 +174,18 @@ def test_training_an_env_without_a_time_limit_is_refused_before_it_starts(env_id
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_env_without_a_time_limit_whose_episodes_end_under_every_repeated_action_trains(tmp_path: Path) -> None:
+    """Blackjack has no time limit, but every hand ends whatever is played: no action repeated plays for ever, as
+    CliffWalking's first action (up, into the wall) does."""
+    flat = "envs.adapters.FlatObservation"
+    check_time_limit("Blackjack-v1", envs.make_vec_env("Blackjack-v1", 2, 0, env_wrapper=flat))
+    with pytest.raises(ConfigError, match=r"not shown to end \(repeating action 0 ended no episode within 1,000 "):
+        check_time_limit("CliffWalking-v1", envs.make_vec_env("CliffWalking-v1", 2, 0))
+    argv = ["--env", "Blackjack-v1", "--env-wrapper", flat, "--log-dir", str(tmp_path), *SMALL]
+    assert train_rl.main(argv) == 0
+    assert len(list(tmp_path.glob("*/summary.json"))) == 1
+
+
 def test_with_a_time_limit_it_trains_and_is_evaluated(tmp_path: Path) -> None:
     argv = ["--env", "CliffWalking-v1", "--env-kwargs", "max_episode_steps=20", "--log-dir", str(tmp_path), *SMALL]
     assert train_rl.main(argv) == 0
