@@ -633,6 +633,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
         if not torch.isfinite(loss.detach() + grad_norm):
             if not torch.isfinite(loss):
+                if (problem := self._reward_problem()) is not None:
+                    raise NonFiniteError(problem)
                 named = {name: torch.as_tensor(value).detach() for name, value in terms.items()}
                 raise NonFiniteError(f"non-finite loss ({loss.item()}) at update {self._n_updates}, "
                                      f"timestep {self.num_timesteps}: {non_finite_tensors(named)}")
@@ -644,6 +646,17 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         self._check_parameters()
         self.policy.invalidate_caches()
         return grad_norm.detach()
+
+    def _reward_problem(self) -> str | None:
+        """The first NaN or infinity among the rollout's rewards (the env's, which no update can mend), or `None`."""
+        rewards = torch.as_tensor(self.rollout_buffer.rewards)  # [n_steps, n_envs]
+        steps, copies = (~torch.isfinite(rewards)).nonzero(as_tuple=True)
+        if not len(steps):
+            return None
+        step = int(steps[0])
+        timestep = self.num_timesteps - (len(rewards) - 1 - step) * rewards.shape[1]
+        return (f"non-finite reward ({rewards[step, copies[0]].item()}) from the env at timestep {timestep} (envs "
+                f"{copies[steps == step].tolist()[:5]}): fix the env, or wrap it to clean its rewards")
 
     def _optimized_parameters(self) -> list[Tensor]:
         """The policy's parameters as its optimizer's groups hold them (cheaper than walking the modules)."""

@@ -50,7 +50,7 @@ from envs.rules import (
     shown,
 )
 from experiments import strict_yaml
-from experiments.rules import Directory, EnvWrappers, SavedModel, Threads
+from experiments.rules import Directory, EnvWrappers, SavedModel, Threads, beyond_float
 
 POLICY_OPTIONS = {"net_arch": None, "activation_fn": "tanh", "ortho_init": True, "share_backbone": True,
                   "features_extractor_class": None, "features_extractor_kwargs": None,
@@ -202,9 +202,11 @@ def section_defaults(name: str) -> dict[str, Any]:
 def parse_value(text: str) -> Any:
     """A command-line value: a Python literal (`1e-3`, `[64, 64]`, `{'a': 1}`), a YAML
     scalar (`true`, `null`) or flow collection (`{top_k: 8}`), or else the string itself.
-    Never evaluated as code."""
+    Never evaluated as code; a number too large for a float (`1e999`) stays the text as typed, for a message to
+    show."""
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
+        return text if isinstance(value, float) and beyond_float(text) else value
     except (ValueError, SyntaxError, RecursionError, MemoryError):  # too deep or too long for Python's parser too
         pass
     try:
@@ -241,10 +243,11 @@ def coerce(key: str, value: Any, default: Any, schedules: bool = True) -> Any:
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={shown(value)}: expected a number"
                               + (" (or lin_<number> for a linear schedule)" if schedules else ""))
+        too_large = isinstance(number, int) and default is not None and abs(number) > _LARGEST_FLOAT
+        if too_large or (isinstance(value, str) and beyond_float(value)):  # a float would hold inf, not the number
+            raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
         if number is None or default is None:  # optional options keep ints as ints (d_head, d_inner)
             return number
-        if isinstance(number, int) and abs(number) > _LARGEST_FLOAT:  # a float holds inf, not an int this large
-            raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
         return float(number)
     if isinstance(default, str) and not isinstance(value, str):
         raise ConfigError(f"{key}={shown(value)}: expected a string")
@@ -343,10 +346,10 @@ _KINDS = {list: "a list", str: "a string", int: "an integer", float: "a number",
 """how a message names what a YAML file holds instead of a mapping"""
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping a YAML settings file holds; `ConfigError` (one line, naming the file) if it is
-    missing, unreadable, binary or not UTF-8, empty, not valid YAML (a repeated key or an alias bomb included:
-    `experiments.strict_yaml`), or not a mapping."""
+def load_yaml(path: str | Path, example: str = "env: TMaze-v0") -> dict[str, Any]:
+    """The mapping a YAML settings file holds; `ConfigError` (one line, naming the file and showing `example`, a
+    setting of the kind the file holds) if it is missing, unreadable, binary or not UTF-8, empty, not valid YAML (a
+    repeated key or an alias bomb included: `experiments.strict_yaml`), or not a mapping."""
     path = Path(path)
     name = repr(str(path))
     if not path.exists():
@@ -372,10 +375,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         problem = getattr(error, "problem", None) or one_line(str(error))
         raise ConfigError(f"config file {name} is not valid YAML{where}: {problem}") from error
     if data is None:
-        raise ConfigError(f"config file {name} is empty; expected a YAML mapping of settings, e.g. 'env: TMaze-v0'")
+        raise ConfigError(f"config file {name} is empty; expected a YAML mapping of settings, e.g. {example!r}")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {name} holds {_KINDS.get(type(data), 'a ' + type(data).__name__)}; "
-                          "expected a YAML mapping of settings, e.g. 'env: TMaze-v0'")
+                          f"expected a YAML mapping of settings, e.g. {example!r}")
     return data
 
 

@@ -9,7 +9,9 @@ They complete the kinds of `envs.rules` (ranges, choices, flags, ...) for the fi
 
 from __future__ import annotations
 
+import math
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,22 @@ class SavedModel:
             raise ConfigError(f"{key}={shown(value)}: {str(model)!r} does not load: {why}; expected {self.describe()}")
 
 
+def creation_error(folder: Path) -> OSError | None:
+    """The error that creating a file in the existing `folder` gives (`None`: one can be created); nothing is left
+    there. A read-only file system, an immutable directory, a missing permission, a folder of the system's (`/proc`)
+    refuse it."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return error
+    return None
+
+
 @dataclass(frozen=True)
 class Directory:
-    """A directory path that is not an existing file (it is created when needed)."""
+    """A directory path that is not an existing file (it is created when needed); `check_writable` also asks that
+    files can be created in it."""
 
     def describe(self) -> str:
         return "a directory path (created when needed)"
@@ -58,6 +73,17 @@ class Directory:
             where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
             raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
 
+    def check_writable(self, key: str, value: Any) -> None:
+        """`check`, then refuse a path in whose nearest existing folder no file can be created now
+        (`creation_error`). Called where a command is about to write there (a run's `validate`, an LM run's
+        `check_lm_config`), not by `check`: settings are also read where nothing is written (a hyper-parameter
+        entry's checks, on a configuration whose default log_dir no command uses)."""
+        self.check(key, value)
+        folder = nearest_existing(Path(value))
+        if (error := creation_error(folder)) is not None:
+            raise ConfigError(f"{key}={shown(value)}: cannot write in {str(folder)!r}: [Errno {error.errno}] "
+                              f"{error.strerror}; expected {self.describe()} where files can be written")
+
 
 @dataclass(frozen=True)
 class PathName:
@@ -70,6 +96,15 @@ class PathName:
     def check(self, key: str, value: Any) -> None:
         if not isinstance(value, str | os.PathLike) or not os.fspath(value) or "\0" in os.fspath(value):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+def beyond_float(text: str) -> bool:
+    """Whether `text` writes a finite number too large for a float (`1e999`, `1.0e+999`), which `float` reads as
+    infinite: where it is refused, the message shows the text, not `inf`."""
+    try:
+        return math.isinf(float(text)) and "inf" not in text.lower()
+    except ValueError:
+        return False
 
 
 def usable_cores() -> int:

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from experiments.rules import beyond_float
+
 MAX_VALUES = 100_000
 """the most values (scalars, lists and mappings, each alias counted as what it stands for) a document may hold"""
 MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -28,12 +30,19 @@ class StrictYAMLError(yaml.MarkedYAMLError):
 class StrictLoader(yaml.SafeLoader):
     """PyYAML's `SafeLoader` whose documents are checked (`check_node`) before they are constructed."""
 
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> Any:
+        """A float, or the text as written where it is too large for one (`1.0e+999`): a message shows it."""
+        return node.value if beyond_float(node.value) else super().construct_yaml_float(node)
+
     def get_single_data(self) -> Any:
         node = self.get_single_node()
         if node is None:
             return None
         check_node(self, node)
         return self.construct_document(node)
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
 
 
 def load(text: str) -> Any:

@@ -40,7 +40,7 @@ from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, algo_settings, coerce, plain, reread, section_defaults
 from experiments.footprint import check_fits, estimate
 from experiments.hyperparams import named_source
-from experiments.rules import FolderName
+from experiments.rules import Directory, FolderName
 from experiments.training import policy_kwargs
 from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.catalogue import Catalogue
@@ -278,11 +278,11 @@ def check_settings(config: RunConfig) -> None:
 
 
 def validate(config: RunConfig) -> None:
-    """Refuse `config` with `ConfigError` (one line naming the key, the value and what is valid)
-    if it does not read back as a configuration file of its settings would (`experiments.config.reread`), any
-    setting is out of its range, the settings contradict each other, the environment cannot be built with its
-    kwargs, the policy cannot be built, or the run would not fit in memory. Where the key holds the value of the
-    hyper-parameter entry the run starts from, the message names the entry (`hyperparams.named_source`)."""
+    """Refuse `config` with `ConfigError` (one line naming the key, the value and what is valid) if it does not read
+    back as a configuration file of its settings would (`experiments.config.reread`), any setting is out of its
+    range, no file can be created in its log_dir, the settings contradict each other, the environment or the policy
+    cannot be built, or the run would not fit in memory. Where the key holds the value of the hyper-parameter entry
+    the run starts from, the message names the entry (`hyperparams.named_source`)."""
     config = reread(config)
     try:
         _validate(config)
@@ -292,6 +292,7 @@ def validate(config: RunConfig) -> None:
 
 def _validate(config: RunConfig) -> None:
     check_settings(config)
+    Directory().check_writable("log_dir", config.log_dir)
     check_relations(config)
     env = check_env(config)
     try:

@@ -18,23 +18,12 @@ import contextlib
 import itertools
 import os
 import secrets
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from experiments.atomic import WriteError, sync_directory, write_error
 from experiments.config import ConfigError
-from experiments.rules import PathName, check_name_lengths, nearest_existing
-
-
-def _try_create(folder: Path) -> OSError | None:
-    """The error that creating a file in `folder` gives (`None`: it can be created); nothing is left there."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        return error
-    return None
+from experiments.rules import PathName, check_name_lengths, creation_error, nearest_existing
 
 
 def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
@@ -50,7 +39,7 @@ def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
     folder = nearest_existing((path if directory else path.parent).absolute())
     if not folder.is_dir():
         raise ConfigError(f"{flag} {str(path)!r}: {str(folder)!r} is a file; expected a path in a directory")
-    error = _try_create(folder)
+    error = creation_error(folder)
     if error is not None:
         raise ConfigError(f"{flag} {str(path)!r}: cannot write in {str(folder)!r}: [Errno {error.errno}] "
                           f"{error.strerror}")
@@ -60,7 +49,7 @@ def check_directory(directory: str | Path) -> None:
     """Raise `WriteError` naming `directory` when no file can be created in it (or the nearest folder of it
     that exists): a place the command writes to by itself, so a machine fault (exit status 1), not a bad input."""
     folder = nearest_existing(Path(directory).absolute())
-    error = _try_create(folder)
+    error = creation_error(folder)
     if error is not None:
         raise WriteError(error.errno, error.strerror, str(directory))
 

@@ -46,7 +46,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
 from envs.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
-from experiments.cli.parser import OneLineParser, program
+from experiments.cli.parser import OneLineParser, program, real
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
 from experiments.exits import advise_on_signal
@@ -95,6 +95,16 @@ COUNT = Range(1, integer=True)
 NON_NEGATIVE = Range(0.0)
 
 
+LM_BACKBONE_OPTIONS: dict[str, dict[str, Any]] = {"trxl": {"d_model": 128, "n_layers": 2, "n_heads": 4,
+                                                             "memory_length": 128}}
+"""the options a language model gives its backbone by default, where they are not the backbone's own defaults"""
+
+
+def default_backbone_options(backbone: Any) -> dict[str, Any]:
+    """The options `backbone` gets when none are given: its `LM_BACKBONE_OPTIONS`, else none (its own defaults)."""
+    return dict(LM_BACKBONE_OPTIONS.get(backbone, {})) if isinstance(backbone, str) else {}
+
+
 @dataclass
 class LMConfig:
     """Settings of one language-model run (YAML keys and `-p key=value` overrides); each field declares the
@@ -102,8 +112,8 @@ class LMConfig:
 
     data: str = _setting(OneOf(lambda: DATASETS), "python")
     backbone: str = _setting(OneOf(lambda: BACKBONES), "trxl")
-    backbone_options: dict[str, Any] = _setting(Entries(optional=False), default_factory=lambda: {
-        "d_model": 128, "n_layers": 2, "n_heads": 4, "memory_length": 128})
+    backbone_options: dict[str, Any] = _setting(Entries(optional=False), None)  # type: ignore[assignment]
+    """the backbone's options; not given (or null): `default_backbone_options` of the backbone"""
     d_embed: int = _setting(COUNT, 64)
     future_targets: int = _setting(Range(0, integer=True), 0)
     future_weight: float = _setting(NON_NEGATIVE, 0.5)
@@ -128,6 +138,10 @@ class LMConfig:
     recall_tokens: int = _setting(COUNT, 200_000)
     recall_vocab: int = _setting(Range(3, integer=True), 32)
     recall_pairs: int = _setting(COUNT, 8)
+
+    def __post_init__(self) -> None:
+        if self.backbone_options is None:
+            self.backbone_options = default_backbone_options(self.backbone)
 
     def run_name(self) -> str:
         return f"{self.data}__lm-{self.backbone}__{self.seed}"
@@ -173,23 +187,28 @@ RESUMABLE = ("steps", "device", "threads", "log_dir", "eval_every", "eval_segmen
 
 def build_lm_config(file: str | Path | None = None, overrides: list[str] | None = None) -> LMConfig:
     """A config from defaults, a YAML file, then `key=value` overrides (`backbone_options.d_model=64`), checked
-    by `check_lm_config`.
+    by `check_lm_config`. Options given key by key go on top of the `backbone_options` given, else of
+    `default_backbone_options` of the backbone.
 
     Raises:
         ConfigError: an unknown key, or a value of the wrong type or outside its rule; one line naming the key, the
             value and what is valid.
     """
-    values: dict[str, Any] = {}
-    for key, value in (load_yaml(file) if file else {}).items():
-        values[key] = value
+    values: dict[str, Any] = dict(load_yaml(file, example="backbone: gtrxl") if file else {})
+    options: dict[str, Any] = {}  # backbone_options.<key>=value since the last whole backbone_options, if any
     for text in overrides or []:
         key, value = parse_override(text)
         head, _, rest = key.partition(".")
         if rest and head == "backbone_options":
-            options = values.get("backbone_options", LMConfig().backbone_options)
-            values["backbone_options"] = {**(options if isinstance(options, dict) else {}), rest: value}
+            options[rest] = value
         else:
             values[key] = value
+            options = {} if key == "backbone_options" else options
+    if options:
+        given = values.get("backbone_options")
+        backbone = values.get("backbone", field_default(FIELDS["backbone"]))
+        base = given if isinstance(given, dict) else default_backbone_options(backbone)
+        values["backbone_options"] = {**base, **options}
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise ConfigError(f"unknown LM setting(s) {', '.join(short(repr(key)) for key in unknown)}; valid: "
@@ -206,12 +225,14 @@ def build_lm_config(file: str | Path | None = None, overrides: list[str] | None 
 
 def check_lm_config(config: LMConfig) -> None:
     """Refuse `config` (`ConfigError`, one line naming the key, the value and what is valid) where a setting
-    breaks its rule, a backbone option is unknown or refused by the backbone's own rules, the data is too small
-    for the settings that read it (`check_data_sizes`), the model cannot be made, the run would not fit in memory
-    (`check_fits`), or the validation segments hold no scored token; before anything is created. The model is
-    built on PyTorch's `meta` device: every constructor check runs, no storage is allocated."""
+    breaks its rule, no file can be created in its log_dir, a backbone option is unknown or refused by the
+    backbone's own rules, the data is too small for the settings that read it (`check_data_sizes`), the model
+    cannot be made, the run would not fit in memory (`check_fits`), or the validation segments hold no scored
+    token; before anything is created. The model is built on PyTorch's `meta` device: every constructor check
+    runs, no storage is allocated."""
     for spec in dataclasses.fields(LMConfig):
         spec.metadata["rule"].check(spec.name, getattr(config, spec.name))
+    Directory().check_writable("log_dir", config.log_dir)
     valid = BACKBONES[config.backbone].options()
     unknown = [key for key in config.backbone_options if key not in valid]
     if unknown:
@@ -849,7 +870,7 @@ def make_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--memory-length", type=int, nargs="+", default=[],
                           help="evaluate with these memory lengths (default: the training one)")
     evaluate.add_argument("--segments", type=int, default=None, help="validation segments (default: eval_segments)")
-    evaluate.add_argument("--knn-weight", type=float, nargs="+", default=[],
+    evaluate.add_argument("--knn-weight", type=real, nargs="+", default=[],
                           help="kNN-LM: also evaluate the mixture with these weights λ (Khandelwal et al. 2020)")
     evaluate.add_argument("--knn-k", type=int, default=32, help="kNN-LM: neighbours retrieved per token")
     evaluate.add_argument("--datastore-segments", type=int, default=256,
@@ -857,17 +878,17 @@ def make_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--spalm-steps", type=int, default=0,
                           help="SPALM: train its retrieval gate for this many training segments after the "
                                "datastore's (LM frozen), then evaluate it (Yogatama et al. 2021; uses --knn-k)")
-    evaluate.add_argument("--spalm-lr", type=float, default=0.01, help="SPALM: the gate's Adam learning rate")
-    evaluate.add_argument("--spalm-lm-lr", type=float, default=0.0,
+    evaluate.add_argument("--spalm-lr", type=real, default=0.01, help="SPALM: the gate's Adam learning rate")
+    evaluate.add_argument("--spalm-lm-lr", type=real, default=0.0,
                           help="SPALM: also fine-tune the LM with the gate at this learning rate (0: LM frozen)")
-    evaluate.add_argument("--exit-threshold", type=float, nargs="+", default=[],
+    evaluate.add_argument("--exit-threshold", type=real, nargs="+", default=[],
                           help="depth-adaptive exits: also evaluate with a position leaving after the first layer "
                                "whose prediction is this confident (Elbayad et al. 2020)")
     sample = commands.add_parser("sample", help="continue a prompt (byte-level data)")
     sample.add_argument("run", help="run directory")
     sample.add_argument("--prompt", default="def ", help="text to continue")
     sample.add_argument("-n", type=int, default=200, help="tokens to generate")
-    sample.add_argument("--temperature", type=float, default=0.8)
+    sample.add_argument("--temperature", type=real, default=0.8)
     return parser
 
 

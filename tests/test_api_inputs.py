@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-from agents import VMPO, MemoryPPO
+from agents import VMPO, MemoryPPO, NonFiniteError
 from envs import make_vec_env
 from envs.rules import ConfigError
 from experiments.config import RunConfig, build_config, reread
@@ -332,6 +333,23 @@ class SmallImage(gym.Env):
 
 @pytest.mark.parametrize("algo", [MemoryPPO, VMPO])
 def test_the_constructor_names_an_image_too_small_for_the_features_extractor(algo):
-    with pytest.raises(ValueError, match=r"^its observation space Box\(0, 255, \(3, 7, 7\), uint8\) does not fit the "
-                                         r"features extractor NatureCNN \(.*\); choose another features_extractor_class$"):
+    expected = (r"^its observation space Box\(0, 255, \(3, 7, 7\), uint8\) does not fit the features extractor "
+                r"NatureCNN \(.*\); choose another features_extractor_class$")
+    with pytest.raises(ValueError, match=expected):
         algo("MemoryPolicy", SmallImage(), **LEARNER | {"policy_kwargs": {"backbone": "gru"}})
+
+
+class NaNReward(SmallImage):
+    """A vector observation whose every reward is NaN."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+
+    def step(self, action):
+        return self.observation_space.sample(), float("nan"), True, False, {}
+
+
+@pytest.mark.parametrize("algo", [MemoryPPO, VMPO])
+def test_learn_names_a_nan_reward_as_the_envs_not_as_a_non_finite_loss(algo):
+    model = algo("MemoryPolicy", DummyVecEnv([NaNReward, NaNReward]), **LEARNER)
+    with pytest.raises(NonFiniteError, match=r"^non-finite reward \(nan\) from the env at timestep 2 \(envs \[0, 1\]\)"):
+        model.learn(32)

@@ -1,7 +1,7 @@
 """An environment that breaks gymnasium's API (observations of another shape, the old four-tuple `step`, a `reset`
 without info, `reset` or `step` raising) is refused in one line before a run directory exists; the Python API
-refuses such an env, and a space no memory policy takes, with a `ConfigError` before SB3 sees it; a folder path starting with `~`,
-which no shell expands there, is refused rather than made as a folder named `~`."""
+refuses such an env, and a space no memory policy takes, with a `ConfigError` before SB3 sees it; a folder path
+starting with `~`, which no shell expands there, is refused rather than made as a folder named `~`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Machine faults end every command cleanly (docs/run-directories.md, "Exit statuses").
 
 A full disk, a read-only file system or an immutable directory gives exit status 1 (2 where the user named the
-path: ``--out``, ``--record``) and one line naming the file and the errno, no traceback; no temporary file is left,
-and a run resumes once the fault is mended. SIGINT and SIGTERM at any moment of training (rollout, update,
+path: ``--out``, ``--record``, ``--log-dir``) and one line naming the file and the errno, no traceback; no temporary
+file is left, and a run resumes once the fault is mended. SIGINT and SIGTERM at any moment of training (rollout, update,
 evaluation, checkpoint write, final save) give 130 and 143, one line, and a run that resumes.
 
 How the faults are made: the tests run as root, which ``chmod`` does not stop, so a read-only directory is a
@@ -139,20 +139,27 @@ def test_train_on_a_disk_that_fills_ends_with_one_line_and_resumes_once_space_is
         resumes(disk, capsys)
 
 
-def test_train_and_study_on_a_read_only_file_system_end_with_one_line(tmp_path, capsys):
+def test_train_and_study_on_a_read_only_file_system_are_refused_with_one_line(tmp_path, capsys):
+    """The --log-dir the user names is a bad input there (exit 2, nothing made), as --out is."""
     with tmpfs(tmp_path / "disk") as disk:
         remount(disk, read_only=True)
         for extra in ([], ["--seed", "0", "1", "--workers", "1"]):
             code, err = cli([*TINY, "--log-dir", str(disk / "runs"), *extra], capsys)
-            assert code == 1
-            one_line(err, f"error: cannot write {str(disk / 'runs')!r}: [Errno 30] Read-only file system")
+            assert code == 2
+            one_line(err, f"error: log_dir={str(disk / 'runs')!r}: cannot write in {str(disk)!r}: [Errno 30] "
+                          "Read-only file system; expected a directory path")
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
-def test_a_log_dir_the_system_will_not_create_ends_with_one_line(capsys):
-    code, err = cli([*TINY, "--log-dir", "/proc/engram-runs"], capsys)
-    assert code == 1
-    one_line(err, "error: cannot access '/proc/engram-runs'", "[Errno 2]")
+@pytest.mark.parametrize("command", [[*TINY], [*TINY, "--seed", "0", "1"], ["tune", "--env", "TMaze-v0"],
+                                     ["lm", "train", "-p", "steps=1"]])
+def test_a_log_dir_the_system_will_not_create_is_refused_with_one_line(command, capsys):
+    """Every command that makes its folders under a log directory refuses one where no file can be created, by the
+    same rule, before it makes anything."""
+    log_dir = ["log_dir=/proc/engram-runs"] if command[0] == "lm" else ["--log-dir", "/proc/engram-runs"]
+    code, err = cli([*command, *log_dir], capsys)
+    assert code == 2
+    one_line(err, "error: log_dir='/proc/engram-runs': cannot write in '/proc': [Errno 2]")
 
 
 def test_train_in_a_directory_made_immutable_midway_ends_with_one_line_and_resumes(tmp_path, capsys, monkeypatch):

@@ -289,3 +289,31 @@ def test_a_prompt_is_read_segment_by_segment(bytes_run, monkeypatch):
 def test_resume_without_a_checkpoint_says_it_starts_from_step_0(tmp_path, capsys):
     status, _, err = lm(capsys, "train", "-p", *TINY, f"log_dir={tmp_path}", "--resume")
     assert status == 0 and "--resume: nothing to resume in" in err and "starting from step 0" in err
+
+
+# --- settings: an LM's own example and defaults
+
+
+def test_an_empty_config_file_is_refused_with_an_lm_setting_as_its_example(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    status, out, err = lm(capsys, "train", "-c", empty)
+    assert status == 2 and out == ""
+    assert one_line(err) == (f"error: config file {str(empty)!r} is empty; expected a YAML mapping of settings, e.g. "
+                             "'backbone: gtrxl'")
+
+
+def test_another_backbone_starts_from_its_own_default_options(tmp_path, capsys):
+    """The LM's default options are trxl's (`LM_BACKBONE_OPTIONS`); another backbone given none takes its own
+    defaults, and options given key by key go on top of them, before or after the backbone is named."""
+    assert workbench.LMConfig(backbone="gru").backbone_options == {}
+    assert build_lm_config(None, ["backbone=gru"]).backbone_options == {}
+    assert build_lm_config(None, ["backbone_options.hidden_size=16", "backbone=gru"]).backbone_options == {
+        "hidden_size": 16}
+    assert build_lm_config(None, ["backbone_options.memory_length=16"]).backbone_options == {
+        **workbench.LM_BACKBONE_OPTIONS["trxl"], "memory_length": 16}
+    status, _, err = lm(capsys, "train", "-p", "backbone=gru", "data=copy", "steps=2", "segment_length=8",
+                        "batch_size=2", "copy_tokens=2000", "eval_segments=2", "eval_every=2", "checkpoint_every=2",
+                        "threads=1", f"log_dir={tmp_path}")
+    assert status == 0, err
+    assert (tmp_path / "copy__lm-gru__0" / "summary.json").is_file()

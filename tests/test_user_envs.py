@@ -102,6 +102,31 @@ USER_MODULE = textwrap.dedent('''
         return Cue(length)
 
 
+    class TextCue(Cue):
+        """Cue drawn as text, its only render mode."""
+
+        metadata = {"render_modes": ["ansi"]}
+
+        def __init__(self, length=3, render_mode=None):
+            super().__init__(length)
+            self.render_mode = render_mode
+
+        def render(self):
+            return f"step {self.t}, cue {self.cue}"
+
+
+    class NaNCue(Cue):
+        """Cue whose reward at step ``at`` is NaN."""
+
+        def __init__(self, length=3, at=2):
+            super().__init__(length)
+            self.at = at
+
+        def step(self, action):
+            observation, reward, terminated, truncated, info = super().step(action)
+            return observation, float("nan") if self.t == self.at else reward, terminated, truncated, info
+
+
     gym.register("UserCue-v0", entry_point=Cue, max_episode_steps=20)
 ''')
 SMALL = ["--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
@@ -328,6 +353,34 @@ def test_an_env_that_cannot_render_is_refused_before_scoring(user_dir: Path) -> 
     assert refused.stderr.startswith("error: --record: env='user_pomdp:Cue' cannot render in 'rgb_array' mode")
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert not list(run.glob("evaluate_*.json")) and not (user_dir / "cue.gif").exists()
+
+
+def test_render_shows_an_env_that_draws_only_text_and_refuses_one_that_draws_nothing(user_dir: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]
+                                                                                    ) -> None:
+    """`evaluate --render` shows an env in a render mode it lists: its text where it draws no window; an env that
+    lists neither is refused with exit 2 and one line naming --render and the env's render modes."""
+    for spec in ("user_pomdp:TextCue", "user_pomdp:Cue"):
+        assert train_rl.main(["--env", spec, "-n", "32", "--log-dir", "runs", *SMALL]) == 0
+    capsys.readouterr()
+    shown = train_rl.main(["evaluate", "runs/user_pomdp-TextCue__ppo-gtrxl__0", "--episodes", "1", "--render",
+                           "--fps", "1000"])
+    out = capsys.readouterr().out
+    assert shown == 0 and "step 0, cue " in out and "step 4, cue " in out, out
+    refused = train_rl.main(["evaluate", "runs/user_pomdp-Cue__ppo-gtrxl__0", "--episodes", "1", "--render"])
+    error = capsys.readouterr().err
+    assert refused == 2 and error.count("\n") == 1, error
+    assert error == ("error: --render: env='user_pomdp:Cue' has the render modes (none); expected one of human, ansi "
+                     "(--record records rgb_array)\n")
+
+
+def test_a_nan_reward_is_named_as_the_envs_not_as_a_non_finite_loss(user_dir: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert train_rl.main(["--env", "user_pomdp:NaNCue", "-n", "32", "--log-dir", "runs", *SMALL]) == 3
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "non-finite loss" not in error, error
+    assert error.startswith("training stopped: non-finite reward (nan) from the env at timestep 4 (envs [0, 1]): "
+                            "fix the env, or wrap it to clean its rewards"), error
 
 
 def test_toy_text_envs_get_their_actions_as_ints_when_played(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, add_env_options, program
+from experiments.cli.parser import OneLineParser, add_env_options, program, real
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -44,12 +44,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads, 0: every core (default: %(default)s)")
     parser.add_argument("--render", action="store_true",
-                        help="show episodes as they are played (text for engram's tasks, a window for MiniGrid)")
+                        help="show episodes as they are played: in the env's window (render mode human), else as its "
+                             "text (ansi; engram's tasks)")
     parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4: a new "
                                                          "file (an existing one is refused, never overwritten)")
     parser.add_argument("--record-episodes", type=int, default=1,
                         help="episodes shown or recorded by --render and --record (default: %(default)s)")
-    parser.add_argument("--fps", type=float, default=4.0, help="frames per second of --render and --record "
+    parser.add_argument("--fps", type=real, default=4.0, help="frames per second of --render and --record "
                                                                "(default: %(default)s)")
     return parser
 
@@ -87,11 +88,28 @@ def _summary_line(policy: str, result: Any) -> str:
             f"length {result.lengths.mean():.1f} ± {result.lengths.std():.1f}")
 
 
-def render_mode(agent: Any) -> str:
-    """`--render`'s mode: text frames of engram's tasks on stdout, a window for gymnasium environments."""
-    from envs import env_family
+SHOWN_MODES = ("human", "ansi")
+"""the render modes `--render` shows, in order of preference: the env's own window, its text printed on stdout"""
 
-    return "ansi" if env_family(agent.config.env) == "engram" else "human"
+
+def render_mode(agent: Any) -> str:
+    """`--render`'s mode: the first of `SHOWN_MODES` among the env's render modes (`metadata["render_modes"]`);
+    `ConfigError` naming `--render` and the env's modes when it lists neither."""
+    from envs import make_env
+    from envs.rules import ConfigError, shown
+
+    config = agent.config
+    env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages, **config.env_kwargs)
+    try:
+        modes = list(env.metadata.get("render_modes") or [])
+    finally:
+        env.close()
+    for mode in SHOWN_MODES:
+        if mode in modes:
+            return mode
+    listed = ", ".join(map(str, modes)) or "(none)"
+    raise ConfigError(f"--render: env={shown(config.env)} has the render modes {listed}; expected one of "
+                      f"{', '.join(SHOWN_MODES)} (--record records rgb_array)")
 
 
 def _show(agent: Any, player: Any, options: argparse.Namespace, seed: int, deterministic: bool) -> None:
@@ -134,8 +152,8 @@ def main(argv: list[str]) -> int:
         agent = load_agent_with_env(options, options.device)
         check_agent_env(agent)
         check_directory(agent.directory)  # where the result goes: a fault found before the episodes are played
-        players = {flag: open_player(agent, mode, f"--{flag}") for flag, mode in (
-            ("render", render_mode(agent)), ("record", "rgb_array")) if getattr(options, flag)}
+        players = {flag: open_player(agent, mode(agent), f"--{flag}") for flag, mode in (
+            ("render", render_mode), ("record", lambda _: "rgb_array")) if getattr(options, flag)}
         episodes = options.episodes or agent.config.n_eval_episodes
         seed = agent.eval_seed if options.seed is None else options.seed
         n_envs = options.n_envs or agent.config.n_eval_envs

@@ -30,6 +30,19 @@ def plain_text(text: str) -> str:
     return re.sub(r"(?<=\S)::$", ":", text.replace("``", ""), flags=re.MULTILINE)
 
 
+def real(text: str) -> float:
+    """The `type` of a number flag: `float(text)`, refused with the text as typed where it is not a number, or a
+    number too large for a float (`1e999`, which `float` reads as inf)."""
+    from experiments.rules import beyond_float
+
+    if beyond_float(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is too large for a float (at most about 1.8e308)")
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An `ArgumentParser` whose errors are one line (`train_rl.py: error: argument --n-envs: ...`),
     exit status 2, like every other bad input (docs/validation.md)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.cli.parser import OneLineParser, program
+from experiments.cli.parser import OneLineParser, program, real
 from experiments.config import DEFAULT_REPS
 
 
@@ -19,7 +19,7 @@ def make_parser() -> argparse.ArgumentParser:
         "or a figure that its earlier report there does not show, is refused and never replaced"))
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
                         help="bootstrap resamples (default: %(default)s)")
-    parser.add_argument("--solve-threshold", type=float,
+    parser.add_argument("--solve-threshold", type=real,
                         help="score that counts as solving a task (default: the runs' success_threshold)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
     parser.add_argument("--env", nargs="+", metavar="PATTERN", help=(

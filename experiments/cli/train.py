@@ -28,7 +28,7 @@ import shlex
 import sys
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, invocation, program
+from experiments.cli.parser import OneLineParser, invocation, program, real
 from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
@@ -65,7 +65,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--env-wrapper": ("env_wrapper", {"nargs": "+", "type": literal, "metavar": "WRAPPER"}),
     "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc,torch}"}),
     "--seed": ("seed", {"type": int, "nargs": "+"}),
-    "--total-timesteps": ("total_timesteps", {"type": float}),
+    "--total-timesteps": ("total_timesteps", {"type": real}),
     "--n-envs": ("n_envs", {"type": int}),
     "--device": ("device", {}),
     "--threads": ("threads", {"type": int}),
@@ -75,7 +75,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--n-eval-episodes": ("n_eval_episodes", {"type": int}),
     "--checkpoint-freq": ("checkpoint_freq", {"type": int}),
     "--stop-when-solved": ("stop_when_solved", {"type": int}),
-    "--solved-lr-factor": ("solved_lr_factor", {"type": float}),
+    "--solved-lr-factor": ("solved_lr_factor", {"type": real}),
     "--solved-lr-streak": ("solved_lr_streak", {"type": int}),
     "--hyperparams": ("hyperparams", {"metavar": "FILE|none"}),
 }

@@ -74,7 +74,7 @@ from envs.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
 from experiments.atomic import write_atomic
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
-from experiments.rules import FolderName, nearest_existing
+from experiments.rules import Directory, FolderName, nearest_existing
 from experiments.run_dir import RunDirectory
 from experiments.run_identity import config_record
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
@@ -107,7 +107,7 @@ STUDY_KEYS: dict[str, Rule] = {
     "gym_packages": Items(Text(), empty_ok=True),
 }
 """The keys of a study file and their valid values."""
-LOG_DIR_RULE: Rule = next(spec.metadata["rule"] for spec in dataclasses.fields(RunConfig) if spec.name == "log_dir")
+LOG_DIR: Directory = next(spec.metadata["rule"] for spec in dataclasses.fields(RunConfig) if spec.name == "log_dir")
 """the rule of a run's `log_dir`, which the study checks on the value given before it puts each run below it"""
 EXIT_OK, EXIT_FAILED_RUNS, EXIT_INTERRUPTED = 0, 3, 130
 LOST_WORKER_WAIT_SECONDS = 60.0
@@ -239,13 +239,13 @@ class Grid:
         """The study directory and the run configurations placed in it: one torch thread each, or the
         `threads` given as a flag (a study's workers share the machine, so a config file's count is not used).
 
-        `log_dir` is checked by its rule before the study puts each run under it, and every folder the study
-        makes (its directory, each run's) must not be a file (`check_folders`); then each run is validated, and
-        runs the grid lists twice are refused, naming the flags that made tasks alike."""
+        `log_dir` is checked by its rule, and that files can be created in it, before the study puts each run under
+        it, and every folder the study makes (its directory, each run's) must not be a file (`check_folders`); then
+        each run is validated, and runs the grid lists twice are refused, naming the flags that made tasks alike."""
         configs = self.configs()
         first = configs[0]
         for config in configs:  # the value given: each run's own log_dir is the study's folder from here on
-            LOG_DIR_RULE.check("log_dir", config.log_dir)
+            LOG_DIR.check_writable("log_dir", config.log_dir)
         given = first.log_dir
         directory = Path(given) / (self.name or f"{env_slug(first.env)}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})

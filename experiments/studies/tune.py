@@ -57,7 +57,7 @@ from envs.imports import cause
 from envs.registry import VEC_ENVS
 from envs.rules import Range, Rule, Text, shown
 from experiments.atomic import WriteError, atomic_path, write_atomic
-from experiments.cli.parser import OneLineParser, invocation, program
+from experiments.cli.parser import OneLineParser, invocation, program, real
 from experiments.config import (
     SEED_LIMIT,
     ConfigError,
@@ -516,7 +516,7 @@ def make_parser() -> argparse.ArgumentParser:
                       help="wrappers of each environment copy, as for training")
     base.add_argument("--gym-packages", nargs="+", metavar="MODULE", help="modules to import first, as for training")
     base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy, subproc or torch, as for training")
-    base.add_argument("--total-timesteps", "-n", type=float, help="env steps per run of a trial")
+    base.add_argument("--total-timesteps", "-n", type=real, help="env steps per run of a trial")
     base.add_argument("--eval-freq", type=int, help="evaluate (and report to the pruner) every this many steps")
     base.add_argument("--n-eval-episodes", type=int, help="episodes per evaluation")
     base.add_argument("--threads", type=int, default=1, help="torch threads per worker (default: %(default)s)")
@@ -546,7 +546,7 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("--aggregate", choices=list(AGGREGATES), default="mean", help="over runs (default: mean)")
     tune.add_argument("--pruner", choices=PRUNERS, default="median")
     tune.add_argument("--startup-trials", type=int, default=5, help="random trials before TPE, and before pruning")
-    tune.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    tune.add_argument("--timeout", type=real, help="stop starting trials after this many seconds")
     tune.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: %(default)s)")
     return parser
 
