@@ -24,6 +24,8 @@ Usage::
     .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/T-Maze-20 --json /tmp/x.json
     .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/RepeatPreviousEasy gru/RepeatPreviousEasy \
         --batch-sizes 256 1024 --name minibatch_speed   # results/minibatch_speed.{json,md}
+    .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/T-Maze-20 gtrxl/RepeatPreviousEasy \
+        --rollout-shapes 16x64 64x16 --name rollout_shape_speed   # results/rollout_shape_speed.{json,md}
 """
 
 from __future__ import annotations
@@ -172,10 +174,13 @@ class Case:
     task: str
     n_envs: int = N_ENVS
     batch_size: int | None = None  # the learner's default
+    n_steps: int | None = None  # the learner's default
 
     @property
     def name(self) -> str:
         shape = "" if self.batch_size is None else f" {self.n_envs} envs × minibatch {self.batch_size}"
+        if self.n_steps is not None:
+            shape += f" {self.n_envs} envs × {self.n_steps} steps"
         return f"{self.backbone}/{self.task}{shape}"
 
     @property
@@ -189,9 +194,9 @@ class Case:
             from sb3_contrib import RecurrentPPO
 
             return RecurrentPPO("MlpLstmPolicy", env, seed=0, device="cpu")
-        batch = {} if self.batch_size is None else {"batch_size": self.batch_size}
+        shape = {k: v for k, v in (("batch_size", self.batch_size), ("n_steps", self.n_steps)) if v is not None}
         return MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": self.backbone}, seed=0, device="cpu",
-                         **batch)
+                         **shape)
 
 
 def case(name: str) -> Case:
@@ -415,6 +420,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                   "(default: results/<name>.json and .md)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, metavar="N",
                         help="with --throughput-only: each engram case at each of these minibatch sizes (16 envs)")
+    parser.add_argument("--rollout-shapes", nargs="+", metavar="ENVSxSTEPS",
+                        help="with --throughput-only: each engram case at these envs × steps per rollout (e.g. 16x64 "
+                             "64x16: the same rollout and minibatches, more envs stepped at once)")
     parser.add_argument("--name", default="speed", help="results file name")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -428,6 +436,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if min(args.batch_sizes) < 1:
             parser.error(f"--batch-sizes {min(args.batch_sizes)}: expected integers >= 1")
         cases = [Case(c.backbone, c.task, N_ENVS, b) for c in cases if c.engram for b in args.batch_sizes]
+    if args.rollout_shapes:
+        if not args.throughput_only or args.batch_sizes:
+            parser.error("--rollout-shapes needs --throughput-only and no --batch-sizes")
+        shapes = [shape.split("x") for shape in args.rollout_shapes]
+        if not all(len(s) == 2 and all(part.isdigit() and int(part) >= 1 for part in s) for s in shapes):
+            parser.error(f"--rollout-shapes {' '.join(args.rollout_shapes)}: expected ENVSxSTEPS, e.g. 64x16")
+        cases = [Case(c.backbone, c.task, int(e), None, int(n)) for c in cases if c.engram for e, n in shapes]
     result: dict[str, Any] = {**provenance(), "machine": machine_info(),
                               "settings": {"rounds": rounds, "rollouts": rollouts, "n_envs": N_ENVS, "cases": names,
                                            "threads": args.threads}}

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 from tune_result import curve_text, runs
 
@@ -31,16 +32,43 @@ def grouped(groups: list[list[str]]) -> list[dict[str, Any]]:
     return rows
 
 
+def final(row: dict[str, Any]) -> float:
+    """A run's final deterministic score: its success rate where the task reports one, else its mean return."""
+    return row["final_success_rate"] if row["final_success_rate"] is not None else row["final_mean_return"]
+
+
+def summary(rows: list[dict[str, Any]], draws: int = 10_000) -> dict[str, dict[str, float]]:
+    """Per group, the mean final score over the (task, seed) pairs every group has, with a 95 % bootstrap CI
+    stratified by task (each task's seeds resampled)."""
+    groups = sorted({r["group"] for r in rows})
+    pairs = set.intersection(*({(r["task"], r["seed"]) for r in rows if r["group"] == g} for g in groups))
+    rng = np.random.default_rng(0)
+    out = {}
+    for group in groups:
+        by_task: dict[str, list[float]] = {}
+        for r in rows:
+            if r["group"] == group and (r["task"], r["seed"]) in pairs:
+                by_task.setdefault(r["task"], []).append(final(r))
+        scores = [np.asarray(v) for v in by_task.values()]
+        means = np.concatenate([rng.choice(v, (draws, len(v))) for v in scores], axis=1).mean(axis=1)
+        out[group] = {"mean": float(np.concatenate(scores).mean()), "low": float(np.quantile(means, 0.025)),
+                      "high": float(np.quantile(means, 0.975)), "runs": sum(len(v) for v in scores)}
+    return out
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [*heading(result["title"], result), machine_line(result), ""]
     for note in result["notes"]:
         lines += [note, ""]
+    lines += ["Mean final score over the tasks and seeds every group ran (95 % bootstrap CI, seeds resampled "
+              "within each task):", "", "| group | runs | mean final score |", "|---|---:|---:|"]
+    lines += [f"| {group} | {s['runs']} | {s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}] |"
+              for group, s in result["summary"].items()]
+    lines.append("")
     for task in sorted({row["task"] for row in result["runs"]}):
         lines += [f"## {task}", "", "| group | seed | final | evaluation curve |", "|---|---:|---:|---|"]
         rows = sorted((r for r in result["runs"] if r["task"] == task), key=lambda r: (r["group"], r["seed"]))
-        for row in rows:
-            final = row["final_success_rate"] if row["final_success_rate"] is not None else row["final_mean_return"]
-            lines.append(f"| {row['group']} | {row['seed']} | {final:.2f} | {curve_text(row)} |")
+        lines += [f"| {row['group']} | {row['seed']} | {final(row):.2f} | {curve_text(row)} |" for row in rows]
         lines.append("")
     return "\n".join(lines)
 
@@ -59,6 +87,7 @@ def main() -> None:
         parser.error("--group: expected a label and at least one directory")
     result = {**provenance(), "machine": machine_info(), "title": args.title,
               "notes": [*(f"Command: `{c}`" for c in args.command), *args.note], "runs": grouped(args.group)}
+    result["summary"] = summary(result["runs"])
     write_results(args.name, result, markdown, args.out)
 
 

@@ -52,3 +52,17 @@ def test_the_throughput_table_gives_each_case_its_ratio_to_the_gru_of_its_task(s
     lines = [line for line in speed._throughput_lines(result, "t") if line.startswith("| ")]
     assert "× GRU" in lines[0]
     assert lines[1].split(" | ")[4] == "0.61 (0.55–0.67)" and lines[2].split(" | ")[4] == "—"
+
+
+def test_a_rollout_shape_case_builds_its_envs_and_steps(speed):
+    model = speed.Case("mlp", "T-Maze-20", 8, None, 16).build()
+    assert (model.n_envs, model.n_steps) == (8, 16)
+    assert speed.Case("mlp", "T-Maze-20", 8, None, 16).name == "mlp/T-Maze-20 8 envs × 16 steps"
+
+
+@pytest.mark.parametrize("argv", [["--rollout-shapes", "64x16"], ["--throughput-only", "--rollout-shapes", "64"],
+                                  ["--throughput-only", "--rollout-shapes", "0x16"]])
+def test_bad_rollout_shapes_are_refused_before_anything_runs(speed, argv):
+    with pytest.raises(SystemExit) as refused:
+        speed.main(argv)
+    assert refused.value.code == 2
