@@ -52,6 +52,8 @@ def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) ->
     Raises:
         ValueError: naming the space (the Dict key of an observation part) and how to adapt the env.
     """
+    if isinstance(observation_space, spaces.Dict) and not observation_space.spaces:
+        raise ValueError("its observation space Dict() holds no value to observe; expected at least one key")
     parts = (observation_space.spaces.items() if isinstance(observation_space, spaces.Dict)
              else [(None, observation_space)])
     for key, part in parts:

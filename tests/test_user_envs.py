@@ -42,6 +42,7 @@ USER_MODULE = textwrap.dedent('''
         "string": lambda n: spaces.Text(4),
         "tiny": lambda n: spaces.Box(0, 255, (7, 7, 3), np.uint8),
         "empty": lambda n: spaces.Box(0.0, 1.0, (0,), np.float32),
+        "emptydict": lambda n: spaces.Dict({}),
     }
     ACTIONS = {"discrete": spaces.Discrete(2), "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
                "multidiscrete": spaces.MultiDiscrete([2, 2]), "multibinary": spaces.MultiBinary(2),
@@ -81,6 +82,8 @@ USER_MODULE = textwrap.dedent('''
                 return {"inner": {"cue": shown}, "clock": self.t}
             if self.obs == "multidiscrete":
                 return np.array([shown, self.t])
+            if self.obs == "emptydict":
+                return {}
             if self.obs == "tiny":
                 return np.full((7, 7, 3), 127 * shown, np.uint8)
             return np.array([shown == 1, shown == 2, self.t == self.length], np.int8)
@@ -259,6 +262,8 @@ def test_list_envs_shows_the_ids_a_package_registers(user_dir: Path, capsys: pyt
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=tiny"], "does not fit the features extractor NatureCNN"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=empty"], "has shape (0,), holding no value to observe; "
                                                                 "expected at least one"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=emptydict"], "env='user_pomdp:Cue': its observation space "
+                                                                    "Dict() holds no value to observe"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "action=shifted"],
      "its action space Discrete(2, start=1) starts at 1, and the policy's actions start at 0"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "action=unbounded"], "has an unbounded low or high"),
