@@ -79,6 +79,16 @@ GSDE_REFUSED = ("gSDE (use_sde=True, sde_sample_freq) is not supported by memory
                 "log-std starts at log_std_init")
 
 
+def _dtype_name(dtype: object) -> str:
+    """A NumPy or torch dtype by its plain name (`float32`, `bool`, `int64`)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _per_env(shape: tuple[int, ...]) -> str:
+    """A state entry's shape with its env axis named: `(n_envs, 64, 1, 64)`."""
+    return "(" + ", ".join(["n_envs", *map(str, shape)]) + ")"
+
+
 def default_features_extractor(observation_space: spaces.Space, normalize_images: bool
                                ) -> type[BaseFeaturesExtractor]:
     """The features extractor SB3's policies give `observation_space`: `CombinedExtractor` for a Dict,
@@ -545,8 +555,44 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         if not isinstance(state, Mapping) or not all(isinstance(entries, Mapping) for entries in state.values()):
             raise ValueError(f"state={short(repr(state))}: expected None (new episodes) or the state predict "
                              "returned: a dict of each backbone's dict of arrays")
+        if (problem := self._state_problem(state)) is not None:
+            raise ValueError(f"state{problem}; pass the state this policy's predict returned (or None to start)")
         return PolicyState(**{name: Window.from_dict({k: self._as_tensor(v) for k, v in entries.items()})
                               for name, entries in state.items()})
+
+    def _state_problem(self, state: Mapping[str, Mapping[str, Any]]) -> str | None:
+        """Where `state` is not one this policy's `predict` returns (other backbones or entries, another shape per
+        env or dtype, a NaN or an infinity), or `None`; the key/value caches are optional."""
+        expected = self._state_spec()
+        if set(state) != set(expected):
+            return f" holds the backbones {sorted(state)}; this policy's are {sorted(expected)}"
+        for name, entries in expected.items():
+            given = state[name]
+            if missing := sorted(set(entries) - set(given)):
+                return f"[{name!r}] lacks {', '.join(map(repr, missing))}"
+            for key, value in given.items():
+                where = f"[{name!r}][{key!r}]"
+                if key.startswith("cache_"):
+                    continue
+                if key not in entries:
+                    return f"{where} is not an entry of this policy's state ({', '.join(entries)})"
+                shape, dtype = tuple(getattr(value, "shape", ())[1:]), _dtype_name(getattr(value, "dtype", None))
+                if (shape, dtype) != entries[key]:
+                    return (f"{where} has shape {_per_env(shape)} and dtype {dtype}; this policy's is "
+                            f"{_per_env(entries[key][0])}, {entries[key][1]}")
+                finite = torch.isfinite(value).all() if isinstance(value, Tensor) else np.isfinite(value).all()
+                if dtype.startswith("float") and not finite:
+                    return f"{where} holds a NaN or an infinity"
+        return None
+
+    def _state_spec(self) -> dict[str, dict[str, tuple[tuple[int, ...], str]]]:
+        """Each backbone's state entries (caches aside) as their shape per env and dtype, computed once."""
+        if getattr(self, "_spec", None) is None:
+            with torch.inference_mode():
+                self._spec = {name: {key: (tuple(value.shape[1:]), _dtype_name(value.dtype))
+                                     for key, value in s.as_dict().items() if not key.startswith("cache_")}
+                              for name, s in self.initial_state(1).backbones().items()}
+        return self._spec
 
     def _as_tensor(self, value: np.ndarray | Tensor) -> Tensor:
         """A state entry at SB3's `predict` boundary as a tensor on the policy's device (NumPy memory shared)."""

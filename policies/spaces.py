@@ -65,23 +65,56 @@ def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) ->
 
 
 def observation_problem(observation: object, space: spaces.Space) -> str | None:
-    """What makes `observation` (one env's or a batch's, as `predict` takes it) unusable for `space`: an array
-    given for a Dict space or a dict for an array space, non-numeric values, or a NaN or infinity; `None` if none."""
+    """What makes `observation` (one env's or a batch's, as `predict` takes it) unusable for `space`, or `None`:
+    an array for a Dict space or a dict for an array space, other keys than the space's, parts of different
+    batch sizes, non-numeric values, a NaN or an infinity (also one a float32 space would make of a float64),
+    or a value outside a Discrete, MultiDiscrete or MultiBinary space."""
     if isinstance(space, spaces.Dict) != isinstance(observation, dict):
         given = "a dict" if isinstance(observation, dict) else f"a {type(observation).__name__}"
         wanted = "a dict with the keys " + ", ".join(space.spaces) if isinstance(space, spaces.Dict) else "an array"
         return f"is {given}; expected {wanted} for the observation space {_named(space)}"
-    parts = observation.items() if isinstance(observation, dict) else [(None, observation)]
-    for key, value in parts:
-        where = "" if key is None else f"[{key!r}]"
+    if isinstance(space, spaces.Dict):
+        assert isinstance(observation, dict)
+        if set(observation) != set(space.spaces):
+            return (f"has the keys {', '.join(map(str, observation)) or '(none)'}; expected "
+                    f"{', '.join(space.spaces)}")
+        parts = [(f"[{key!r}]", observation[key], space.spaces[key]) for key in space.spaces]
+    else:
+        parts = [("", observation, space)]
+    batches = set()
+    for where, value, part in parts:
         array = np.asarray(value)
-        if array.dtype.kind not in "biuf":
-            return f"{where} has dtype {array.dtype}; expected numbers for {_named(space)}".lstrip()
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
-            return f"{where} holds a NaN or an infinity; expected finite numbers".lstrip()
+        if (problem := _value_problem(array, part)) is not None:
+            return f"{where} {problem}".lstrip()
+        batches.add(array.size // max(1, int(np.prod(part.shape))))
+    if len(batches) > 1:
+        return f"holds parts of different batch sizes, {sorted(batches)}; expected one observation per env in each"
+    return None
+
+
+def _value_problem(array: np.ndarray, space: spaces.Space) -> str | None:
+    if array.dtype.kind not in "biuf":
+        return f"has dtype {array.dtype}; expected numbers for {_named(space)}"
+    if array.dtype.kind == "f":
+        limit = np.finfo(space.dtype).max if isinstance(space, spaces.Box) and space.dtype.kind == "f" else np.inf
+        if not (np.isfinite(array) & (np.abs(array) <= limit)).all():
+            return f"holds a NaN or an infinity (or a value {space.dtype} cannot hold); expected finite numbers"
+    bounds = {spaces.Discrete: lambda: (space.n, f"whole numbers in [0, {space.n})"),
+              spaces.MultiDiscrete: lambda: (space.nvec, f"whole numbers in [0, nvec) per entry, nvec {space.nvec}"),
+              spaces.MultiBinary: lambda: (2, "0 or 1")}
+    if type(space) in bounds:
+        high, wanted = bounds[type(space)]()
+        try:
+            inside = (array == np.round(array)) & (array >= 0) & (array < high)
+        except ValueError:  # a shape that does not broadcast: SB3 names the shape
+            return None
+        if not inside.all():
+            return f"holds values outside {_named(space)}; expected {wanted}"
     return None
 
 
 def _named(space: spaces.Space) -> str:
     """`space` in a few words: its class and shape."""
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+        return short(str(space))
     return f"{type(space).__name__} of shape {space.shape}" if space.shape is not None else type(space).__name__

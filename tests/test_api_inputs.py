@@ -353,3 +353,62 @@ def test_learn_names_a_nan_reward_as_the_envs_not_as_a_non_finite_loss(algo):
     model = algo("MemoryPolicy", DummyVecEnv([NaNReward, NaNReward]), **LEARNER)
     with pytest.raises(NonFiniteError, match=r"^non-finite reward \(nan\) from the env at timestep 2 \(envs \[0, 1\]"):
         model.learn(32)
+
+
+class Observing(gym.Env):
+    """An env of the observation space `space` (one-step episodes, two actions)."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, space: gym.spaces.Space) -> None:
+        self.observation_space = space
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, True, False, {}
+
+
+DICT = gym.spaces.Dict({"a": gym.spaces.Box(0.0, 1.0, (2,), np.float32), "b": gym.spaces.Discrete(3)})
+
+
+@pytest.mark.parametrize(("space", "observation", "message"), [
+    (gym.spaces.Discrete(5), 5, r"holds values outside Discrete\(5\); expected whole numbers in \[0, 5\)"),
+    (gym.spaces.Discrete(5), -1, r"outside Discrete\(5\)"),
+    (gym.spaces.Discrete(5), 2.5, r"outside Discrete\(5\)"),
+    (gym.spaces.MultiBinary(3), np.array([0.5, 0, 1]), r"outside MultiBinary\(3\); expected 0 or 1"),
+    (gym.spaces.MultiDiscrete([3, 4]), np.array([1, 4]), r"outside MultiDiscrete\(\[3 4\]\)"),
+    (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), np.full(2, 1e300), r"a value float32 cannot hold"),
+    (DICT, {"a": np.zeros(2, np.float32)}, r"has the keys a; expected a, b"),
+    (DICT, {"a": np.zeros(2, np.float32), "b": 7}, r"\['b'\] holds values outside Discrete\(3\)"),
+    (DICT, {"a": np.zeros((2, 2), np.float32), "b": np.array([1, 2, 0])}, r"parts of different batch sizes, \[2, 3\]"),
+])
+def test_predict_names_an_observation_outside_its_space(space, observation, message):
+    model = MemoryPPO("MemoryPolicy", Observing(space), n_steps=16, batch_size=16, segment_length=4,
+                      policy_kwargs={"backbone": "gru"})
+    with pytest.raises(ValueError, match=rf"^observation (.* )?{message}"):
+        model.predict(observation)
+
+
+def test_predict_refuses_a_state_this_policy_did_not_return():
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    gru, mamba = (MemoryPPO("MemoryPolicy", env, **LEARNER | {"policy_kwargs": {"backbone": backbone}})
+                  for backbone in ("gru", "mamba"))
+    observation = env.reset()
+    state = gru.predict(observation)[1]
+    assert gru.predict(observation, state=state)[0].shape == (2,)
+    doubled = {name: {key: value.astype(np.float64) if value.dtype == np.float32 else value
+                      for key, value in entries.items()} for name, entries in state.items()}
+    poisoned = {name: {key: np.full_like(value, np.nan) if value.dtype == np.float32 else value
+                       for key, value in entries.items()} for name, entries in state.items()}
+    for model, given, message in [
+        (mamba, state, r"^state\['pi'\]\['memory'\] has shape \(n_envs, 1, 1, 1, 128\) and dtype float32; this "
+                       r"policy's is \(n_envs, 1, 1, 2432\), float32; pass the state this policy's predict returned"),
+        (gru, {"pi": {}}, r"^state\['pi'\] lacks 'memory', 'valid'"),
+        (gru, doubled, r"dtype float64; this policy's is .*float32"),
+        (gru, poisoned, r"^state\['pi'\]\['memory'\] holds a NaN or an infinity"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            model.predict(observation, state=given)
