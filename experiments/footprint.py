@@ -77,6 +77,20 @@ def estimate(config: RunConfig, observation_space: spaces.Space, action_space: s
                      accelerator=frozenset({"memory windows", "model"}))
 
 
+def check_copies_fit(flag: str, n_copies: int, policy: torch.nn.Module, observation_space: spaces.Space,
+                     env_family: str, host: int | None = None) -> None:
+    """Refuse `n_copies` env copies played by `policy` (an evaluation) whose memory windows, observations and
+    envs exceed the available host memory: `ConfigError` naming `flag`, the value and the sizes."""
+    window = sum(t.numel() * t.element_size() for state in policy.initial_state(1).backbones().values()
+                 for t in state._asdict().values() if isinstance(t, Tensor))
+    per_copy = window + FLOAT * _obs_floats(observation_space) + ENV_COPY_BYTES[
+        "engram" if env_family == "engram" else "gymnasium"]
+    available = available_host_memory() if host is None else host
+    if n_copies * per_copy > available:
+        raise ConfigError(f"{flag}={n_copies}: {n_copies:,} env copies would need about {human(n_copies * per_copy)}"
+                          f" of RAM ({human(per_copy)} each) but {human(available)} is available; expected fewer")
+
+
 def _n_steps(config: RunConfig) -> int:
     return config.algo_options().get("n_steps", algo_defaults(config.algo)["n_steps"])
 

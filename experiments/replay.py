@@ -135,6 +135,9 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
         model = learners[learner].load(model_path, device=device)
     except Exception as error:  # pickle, torch and key errors alike: the file is no model engram loads
         raise unloadable(model_path, error) from error
+    if run is None:  # no config.yaml: the learner and the backbone are the model's own, not the defaults
+        config.algo = next(name for name, cls in ALGOS.items() if cls.__name__ == learner)
+        config.backbone = model.policy.backbone_name
     agent = SavedAgent(model, config, model_path, run if run is not None else model_path.parent)
     check_agent_env(agent)  # at load, as the commands check it: not first when the model predicts
     return agent

@@ -5,6 +5,7 @@ hyper-parameter entry), writes a new JSON each time, and records playable videos
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import imageio.v2 as imageio
@@ -142,6 +143,23 @@ def test_a_vmpo_run_is_loaded_with_vmpo(tmp_path, capsys):
     assert code == 0 and "(VMPO, mlp, 64 steps)" in out
     assert written(out)["deterministic"]["mean_return"] == json.loads((run / "summary.json").read_text())[
         "final_mean_return"]
+
+
+def test_a_lone_model_is_named_by_its_own_learner_and_backbone(tmp_path, capsys):
+    argv = [*TINY, "--algo", "vmpo", "--backbone", "gru", "-n", "64", "--eval-freq", "0", "--log-dir", str(tmp_path),
+            "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4"]
+    assert train_rl.main(argv) == 0
+    lone = tmp_path / "lone" / "m.zip"
+    lone.parent.mkdir()
+    shutil.copy(tmp_path / "TMaze-v0__vmpo-gru__0" / "model.zip", lone)
+    code, out, _ = evaluate([str(lone), "--env", "TMaze-v0", "--env-kwargs", "length=3", "--episodes", "2"], capsys)
+    assert code == 0 and "(VMPO, gru, 64 steps)" in out, out
+    assert written(out)["backbone"] == "gru" and written(out)["algo"] == "vmpo"
+
+
+def test_evaluate_refuses_more_env_copies_than_memory_holds(run, capsys):
+    code, _, err = evaluate([str(run), "--n-envs", "100000000", "--episodes", "1"], capsys)
+    assert code == 2 and err.startswith("error: --n-envs=100000000: 100,000,000 env copies would need about "), err
 
 
 def test_a_run_of_the_other_kind_is_named_with_the_command_that_reads_it(tmp_path, capsys):

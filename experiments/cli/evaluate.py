@@ -131,8 +131,10 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
+    from envs import env_family
     from experiments.config import ConfigError
     from experiments.evaluation import StalledEvaluationError
+    from experiments.footprint import check_copies_fit
     from experiments.replay import (
         POLICIES,
         check_agent_env,
@@ -157,6 +159,8 @@ def main(argv: list[str]) -> int:
         episodes = options.episodes or agent.config.n_eval_episodes
         seed = agent.eval_seed if options.seed is None else options.seed
         n_envs = options.n_envs or agent.config.n_eval_envs
+        check_copies_fit("--n-envs", n_envs, agent.model.policy, agent.model.observation_space,
+                         env_family(agent.config.env))
         policies = POLICIES[options.policy or "deterministic"]
         results = score(agent, episodes, seed, n_envs, policies)
     except (ConfigError, StalledEvaluationError, TypeError) as error:
