@@ -872,18 +872,24 @@ def make_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--segments", type=int, default=None, help="validation segments (default: eval_segments)")
     evaluate.add_argument("--knn-weight", type=real, nargs="+", default=[],
                           help="kNN-LM: also evaluate the mixture with these weights λ (Khandelwal et al. 2020)")
-    evaluate.add_argument("--knn-k", type=int, default=32, help="kNN-LM: neighbours retrieved per token")
-    evaluate.add_argument("--datastore-segments", type=int, default=256,
-                          help="kNN-LM: training segments whose (hidden state, next token) pairs fill the datastore")
+    evaluate.add_argument("--knn-k", type=int, default=None,
+                          help=f"kNN-LM and SPALM: neighbours retrieved per token (default: {EVAL_DEFAULTS['knn_k']}; "
+                               "needs --knn-weight or --spalm-steps)")
+    evaluate.add_argument("--datastore-segments", type=int, default=None,
+                          help="kNN-LM and SPALM: training segments whose (hidden state, next token) pairs fill the "
+                               f"datastore (default: {EVAL_DEFAULTS['datastore_segments']}; needs --knn-weight or "
+                               "--spalm-steps)")
     evaluate.add_argument("--spalm-steps", type=int, default=0,
                           help="SPALM: train its retrieval gate for this many training segments after the "
                                "datastore's (LM frozen), then evaluate it (Yogatama et al. 2021; uses --knn-k)")
     evaluate.add_argument("--spalm-lr", type=real, default=0.01, help="SPALM: the gate's Adam learning rate")
-    evaluate.add_argument("--spalm-lm-lr", type=real, default=0.0,
-                          help="SPALM: also fine-tune the LM with the gate at this learning rate (0: LM frozen)")
+    evaluate.add_argument("--spalm-lm-lr", type=real, default=None,
+                          help="SPALM: also fine-tune the LM with the gate at this learning rate (default: "
+                               f"{EVAL_DEFAULTS['spalm_lm_lr']}, LM frozen; needs --spalm-steps)")
     evaluate.add_argument("--exit-threshold", type=real, nargs="+", default=[],
                           help="depth-adaptive exits: also evaluate with a position leaving after the first layer "
-                               "whose prediction is this confident (Elbayad et al. 2020)")
+                               "whose most probable next token has at least this probability, in (0, 1] "
+                               "(Elbayad et al. 2020)")
     sample = commands.add_parser("sample", help="continue a prompt (byte-level data)")
     sample.add_argument("run", help="run directory")
     sample.add_argument("--prompt", default="def ", help="text to continue")
@@ -897,12 +903,20 @@ COMMAND_OPTIONS: dict[str, Rule] = {
     "memory_length": Items(COUNT, empty_ok=True), "segments": COUNT,
     "knn_weight": Items(Range(0.0, 1.0), empty_ok=True), "knn_k": COUNT, "datastore_segments": COUNT,
     "spalm_steps": Range(0, integer=True), "spalm_lr": Range(0.0, low_open=True), "spalm_lm_lr": NON_NEGATIVE,
-    "exit_threshold": Items(Range(), empty_ok=True),  # above 1: no position leaves early
+    "exit_threshold": Items(Range(0.0, 1.0, low_open=True, note="the probability of a layer's most probable next "
+                                                                "token at which a position leaves"), empty_ok=True),
     "n": COUNT, "temperature": Range(0.0, low_open=True), "prompt": Text(note="the text to continue"),
 }
 """the options of ``lm eval`` and ``lm sample`` with their rules"""
 FLAGS = {"run": "run", "n": "-n"}
 """the names the command line gives the options whose flag is not `--name-with-dashes`"""
+
+
+EVAL_DEFAULTS = {"knn_k": 32, "datastore_segments": 256, "spalm_lm_lr": 0.0}
+"""the values of the ``lm eval`` options that default to None on the command line, to tell given from not given"""
+NEEDS = {"knn_k": ("knn_weight", "spalm_steps"), "datastore_segments": ("knn_weight", "spalm_steps"),
+         "spalm_lm_lr": ("spalm_steps",)}
+"""the ``lm eval`` options that change nothing without one of these others"""
 
 
 def flag(name: str) -> str:
@@ -916,6 +930,19 @@ def check_command_options(args: argparse.Namespace) -> None:
     for name, rule in COMMAND_OPTIONS.items():
         if getattr(args, name, None) is not None:  # None: not given, or not an option of this command
             rule.check(flag(name), getattr(args, name))
+
+
+def resolve_eval_options(args: argparse.Namespace) -> None:
+    """Refuse (`ConfigError` naming the flag and the flags it needs) an ``lm eval`` option of `NEEDS` given
+    without any of the options it needs, then set those not given to `EVAL_DEFAULTS`."""
+    for name, needed in NEEDS.items():
+        if getattr(args, name) is not None and not any(getattr(args, other) for other in needed):
+            raise ConfigError(f"{flag(name)}={getattr(args, name)}: takes effect only with "
+                              f"{' or '.join(map(flag, needed))}; give {'one' if len(needed) > 1 else 'it'} too, "
+                              f"or drop {flag(name)}")
+    for name, default in EVAL_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 def check_eval_options(config: LMConfig, args: argparse.Namespace) -> None:
@@ -954,6 +981,7 @@ def main(argv: list[str]) -> int:
             summary = train_lm(build_lm_config(config_path(args.config, "lm"), args.param), args.resume, args.progress)
             print(json.dumps(summary, indent=2))
         elif args.command == "eval":
+            resolve_eval_options(args)
             check_eval_options(read_lm_run(Path(args.run)), args)
             for memory_length in args.memory_length or [None]:
                 config, model, bits = evaluate_run(Path(args.run), memory_length, args.segments)

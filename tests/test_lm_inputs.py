@@ -204,6 +204,33 @@ def test_eval_options_that_depend_on_the_run_are_refused_before_it_loads(copy_ru
     assert status == 2 and out == "" and message in one_line(err)
 
 
+@pytest.mark.parametrize("threshold", ["-1", "0", "1.5"])
+def test_an_exit_threshold_outside_0_1_is_refused_naming_the_flag(copy_run, capsys, nothing_loads, threshold):
+    """The threshold is the probability of a layer's most probable next token: at or below 0 every position
+    leaves after the first layer, above 1 none leaves early."""
+    status, out, err = lm(capsys, "eval", copy_run, "--exit-threshold", threshold)
+    assert status == 2 and out == ""
+    assert f"--exit-threshold[0]={float(threshold)}: expected a number in (0, 1]" in one_line(err)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--knn-k", "4"], "--knn-k=4: takes effect only with --knn-weight or --spalm-steps; give one too"),
+    (["--datastore-segments", "2"], "--datastore-segments=2: takes effect only with --knn-weight or --spalm-steps"),
+    (["--spalm-lm-lr", "0.001"], "--spalm-lm-lr=0.001: takes effect only with --spalm-steps; give it too"),
+    (["--knn-weight", "0.5", "--spalm-lm-lr", "0.001"], "--spalm-lm-lr=0.001: takes effect only with --spalm-steps"),
+])
+def test_an_eval_option_without_the_one_it_needs_is_refused_naming_both(copy_run, capsys, nothing_loads, options,
+                                                                          message):
+    status, out, err = lm(capsys, "eval", copy_run, *options)
+    assert status == 2 and out == "" and message in one_line(err)
+
+
+def test_eval_options_not_given_keep_their_defaults():
+    args = workbench.make_parser().parse_args(["eval", "run", "--knn-weight", "0.5"])
+    workbench.resolve_eval_options(args)
+    assert (args.knn_k, args.datastore_segments, args.spalm_lm_lr) == (32, 256, 0.0)
+
+
 def test_the_python_api_checks_k_against_the_datastore(copy_run):
     with pytest.raises(ConfigError, match=r"k=33: expected an integer in \[1, 32\]"):
         check_retrieval(read_lm_run(copy_run), 33, 2)

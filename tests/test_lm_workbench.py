@@ -138,18 +138,19 @@ def test_eval_with_a_memory_length_the_weights_depend_on_names_them(tmp_path, ca
 
 
 def test_eval_with_early_exits_reports_bits_and_layers(tmp_path, capsys):
-    """``intermediate_fade=false`` keeps training the exits; at confidence 2 no position leaves early and
-    the bits are the plain evaluation's, at 0 every position leaves after the first layer."""
+    """``intermediate_fade=false`` keeps training the exits; at confidence 1 no position of this barely trained
+    model leaves early and the bits are the plain evaluation's, at 1e-9 every position leaves after the first
+    layer."""
     config = copy_config(tmp_path, 16, steps=30, intermediate_weight=0.5, intermediate_fade=False,
                          **{"backbone_options.n_layers": 2})
     train_lm(config)
     assert train_rl.main(["lm", "eval", str(config.directory()), "--segments", "4",
-                          "--exit-threshold", "2", "0"]) == 0
+                          "--exit-threshold", "1", "1e-9"]) == 0
     lines = capsys.readouterr().out.splitlines()
     plain = lines[0].split(": ")[1].split(" bits")[0]
-    assert lines[1] == (f"memory_length 16, early exits at confidence 2.0: {plain} bits per token, "
+    assert lines[1] == (f"memory_length 16, early exits at confidence 1.0: {plain} bits per token, "
                         "2.00 of 2 layers per token")
-    assert lines[2].startswith("memory_length 16, early exits at confidence 0.0: ") and "1.00 of 2 layers" in lines[2]
+    assert lines[2].startswith("memory_length 16, early exits at confidence 1e-09: ") and "1.00 of 2 layers" in lines[2]
 
 
 def test_an_lm_run_has_the_run_cores_guarantees(tmp_path, monkeypatch):

@@ -147,6 +147,31 @@ def test_bad_space_exits_2_naming_it(space, message, tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("spec,message", [
+    ({"type": "int", "low": 1, "high": 8, "step": 2, "log": True},
+     "ppo.n_epochs: low=1, high=8, step=2, log=True: Optuna cannot sample this range: Samplers and other components "
+     "in Optuna only accept step is 1 when `log` argument is True"),
+    ({"type": "int", "low": 0, "high": 64, "log": True},
+     "ppo.n_epochs: low=0, high=64, log=True: Optuna cannot sample this range: `low >= 1` must hold for `log=True`"),
+    ({"type": "int", "low": 1, "high": 3, "step": 5},
+     "ppo.n_epochs: high=3, step=5: high - low must be a whole number of steps from low=1; valid high: 6"),
+    ({"type": "int", "low": 2, "high": 9, "step": 3},
+     "ppo.n_epochs: high=9, step=3: high - low must be a whole number of steps from low=2; valid high: 8 or 11"),
+])
+def test_a_range_optuna_cannot_sample_exits_2_before_the_study_is_made(spec, message, tmp_path, capsys):
+    path = write_space(tmp_path / "bad.yaml", {"ppo.n_epochs": spec})
+    assert train_rl.main(["tune", *TINY, "--log-dir", str(tmp_path / "runs"), "--name", "t", "--space", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and path in err[0] and message in err[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_range_of_the_shipped_spaces_builds_its_optuna_distribution():
+    for path in sorted(Path("configs/tune").glob("*.yaml")):
+        for param in load_space([path]).params:
+            param.distribution()
+
+
 class PruneAfter:
     """An Optuna trial stand-in that asks to prune once ``limit`` values have been reported."""
 

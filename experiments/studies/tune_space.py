@@ -10,8 +10,10 @@ sampler functions of rl-zoo3's `hyperparams_opt.py` written as data)::
     ppo.gae_lambda: {type: categorical, choices: [0.9, 0.95, 0.98, 0.99]}
 
 Types: `log_uniform` and `uniform` (floats in [low, high]), `int` (integers in [low, high], optional
-`step` or `log: true`) and `categorical` (one of `choices`). `template` turns the sampled value into
-the configured one (`"lin_{}"`: a learning rate that decays linearly from the sampled value).
+`step`, with high - low a whole number of steps, or `log: true`, with low >= 1) and `categorical` (one of
+`choices`). A range is refused unless Optuna can build its distribution as a trial samples it. `template`
+turns the sampled value into the configured one (`"lin_{}"`: a learning rate that decays linearly from the sampled
+value).
 
 Before any trial runs, every value a space can give (both ends of a range, every category) is checked against the
 rule of its setting, as the training command checks it (`experiments.validation.check_settings`): a space
@@ -23,6 +25,7 @@ them (`low: 1e-4`, a string to YAML 1.1, is the number 0.0001).
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,17 @@ class Param:
         else:
             value = trial.suggest_float(self.key, self.low, self.high, log=self.type == "log_uniform")
         return self.configured(value)
+
+    def distribution(self) -> Any:
+        """The Optuna distribution `suggest` samples from (`optuna.distributions`), built with the same arguments;
+        Optuna raises `ValueError` for a range it cannot sample. A categorical key has none (None)."""
+        from optuna.distributions import FloatDistribution, IntDistribution
+
+        if self.type == "categorical":
+            return None
+        if self.type == "int":
+            return IntDistribution(int(self.low), int(self.high), step=self.step, log=self.log)
+        return FloatDistribution(self.low, self.high, log=self.type == "log_uniform")
 
     def configured(self, value: Any) -> Any:
         """A sampled value as the configuration takes it."""
@@ -162,8 +176,22 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
         raise ConfigError(f"{where}: step={short(repr(step))}: expected a positive integer")
     if not isinstance(spec.get("log", False), bool):
         raise ConfigError(f"{where}: log={short(repr(spec['log']))}: expected true or false")
-    return Param(key, kind, float(low), float(high), step=step, log=bool(spec.get("log", False)), template=template,
-                 source=source)
+    param = Param(key, kind, float(low), float(high), step=step, log=bool(spec.get("log", False)), template=template,
+                  source=source)
+    try:
+        with warnings.catch_warnings():  # a step that does not divide the range: refused below, with a message
+            warnings.simplefilter("ignore")
+            param.distribution()
+    except ValueError as error:
+        fields = ", ".join(f"{name}={short(repr(spec[name]))}" for name in ("low", "high", "step", "log")
+                           if name in spec)
+        raise ConfigError(f"{where}: {fields}: Optuna cannot sample this range: {error}") from None
+    if kind == "int" and (int(high) - int(low)) % step:
+        steps = (int(high) - int(low)) // step
+        valid = [int(low) + n * step for n in (steps, steps + 1) if n > 0]
+        raise ConfigError(f"{where}: high={short(repr(spec['high']))}, step={step}: high - low must be a whole number "
+                          f"of steps from low={short(repr(spec['low']))}; valid high: {' or '.join(map(str, valid))}")
+    return param
 
 
 def _number(value: Any) -> Any:
