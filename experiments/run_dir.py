@@ -298,7 +298,8 @@ class RunDirectory:
     def claimed(self, resume: bool, refuse: Callable[[], None]) -> Iterator[None]:
         """Hold the lock while a run trains here. A new run (not `resume`) calls `refuse` once the lock is held,
         for a run another process started here meanwhile (refused, never removed); a directory this call
-        created is removed again when the run is refused (`ConfigError`) before it trains."""
+        created is removed again when the run is refused (`ConfigError`) before it trains, or when a write fails
+        (`OSError`: a full disk) before it holds anything but its lock."""
         existed = self.path.exists()
         try:
             with self.lock():
@@ -306,8 +307,8 @@ class RunDirectory:
                     existed = True
                     refuse()
                 yield
-        except ConfigError:
-            if not existed:
+        except (ConfigError, OSError) as error:
+            if not existed and (isinstance(error, ConfigError) or not self.holds_run()):
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
 

@@ -236,12 +236,27 @@ def test_evaluate_plot_and_report_on_read_only_and_full_disks(finished, tmp_path
         remount(disk, read_only=False)
         filler = fill(disk, leave=0)
         for argv, named in ((["plot", str(run), "--out", str(disk / "c.png"), "--reps", "20"], f"{disk}/c.png'"),
-                            (["report", str(disk), "--reps", "20"], f"'{disk}/")):
+                            (["report", str(disk), "--reps", "20"], f"'{disk}/"),
+                            (["report", str(disk), "--reps", "20", "--out", str(disk / "r")], f"'{disk}/r/")):
             code, err = cli(argv, capsys)
             assert code == 1, argv
             one_line(err, "error: cannot write ", named, ": [Errno 28] No space left on device")
             assert not temporary_files(disk)
+        assert not (disk / "r").exists()  # the report's own --out folder goes again when nothing fits in it
         filler.unlink()
+
+
+def test_a_new_run_on_a_full_disk_leaves_no_run_directory_behind(tmp_path, capsys):
+    with tmpfs(tmp_path / "disk") as disk:
+        (disk / "runs").mkdir()
+        filler = fill(disk, leave=0)
+        code, err = cli([*TINY, "--log-dir", str(disk / "runs")], capsys)
+        assert code == 1
+        one_line(err, "error: cannot write ", "[Errno 28] No space left on device")
+        assert not any((disk / "runs").iterdir())
+        filler.unlink()
+        code, err = cli([*TINY, "--log-dir", str(disk / "runs")], capsys)
+        assert code == 0, err
 
 
 def test_an_atomic_write_that_fails_keeps_the_old_file_names_the_real_one_and_leaves_no_temporary(tmp_path,

@@ -722,13 +722,19 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
                           + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
                           + f", which the report would write and did not write itself; {_NEVER_REPLACED} "
                           f"{_elsewhere(argument)}")
+    made = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.md"
-    for stale in before - set(figures):  # a task or backbone gone since: its figures go with it
-        (directory / stale).unlink(missing_ok=True)
-    write_atomic(path, text)  # first: every figure written below is one that the report.md on disk shows
-    for name, figure in figures.items():
-        save_figure(figure, directory / name)
+    try:
+        for stale in before - set(figures):  # a task or backbone gone since: its figures go with it
+            (directory / stale).unlink(missing_ok=True)
+        write_atomic(path, text)  # first: every figure written below is one that the report.md on disk shows
+        for name, figure in figures.items():
+            save_figure(figure, directory / name)
+    except OSError:
+        if made and not any(directory.iterdir()):  # a full disk: no empty directory left behind
+            directory.rmdir()
+        raise
     return path
 
 
