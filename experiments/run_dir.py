@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from envs.rules import ConfigError
-from experiments.atomic import atomic_path, write_atomic
+from experiments.atomic import atomic_path, write_atomic, write_error
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
 from experiments.strict_yaml import load as load_yaml_text
@@ -282,14 +282,20 @@ class RunDirectory:
         directory (`check_is_directory`)."""
         self.check_is_directory()
         self.path.mkdir(parents=True, exist_ok=True)
-        with (self / LOCK_FILE).open("a+") as handle:
+        path = self / LOCK_FILE
+        try:
+            handle = path.open("a+")
+        except OSError as error:
+            raise write_error(error, path) from error
+        with handle:
             busy = _busy(handle, self.path)
             if busy is not None:
                 raise busy
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{os.getpid()} {socket.gethostname()}\n")
-            handle.flush()
+            try:  # unbuffered: a failed write leaves nothing for `close` to flush again
+                os.ftruncate(handle.fileno(), 0)
+                os.write(handle.fileno(), f"{os.getpid()} {socket.gethostname()}\n".encode())
+            except OSError as error:
+                raise write_error(error, path) from error
             yield
 
     # -- a new run, or a resumed one ------------------------------------------------------------------------------

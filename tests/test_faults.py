@@ -246,16 +246,19 @@ def test_evaluate_plot_and_report_on_read_only_and_full_disks(finished, tmp_path
         filler.unlink()
 
 
-def test_a_new_run_on_a_full_disk_leaves_no_run_directory_behind(tmp_path, capsys):
-    with tmpfs(tmp_path / "disk") as disk:
+@pytest.mark.parametrize("command", [[*TINY], ["lm", "train", "-p", "steps=1"]])
+def test_a_new_run_on_a_full_disk_names_its_lock_and_leaves_no_run_directory_behind(command, tmp_path, capsys):
+    log_dir = [f"log_dir={tmp_path / 'disk' / 'runs'}"] if command[0] == "lm" else ["--log-dir",
+                                                                                    str(tmp_path / "disk" / "runs")]
+    with tmpfs(tmp_path / "disk", size="100m") as disk:
         (disk / "runs").mkdir()
         filler = fill(disk, leave=0)
-        code, err = cli([*TINY, "--log-dir", str(disk / "runs")], capsys)
+        code, err = cli([*command, *log_dir], capsys)
         assert code == 1
-        one_line(err, "error: cannot write ", "[Errno 28] No space left on device")
+        one_line(err, f"error: cannot write '{disk / 'runs'}/", "/run.lock': [Errno 28] No space left on device")
         assert not any((disk / "runs").iterdir())
         filler.unlink()
-        code, err = cli([*TINY, "--log-dir", str(disk / "runs")], capsys)
+        code, err = cli([*command, *log_dir], capsys)
         assert code == 0, err
 
 
