@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from torch import Tensor, nn
 
+from envs.rules import Range
 from policies.window import State, Window, advance_window, as_bool, as_windows, empty_window, reset_window
 
 Aux = dict[str, Tensor]
@@ -53,6 +54,8 @@ class MemoryBackbone(nn.Module, ABC):
         return next(self.parameters())
 
     def initial_state(self, n_envs: int) -> Window:
+        """The state of `n_envs` new episodes (`ConfigError` unless `n_envs` is an integer >= 0)."""
+        Range(0, integer=True).check("n_envs", n_envs)
         like = self._like()
         return empty_window(n_envs, self.memory_length, self.record_shape, device=like.device, dtype=like.dtype)
 

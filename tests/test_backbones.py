@@ -336,6 +336,15 @@ def test_casting_the_backbone_makes_its_caches_stale():
 
 
 @pytest.mark.parametrize("name", list(BACKBONES))
+def test_initial_state_names_an_n_envs_that_is_no_count(name):
+    backbone = build(name)
+    for n_envs in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match=rf"^n_envs={n_envs!r}: expected an integer >= 0$"):
+            backbone.initial_state(n_envs)
+    assert len(backbone.initial_state(0).valid) == 0
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
 def test_state_is_env_major_and_indexable(name):
     """A learner can slice and concatenate states per env without knowing the backbone."""
     backbone = build(name)
