@@ -345,9 +345,11 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             frames = traceback.extract_tb(error.__traceback__)
             if not any(frame.filename == inspect.getsourcefile(extractor) for frame in frames):
                 raise
-            raise ExtractorMismatchError(f"its observation space {short(str(self.observation_space))} does not fit the "
-                                    f"features extractor {extractor.__name__} ({one_line(error)}); choose another "
-                                    "features_extractor_class") from None
+            seen = " (an image as the policy sees it, channels first)" if is_image_space(
+                self.observation_space, check_channels=True, normalized_image=not self.normalize_images) else ""
+            raise ExtractorMismatchError(f"its observation space {short(str(self.observation_space))}{seen} does not "
+                                         f"fit the features extractor {extractor.__name__} ({one_line(error)}); choose "
+                                         "another features_extractor_class") from None
 
     def _build(self, lr_schedule: Schedule) -> None:
         super()._build(lr_schedule)

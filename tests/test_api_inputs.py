@@ -333,8 +333,9 @@ class SmallImage(gym.Env):
 
 @pytest.mark.parametrize("algo", [MemoryPPO, VMPO])
 def test_the_constructor_names_an_image_too_small_for_the_features_extractor(algo):
-    expected = (r"^its observation space Box\(0, 255, \(3, 7, 7\), uint8\) does not fit the features extractor "
-                r"NatureCNN \(.*\); choose another features_extractor_class$")
+    expected = (r"^its observation space Box\(0, 255, \(3, 7, 7\), uint8\) \(an image as the policy sees it, channels "
+                r"first\) does not fit the features extractor NatureCNN \(.*\); choose another "
+                r"features_extractor_class$")
     with pytest.raises(ValueError, match=expected):
         algo("MemoryPolicy", SmallImage(), **LEARNER | {"policy_kwargs": {"backbone": "gru"}})
 
