@@ -3,13 +3,13 @@ losses of the backbone, and the guard against non-finite losses, gradients and p
 
 from __future__ import annotations
 
-import errno
 import inspect
+import io
 import json
 import os
 import zipfile
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, Self
@@ -38,8 +38,9 @@ from agents.buffer import (
     MemoryRolloutBuffer,
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
+from envs.atomic import atomic_path, write_error
 from envs.conformance import api_problem
-from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, short, shown
+from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, one_line, short, shown
 from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
@@ -100,6 +101,68 @@ def _check_callback(callback: Any) -> None:
     if wrong:
         raise ConfigError(f"callback={short(repr(callback))}: expected None, an SB3 callback (a BaseCallback), a "
                           "function of (locals, globals) or a list of BaseCallbacks")
+
+
+RUN_MODEL = "model.zip"
+"""the model a run directory holds, which `load` loads when given the directory"""
+_MODEL_PATH = ("expected the path of a model save wrote (a .zip, or the name it was saved under) or a directory "
+               f"holding {RUN_MODEL}")
+
+
+class ModelNotFoundError(ConfigError, FileNotFoundError):
+    """No saved model where `load` looked: a `ConfigError`, and the `FileNotFoundError` SB3's `load` raises."""
+
+
+def model_file(path: Any, key: str = "path") -> Path:
+    """The saved model `path` names: a zip file (`.zip` added where missing, as SB3 adds it) or a directory holding
+    `model.zip`; `ConfigError` naming `key` for any other value (`ModelNotFoundError` where nothing is there)."""
+    name = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ConfigError(f"{key}={shown(path)}: {_MODEL_PATH}")
+    file = Path(name)
+    if file.is_dir():
+        file = file / RUN_MODEL
+        if not file.is_file():
+            raise ConfigError(f"{key}={name!r}: a directory holding no {RUN_MODEL}; {_MODEL_PATH}")
+    elif not file.exists():
+        file = Path(f"{name}.zip")
+        if not file.is_file():
+            raise ModelNotFoundError(f"{key}: no saved model there (nor with .zip added): {name!r}; {_MODEL_PATH}")
+    try:
+        data = _saved_data(file)
+    except zipfile.BadZipFile:
+        raise ConfigError(f"{key}={name!r}: not a zip file (or one cut short); {_MODEL_PATH}") from None
+    except ValueError:  # an entry that is not JSON
+        data = {}
+    if not data:
+        raise ConfigError(f"{key}={name!r}: a zip file without the 'data' entry save writes (JSON); {_MODEL_PATH}")
+    return file
+
+
+def _check_load_mappings(custom_objects: Any, kwargs: Mapping[str, Any]) -> None:
+    """`load`'s `custom_objects` and the `policy_kwargs` it or `kwargs` give are dicts; `ConfigError` naming them."""
+    if custom_objects is not None and not (isinstance(custom_objects, Mapping)
+                                           and all(isinstance(name, str) for name in custom_objects)):
+        raise ConfigError(f"custom_objects={shown(custom_objects)}: expected None or a dict of saved names (options "
+                          "such as learning_rate, SB3's objects such as lr_schedule) to the values to load instead")
+    for key, given in (("policy_kwargs", kwargs), ("custom_objects['policy_kwargs']", custom_objects or {})):
+        if "policy_kwargs" in given and not isinstance(given["policy_kwargs"], Mapping):
+            raise ConfigError(f"{key}={shown(given['policy_kwargs'])}: expected a dict of the policy's options")
+
+
+def _check_saved_policy_kwargs(file: Path, given: Mapping[str, Any], resolved: Mapping[str, Any],
+                               saved: Mapping[str, Any]) -> None:
+    """`ConfigError` where the `policy_kwargs` given to `load` (`resolved`: with every default) are not the `saved`
+    ones, naming each option that differs as given (or not given) and as saved."""
+    if resolved == saved:
+        return
+    missing = object()
+    differing = [name for name in dict.fromkeys([*resolved, *saved])
+                 if resolved.get(name, missing) != saved.get(name, missing)]
+    parts = ", ".join((f"{name}={shown(given[name])}" if name in given else f"{name} not given")
+                      + f" (stored: {shown(saved[name]) if name in saved else 'none'})" for name in differing)
+    raise ConfigError(f"policy_kwargs do not equal the stored policy kwargs of the model {str(file)!r}: {parts}; "
+                      "load builds the policy it was saved with, so leave policy_kwargs out (or give the stored ones)")
 
 
 def _saved_data(path: str | Path) -> dict[str, Any]:
@@ -184,6 +247,20 @@ def _check_env_spaces(env: gym.Env | VecEnv) -> None:
         check_spaces(env.observation_space, env.action_space)
     except ValueError as error:
         raise ConfigError(f"env: {error}") from None
+
+
+def _check_spaces_fit(env: VecEnv, observation_space: gym.Space, action_space: gym.Space, model: str) -> None:
+    """`ConfigError` naming the space of `env` that is not the one `model` was trained on (SB3's check of each
+    space alone: an image's channels may come first or last)."""
+    trained = {"observation": observation_space, "action": action_space}
+    for kind in trained:
+        spaces_given = {**{name: getattr(env, f"{name}_space") for name in trained}, kind: trained[kind]}
+        try:
+            check_for_correct_spaces(env, spaces_given["observation"], spaces_given["action"])
+        except ValueError:
+            given = " ".join(str(getattr(env, f"{kind}_space")).split())
+            raise ConfigError(f"env: its {kind} space {short(given)} is not the {kind} space {model} was trained "
+                              f"on, {short(' '.join(str(trained[kind]).split()))}") from None
 
 
 def _check_env_api(env: gym.Env, seed: int | None, spec: str | None = None) -> None:
@@ -360,50 +437,103 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ConfigError(f"env={shown(env)}: expected an env id, a gymnasium env or a VecEnv") from None
         if len(saved) < 2:
             return env  # SB3's load names what the file lacks
-        trained = {"observation": saved["observation_space"], "action": saved["action_space"]}
-        for kind in trained:  # SB3's check of each space alone (an image's channels may come first or last)
-            spaces_given = {**{name: getattr(wrapped, f"{name}_space") for name in trained}, kind: trained[kind]}
-            try:
-                check_for_correct_spaces(wrapped, spaces_given["observation"], spaces_given["action"])
-            except ValueError:
-                given = " ".join(str(getattr(wrapped, f"{kind}_space")).split())
-                raise ConfigError(f"env: its {kind} space {short(given)} is not the {kind} space the model "
-                                  f"{str(file)!r} was trained on, {short(' '.join(str(trained[kind]).split()))}"
-                                  ) from None
+        _check_spaces_fit(wrapped, saved["observation_space"], saved["action_space"], f"the model {str(file)!r}")
         return env
+
+    def set_env(self, env: Any, force_reset: bool = True) -> None:
+        """SB3's `set_env` (`env` also an env spec, made with this model's number of copies), refusing with
+        `ConfigError` what is no env, an env that breaks gymnasium's API, another number of copies than the
+        model's, or other spaces (SB3 asserts or raises a bare ValueError)."""
+        Flag().check("force_reset", force_reset)
+        if isinstance(env, str):
+            from envs import make_vec_env
+
+            env = make_vec_env(env, self.n_envs)
+        if not isinstance(env, gym.Env | VecEnv):
+            raise ConfigError(f"env={short(repr(env))}: expected an env id, a gymnasium env or a VecEnv")
+        if isinstance(env, gym.Env):
+            _check_env_api(env, None)
+        wrapped = self._wrap_env(env, verbose=0)
+        if wrapped.num_envs != self.n_envs:
+            raise ConfigError(f"env: {wrapped.num_envs} cop{'y' if wrapped.num_envs == 1 else 'ies'}; this model "
+                              f"steps {self.n_envs} (set_env keeps the number; {type(self).__name__}.load(path, env) "
+                              "takes another)")
+        _check_spaces_fit(wrapped, self.observation_space, self.action_space, "this model")
+        super().set_env(wrapped, force_reset)
+
+    def set_parameters(self, load_path_or_dict: Any, exact_match: bool = True, device: Any = "auto") -> None:
+        """SB3's `set_parameters` from a saved model (its path, as `load` takes it, or an open binary file) or a
+        dict as `get_parameters` gives it, refusing with `ConfigError` parameters that are not this policy's (SB3
+        raises torch's RuntimeError or a KeyError)."""
+        Flag().check("exact_match", exact_match)
+        Device().check("device", device)
+        given = short(repr(load_path_or_dict))
+        if not isinstance(load_path_or_dict, dict | io.BufferedIOBase):
+            load_path_or_dict = model_file(load_path_or_dict, "load_path_or_dict")
+            given = repr(str(load_path_or_dict))
+        try:
+            super().set_parameters(load_path_or_dict, exact_match, device)
+        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as error:
+            raise ConfigError(f"load_path_or_dict={given}: its parameters are not this "
+                              f"policy's ({short(one_line(error), 160)}); expected a model saved with this policy, or "
+                              "get_parameters()") from None
+
+    def save(self, path: Any, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
+        """SB3's `save`, written whole or not at all (`envs.atomic.atomic_path`): a save that fails (a full disk)
+        keeps the file it would replace and raises `WriteError` naming it. A path without a suffix gets `.zip`, and
+        missing folders are made, as in SB3; an open binary file is written as SB3 writes it."""
+        if isinstance(path, io.BufferedIOBase):
+            return super().save(path, exclude, include)
+        if not isinstance(path, str | os.PathLike) or not str(path):
+            raise ConfigError(f"path={shown(path)}: expected a file path or an open binary file")
+        file = Path(path) if Path(path).suffix else Path(path).with_suffix(".zip")
+        if file.is_dir() or str(path).endswith(os.sep):
+            raise ConfigError(f"path={str(path)!r}: is a directory; expected a file path (model.zip)")
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise write_error(error, file.parent) from error
+        with atomic_path(file) as tmp:
+            super().save(tmp, exclude, include)
+        return None
 
     @classmethod
     def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: dict[str, Any] | None = None,
-             *args: Any, **kwargs: Any) -> Any:
-        """SB3's `load`, refusing (`TypeError` naming both classes) a model saved by another learner, and
-        building the backbone with the options it was saved with (`policies.registry.saved_options`), whatever
-        today's defaults are. `policy_kwargs`, as SB3 allows, must be the policy's saved options; both are
-        compared with every default resolved (`MemoryActorCriticPolicy.resolve_kwargs`), so the options a
-        model was trained with are accepted as given then. `env` may be an env spec, as the constructor's; one whose
-        observation or action space is not the model's is refused here, naming the space (`_check_env_fits`)."""
+             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> Any:
+        """SB3's `load`, of the model `path` names (`model_file`: a saved `.zip`, or a run directory holding
+        `model.zip`; SB3's open binary file too), refusing (`ConfigError` naming both classes) a model saved by
+        another learner, and building the backbone with the options it was saved with
+        (`policies.registry.saved_options`), whatever today's defaults are. `policy_kwargs`, as SB3 allows, must be
+        the policy's saved options; both are compared with every default resolved
+        (`MemoryActorCriticPolicy.resolve_kwargs`), so the options a model was trained with are accepted as given
+        then. `env` may be an env spec, as the constructor's; one whose observation or action space is not the
+        model's is refused here, naming the space (`_check_env_fits`). A bad argument is a `ConfigError` naming it."""
         Device().check("device", device)
-        if isinstance(path, str | Path):
-            file = Path(path) if Path(path).exists() else Path(f"{path}.zip")  # SB3 adds .zip where missing
-            if not file.exists():
-                raise FileNotFoundError(errno.ENOENT, "no saved model there (nor with .zip added)", str(path))
-            if zipfile.is_zipfile(file):
-                saved = saved_learner(file)
-                if saved is not None and saved != cls.__name__:
-                    raise TypeError(f"{file} holds a {saved} model, which {cls.__name__}.load cannot load: "
-                                    f"use {saved}.load (agents.ALGOS maps --algo names to the learners)")
-                cls._check_loaded_options(file, custom_objects or {}, kwargs)
-                if env is not None:
-                    env = cls._check_env_fits(file, env)
-                custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
-                policy_class = saved_policy_class(file)
-                if "policy_kwargs" in kwargs and isinstance(policy_class, type) \
-                        and issubclass(policy_class, MemoryActorCriticPolicy):
-                    data = _saved_data(file)
-                    given = {**kwargs["policy_kwargs"],
-                             **{name: data[name] for name in cls.learner_policy_options if name in data}}
-                    kwargs["policy_kwargs"] = policy_class.resolve_kwargs(given)
-                    custom_objects["policy_kwargs"] = policy_class.resolve_kwargs(custom_objects["policy_kwargs"])
-        return super().load(path, env, device, custom_objects, *args, **kwargs)
+        Flag().check("print_system_info", print_system_info)
+        Flag().check("force_reset", force_reset)
+        _check_load_mappings(custom_objects, kwargs)
+        if not isinstance(path, io.BufferedIOBase):
+            file = model_file(path)
+            saved, policy_class = saved_learner(file), saved_policy_class(file)
+            if saved is not None and saved != cls.__name__:
+                raise ConfigError(f"path={os.fspath(path)!r}: holds a {saved} model, which {cls.__name__}.load "
+                                  f"cannot load: use {saved}.load (agents.ALGOS maps --algo names to the learners)")
+            if isinstance(policy_class, type) and not issubclass(policy_class, MemoryActorCriticPolicy):
+                raise ConfigError(f"path={os.fspath(path)!r}: holds a model of the policy {policy_class.__name__}, "
+                                  f"not a memory learner's (MemoryPolicy): load it with the learner that saved it")
+            cls._check_loaded_options(file, custom_objects or {}, kwargs)
+            if env is not None:
+                env = cls._check_env_fits(file, env)
+            custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
+            if "policy_kwargs" in kwargs and isinstance(policy_class, type):
+                data = _saved_data(file)
+                given = kwargs["policy_kwargs"]
+                kwargs["policy_kwargs"] = policy_class.resolve_kwargs(
+                    {**given, **{name: data[name] for name in cls.learner_policy_options if name in data}})
+                custom_objects["policy_kwargs"] = policy_class.resolve_kwargs(custom_objects["policy_kwargs"])
+                _check_saved_policy_kwargs(file, given, kwargs["policy_kwargs"], custom_objects["policy_kwargs"])
+            path = file
+        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
         """The policy class of an alias; an unknown alias (SB3's `MlpPolicy`, `CnnPolicy`, sb3-contrib's

@@ -8,7 +8,7 @@ trains on them).
 
 An env without a time limit ends an episode only in a terminal state; `endless_problem` plays each action of a
 `Discrete` action space over and over and names one under which no episode ends, as a policy that settles on one
-action would play it.
+action would play it. `check_render_mode` refuses a render mode the env does not list, which gymnasium only warns of.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from envs.rules import ConfigError, shown
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -46,6 +48,18 @@ def endless_problem(venv: VecEnv, steps: int = ENDING_STEPS) -> str | None:
         else:
             return f"repeating action {action} ended no episode within {steps:,} steps"
     return None
+
+
+def check_render_mode(mode: Any, modes: Any, key: str = "env_kwargs.render_mode") -> None:
+    """`ConfigError` naming `key` where `mode` is neither `None` nor one of `modes`, an env's
+    `metadata["render_modes"]` (`None` before the env is made: then only a mode that is no string is refused)."""
+    if mode is None or (modes is None and isinstance(mode, str)):
+        return
+    if modes is None:
+        raise ConfigError(f"{key}={shown(mode)}: expected one of the env's render modes (a string), or no render mode")
+    if mode not in modes:
+        raise ConfigError(f"{key}={shown(mode)}: expected one of the env's render modes, "
+                          f"{', '.join(map(str, modes)) or '(none)'} (or no render mode)")
 
 
 def shape_problem(space: gym.Space, value: Any, where: str = "observation") -> str | None:

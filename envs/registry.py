@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
 from envs.batched import BatchedTask, check_seed
-from envs.conformance import endless_problem
+from envs.conformance import check_render_mode, endless_problem
 from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
@@ -292,10 +293,18 @@ def _building(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[None]:
 def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
     """One env of the spec `env_id` (an engram task's single copy, an adapted MiniGrid or POPGym env, a gymnasium
     id or an entry point), wrapped by `env_wrapper` after importing `gym_packages`; `ConfigError` naming a bad
-    argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword)."""
+    argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword; a `render_mode` the env does not list,
+    `envs.conformance.check_render_mode`)."""
     family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
-    with _building(env_id, env_kwargs):
+    check_render_mode(env_kwargs.get("render_mode"), None)
+    with _building(env_id, env_kwargs), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "(?s).*render_mode.*not in the possible render_modes")  # refused below
         env = _make_one(env_id, family, env_kwargs)
+    try:
+        check_render_mode(env_kwargs.get("render_mode"), (env.metadata or {}).get("render_modes") or [])
+    except ConfigError:
+        env.close()
+        raise
     return apply_wrappers(env, wrappers)
 
 
@@ -339,7 +348,9 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     copy i is seeded with `copy_seeds(seed, n_envs)[i]` at the first reset (SB3 semantics; `venv.seed(s)`
     re-seeds at the next reset). `vec_env="torch"` gives the `TorchVecEnv` of an engram task on `device` (`auto`,
     `cpu`, `cuda`, `cuda:N`, a `torch.device`: one this machine has; its episodes kept by the env itself).
-    `ConfigError` naming the argument for a bad one, as `make_env`.
+    `ConfigError` naming the argument for a bad one, as `make_env`, and naming a gymnasium id without a time limit
+    whose episodes are not shown to end (`check_time_limit`) unless `max_episode_steps` or a `TimeLimit` wrapper
+    gives it one.
     """
     N_ENVS.check("n_envs", n_envs)
     check_seed(seed)
@@ -362,6 +373,11 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
             factory().close()  # a copy that fails fails here, named, rather than as a broken pipe to its process
         vectorise = SeededSubprocVecEnv if vec_env == "subproc" else SeededDummyVecEnv
         venv = vectorise([factory] * n_envs)
+        try:
+            check_time_limit(env_id, venv)  # the probe's resets take no seed: `seed` is set below
+        except ConfigError:
+            venv.close()
+            raise
     if seed is not None:
         venv.seed(seed)
     return EpisodeMonitor(venv)

@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from envs.atomic import WriteError
 from envs.rules import ConfigError, one_line
-from experiments.atomic import WriteError
 
 EXIT_FAULT = 1
 """a write failed for a reason of the machine (:data:`FAULTS`)"""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,9 +26,9 @@ import torch
 from gymnasium import spaces
 
 from agents import ALGOS, saved_learner
+from envs.atomic import write_new
 from envs.imports import cause
 from envs.rules import Device, short, shown
-from experiments.atomic import write_new
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
@@ -166,8 +168,6 @@ def scored_on(config: RunConfig, env: str, env_kwargs: dict[str, Any], algo: str
 def load_agent_with_env(options: Any, device: str) -> SavedAgent:
     """`load_agent` with a command's environment options (`experiments.cli.parser.add_env_options`); the
     hyper-parameter entry an `--env` starts from is named on one line (stderr)."""
-    import sys
-
     from experiments.config import parse_override, parse_value
     from experiments.hyperparams import applied_line
 
@@ -217,11 +217,28 @@ def env_action(action_space: Any, action: Any) -> Any:
     return int(action) if isinstance(action_space, spaces.Discrete) else action
 
 
+def has_display() -> bool:
+    """Whether a window can be opened: on macOS and Windows always, elsewhere where DISPLAY (X11) or
+    WAYLAND_DISPLAY names one."""
+    return sys.platform in ("darwin", "win32", "cygwin") or bool(os.environ.get("DISPLAY")
+                                                                 or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def headless_sdl() -> None:
+    """Without a display, SDL's dummy video and audio drivers (unless others are set) for the pygame that
+    gymnasium's envs draw frames with: SDL probes no window system, whose libraries print to stderr
+    (`error: XDG_RUNTIME_DIR is invalid or not set`)."""
+    if not has_display():
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+
+
 def open_player(agent: SavedAgent, render_mode: str, flag: str) -> Any:
     """One gymnasium copy of the agent's environment that renders in `render_mode` (a first frame is drawn to
     check it); `ConfigError` naming `flag` and the env when it cannot, before any episode is scored."""
     from envs import make_env
 
+    headless_sdl()
     config = agent.config
     try:
         env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
@@ -285,7 +302,7 @@ def result_record(agent: SavedAgent, results: dict[str, EvalResult], episodes: i
 def write_result(directory: Path, record: dict[str, Any], prefix: str = "evaluate") -> Path:
     """Write `record` to a new `{prefix}_<date>-<time>.json` in `directory` (`-2`, `-3`, ... where
     that name is taken: an earlier result is never overwritten, even by a process writing at the same time), whole
-    or not at all (`experiments.atomic.write_new`)."""
+    or not at all (`envs.atomic.write_new`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = json.dumps(record, indent=2)
     for n in itertools.count(1):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,12 +169,13 @@ class FolderName:
     note: str = ""
 
     def describe(self) -> str:
-        return ("a folder name (not empty, . or .., without '/' or '\\', at most 255 bytes)"
+        return ("a folder name (not empty, . or .., without '/', '\\' or control characters, at most 255 bytes)"
                 + (f" ({self.note})" if self.note else ""))
 
     def check(self, key: str, value: Any) -> None:
         if (not isinstance(value, str) or not value.strip() or value in (".", "..")
-                or any(c in value for c in "/\\\0") or len(os.fsencode(value)) > 255):
+                or any(c in "/\\" or unicodedata.category(c).startswith("C") for c in value)
+                or len(os.fsencode(value)) > 255):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
 
 

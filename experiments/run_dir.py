@@ -11,7 +11,7 @@ A run lives in `{log_dir}/{env}__{algo}-{backbone}__{seed}/`:
 - `MemoryPPO_1/` (the learner's name): tensorboard events;
 - `status.json`: what a study's worker writes around the run (`experiments.studies.runs`).
 
-Every file is written whole or not at all (`experiments.atomic`); each saved model holds its run's settings
+Every file is written whole or not at all (`envs.atomic`); each saved model holds its run's settings
 (`experiments.run_identity`). A run resumed from step `s` first drops every record after `s`
 (`RunDirectory.rewind`).
 """
@@ -35,8 +35,8 @@ from typing import Any
 
 import yaml
 
+from envs.atomic import atomic_path, write_atomic, write_error
 from envs.rules import ConfigError
-from experiments.atomic import atomic_path, write_atomic, write_error
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
 from experiments.strict_yaml import load as load_yaml_text
@@ -417,7 +417,7 @@ class RunDirectory:
     # -- writes, each whole or not at all -------------------------------------------------------------------------
 
     def write(self, name: str, text: str) -> None:
-        """Write the file `name` of the directory (`experiments.atomic.write_atomic`)."""
+        """Write the file `name` of the directory (`envs.atomic.write_atomic`)."""
         write_atomic(self / name, text)
 
     def write_config(self, settings: dict[str, Any]) -> None:
@@ -429,7 +429,7 @@ class RunDirectory:
 
     def save(self, name: str, write: Callable[[Path], None]) -> Path:
         """Write the file `name` (its folder made if needed) as `write(tmp)` writes `tmp`, whole or not at
-        all (`experiments.atomic.atomic_path`)."""
+        all (`envs.atomic.atomic_path`)."""
         path = self / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:

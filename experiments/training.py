@@ -17,9 +17,9 @@ from stable_baselines3.common.utils import get_device
 
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
+from envs.atomic import write_error
 from envs.imports import ImportPathError, load_object
 from envs.rules import VERBOSITY, Flag, one_line, short, shown
-from experiments.atomic import write_error
 from experiments.config import ConfigError, RunConfig, reread
 from experiments.evaluation import RunCallback, evaluate_both
 from experiments.model_files import damage
@@ -138,7 +138,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     returns the summary of a finished run and touches nothing, and otherwise continues from the newest checkpoint
     that loads (step 0 when none does), every record after it dropped first. The directory's lock is held
     throughout. `extra_callback` runs after the run's own at every step, and may stop it by returning False.
-    A write that fails raises `experiments.atomic.WriteError` naming the file (or the run directory).
+    A write that fails raises `envs.atomic.WriteError` naming the file (or the run directory).
 
     `config` is checked first as the command line checks it (`experiments.validation.validate`, after reading it
     back as a configuration file of its settings: `experiments.config.reread`), so a bad setting, made by hand in

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,7 @@ from agents.on_policy import check_batch_size
 from envs import env_family, make_env, make_vec_env
 from envs.conformance import api_problem
 from envs.imports import ImportPathError, cause, import_packages
-from envs.registry import check_kwargs, check_time_limit, keywords
+from envs.registry import check_kwargs, keywords
 from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, shown
 from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, algo_settings, coerce, plain, reread, section_defaults
@@ -205,13 +204,10 @@ def check_env(config: RunConfig) -> Any:
             if isinstance(number, float) and math.isnan(number):  # an env's own keywords have no range rule here
                 raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected a number, not NaN")
     try:
-        with warnings.catch_warnings():  # gymnasium's warning of an unknown render mode: refused below instead
-            warnings.simplefilter("ignore")
-            probe = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
-                             **config.env_kwargs)
+        probe = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
+                         **config.env_kwargs)  # a render mode the env does not list is refused there
         try:
             check_spaces(probe.observation_space, probe.action_space)  # before a VecEnv allocates for them
-            _check_render_mode(config.env_kwargs.get("render_mode"), probe.metadata.get("render_modes") or [])
             if (problem := api_problem(probe, config.seed)) is not None:  # before a VecEnv steps it in the run
                 raise ValueError(f"breaks gymnasium's API: {problem}")
         except ValueError as error:
@@ -232,13 +228,6 @@ def check_env(config: RunConfig) -> Any:
     except Exception as error:  # any failure of the env's own checks, named with the kwargs given
         given = " ".join(f"{k}={shown(v)}" for k, v in config.env_kwargs.items()) or "(no kwargs)"
         raise ConfigError(f"env={shown(config.env)} with env_kwargs {given} does not build ({cause(error)})") from None
-
-
-def _check_render_mode(mode: Any, modes: list[str]) -> None:
-    """Refuse a render mode the env does not list in its `metadata["render_modes"]`."""
-    if mode is not None and mode not in modes:
-        raise ConfigError(f"env_kwargs.render_mode={shown(mode)}: expected one of the env's render modes, "
-                          f"{', '.join(map(str, modes)) or '(none)'} (or null for none)")
 
 
 def _check_action_space(config: RunConfig, action_space: Any) -> None:
@@ -295,8 +284,7 @@ def _validate(config: RunConfig) -> None:
     Directory().check_writable("log_dir", config.log_dir)
     check_relations(config)
     env = check_env(config)
-    try:
-        check_time_limit(config.env, env)
+    try:  # make_vec_env has refused an id without a time limit whose episodes need not end
         _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.atomic import atomic_path
+from envs.atomic import atomic_path
 
 FORMATS = (".gif", ".mp4")
 MIN_SIDE = 128
@@ -48,7 +48,7 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> P
 
 
 def _save(images: list[np.ndarray], path: Path, fps: float) -> None:
-    """`images` to the video `path` (replaced), whole or not at all (`experiments.atomic.atomic_path`)."""
+    """`images` to the video `path` (replaced), whole or not at all (`envs.atomic.atomic_path`)."""
     import imageio.v2 as imageio
 
     with atomic_path(path) as tmp:

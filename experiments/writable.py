@@ -4,7 +4,7 @@ A command that writes a file the user names (`--out`, `--record`) checks first t
 directory that exists, or would be created inside one that exists, in which a file can be created now. A read-only
 file system, an immutable directory or a missing permission is then refused before an evaluation or a bootstrap
 runs, with the errno the system gave. The write itself may still fail later (a disk that fills meanwhile):
-`experiments.atomic` handles that.
+`envs.atomic` handles that.
 
 Such a file is new: one that is there already (the user's, an earlier command's) is refused (`check_new_file`)
 and never replaced, even when another process makes it while the command works (`write_new_file` links the
@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.atomic import WriteError, sync_directory, write_error
+from envs.atomic import WriteError, sync_directory, write_error
 from experiments.config import ConfigError
 from experiments.rules import PathName, check_name_lengths, creation_error, nearest_existing
 
@@ -73,7 +73,7 @@ def free_name(path: Path) -> Path:
 
 def write_new_file(path: Path, write: Callable[[Path], None]) -> None:
     """Write the new file `path` with `write(temporary path)` (a writer that writes whole or not at all:
-    `experiments.atomic.save_figure`, `experiments.video.write_video`), then link it into place, which never
+    `envs.atomic.save_figure`, `experiments.video.write_video`), then link it into place, which never
     replaces a file: `FileExistsError` when `path` exists by then. Other failures raise `WriteError` naming `path`;
     no temporary file is left."""
     path = Path(path)

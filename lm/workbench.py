@@ -46,7 +46,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
 from envs.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
-from experiments.cli.parser import OneLineParser, program, real
+from experiments.cli.parser import Distinct, OneLineParser, program, real
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
 from experiments.exits import advise_on_signal
@@ -861,16 +861,16 @@ def make_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a language model")
     train.add_argument("--config", "-c", help="YAML file of LM settings, or the name of a shipped one (python, "
                                               "configs/lm/python.yaml)")
-    train.add_argument("-p", "--param", nargs="+", default=[], metavar="KEY=VALUE",
+    train.add_argument("-p", "--param", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                        help="settings, e.g. backbone=gtrxl backbone_options.memory_length=64 steps=500")
     train.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     train.add_argument("--progress", action="store_true", help="show a progress bar")
     evaluate = commands.add_parser("eval", help="bits per token on the validation split")
     evaluate.add_argument("run", help="run directory")
-    evaluate.add_argument("--memory-length", type=int, nargs="+", default=[],
+    evaluate.add_argument("--memory-length", type=int, nargs="+", action=Distinct, default=[],
                           help="evaluate with these memory lengths (default: the training one)")
     evaluate.add_argument("--segments", type=int, default=None, help="validation segments (default: eval_segments)")
-    evaluate.add_argument("--knn-weight", type=real, nargs="+", default=[],
+    evaluate.add_argument("--knn-weight", type=real, nargs="+", action=Distinct, default=[],
                           help="kNN-LM: also evaluate the mixture with these weights λ (Khandelwal et al. 2020)")
     evaluate.add_argument("--knn-k", type=int, default=None,
                           help=f"kNN-LM and SPALM: neighbours retrieved per token (default: {EVAL_DEFAULTS['knn_k']}; "
@@ -886,7 +886,7 @@ def make_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--spalm-lm-lr", type=real, default=None,
                           help="SPALM: also fine-tune the LM with the gate at this learning rate (default: "
                                f"{EVAL_DEFAULTS['spalm_lm_lr']}, LM frozen; needs --spalm-steps)")
-    evaluate.add_argument("--exit-threshold", type=real, nargs="+", default=[],
+    evaluate.add_argument("--exit-threshold", type=real, nargs="+", action=Distinct, default=[],
                           help="depth-adaptive exits: also evaluate with a position leaving after the first layer "
                                "whose most probable next token has at least this probability, in (0, 1] "
                                "(Elbayad et al. 2020)")

@@ -17,6 +17,7 @@ import train_rl
 from envs.imports import import_packages
 from envs.registry import check_time_limit
 from envs.rules import ConfigError
+from envs.vec_env import SeededDummyVecEnv
 
 SMALL = ["-n", "32", "--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
          "--backbone", "mlp", "-p", "ppo.n_steps=16", "ppo.batch_size=32", "n_eval_envs=1"]
@@ -150,11 +151,12 @@ def test_a_copy_that_fails_in_a_subprocess_is_named_here() -> None:
 
 
 def test_a_gymnasium_id_without_a_time_limit_is_refused_unless_given_one() -> None:
-    unlimited = envs.make_vec_env("CliffWalking-v1", 2, 0)
-    with pytest.raises(ConfigError, match=r"^env='CliffWalking-v1' has no time limit .* set one with env_kwargs "
-                                          r"max_episode_steps=N \(--env-kwargs max_episode_steps=N\) or a "
-                                          r"gymnasium.wrappers.TimeLimit env_wrapper$"):
-        check_time_limit("CliffWalking-v1", unlimited)
+    message = (r"^env='CliffWalking-v1' has no time limit .* set one with env_kwargs max_episode_steps=N "
+               r"\(--env-kwargs max_episode_steps=N\) or a gymnasium.wrappers.TimeLimit env_wrapper$")
+    with pytest.raises(ConfigError, match=message):
+        envs.make_vec_env("CliffWalking-v1", 2, 0)
+    with pytest.raises(ConfigError, match=message):
+        check_time_limit("CliffWalking-v1", SeededDummyVecEnv([lambda: gym.make("CliffWalking-v1")] * 2))
     check_time_limit("CliffWalking-v1", envs.make_vec_env("CliffWalking-v1", 2, 0, max_episode_steps=50))
     wrapped = envs.make_vec_env("CliffWalking-v1", 1, env_wrapper={"gymnasium.wrappers.TimeLimit":
                                                                    {"max_episode_steps": 9}})

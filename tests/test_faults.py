@@ -29,7 +29,8 @@ import pytest
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 import train_rl
-from experiments import atomic, evaluation
+from envs import atomic
+from experiments import evaluation
 from experiments.exits import Received, advise_on_signal, run_command, signals_raised
 
 REPO = Path(__file__).resolve().parents[1]
@@ -315,7 +316,7 @@ def _signal_at(moment: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> Non
         save = BaseAlgorithm.save
 
         def breaking(self: BaseAlgorithm, path: str, *args: object, **kwargs: object) -> None:
-            if sent or not Path(path).name.startswith(".model_"):
+            if sent or ".model_" not in Path(path).name:
                 return save(self, path, *args, **kwargs)
             try:
                 send()
@@ -325,8 +326,8 @@ def _signal_at(moment: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> Non
 
         monkeypatch.setattr(BaseAlgorithm, "save", breaking)
     else:  # the tmp file is whole, not yet renamed
-        wrap(BaseAlgorithm, "save", before=False, when=lambda self, path, *a, **k: Path(path).name.startswith(
-            ".model_" if moment == "checkpoint" else ".model.tmp"))
+        wrap(BaseAlgorithm, "save", before=False, when=lambda self, path, *a, **k: (
+            ".model_" if moment == "checkpoint" else ".model.tmp") in Path(path).name)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -410,7 +411,7 @@ def test_a_real_process_signalled_while_it_trains_exits_130_or_143_and_resumes(s
 def test_a_writer_that_fails_in_its_own_words_on_a_full_disk_is_named_as_a_write_fault(tmp_path, monkeypatch):
     """torch.save reports a full disk as `RuntimeError: unexpected pos`: `atomic_path` probes the folder and raises
     the machine's errno naming the file; when the folder takes a write, the writer's own error stands."""
-    import experiments.atomic as atomic
+    import envs.atomic as atomic
 
     def failing(tmp: Path) -> None:
         tmp.write_bytes(b"partial")
@@ -442,3 +443,23 @@ def test_every_resumable_command_says_how_to_resume_when_a_signal_ends_it(comman
     code, err = cli([word.replace("OUT", str(tmp_path)) for word in command], capsys)
     assert code == 143
     one_line(err, f"terminated (SIGTERM); {advice}")
+
+
+def test_a_model_save_on_a_full_disk_keeps_the_model_it_would_replace(tmp_path):
+    """``model.save`` over an earlier model, on a disk too full for the new one: ``WriteError`` naming the file, and
+    the earlier model still loads (SB3's own save truncates the file first and loses both)."""
+    from agents import MemoryPPO
+
+    small = MemoryPPO("MemoryPolicy", "CartPole-v1", n_steps=16, policy_kwargs={"backbone": "gru"})
+    large = MemoryPPO("MemoryPolicy", "CartPole-v1", n_steps=16,
+                      policy_kwargs={"backbone": "gru", "backbone_kwargs": {"hidden_size": 512}})
+    with tmpfs(tmp_path / "disk") as disk:
+        small.save(disk / "model")
+        kept = (disk / "model.zip").read_bytes()
+        filler = fill(disk, leave=0)
+        with pytest.raises(atomic.WriteError, match=f"cannot write '{disk / 'model.zip'}': .Errno 28."):
+            large.save(disk / "model")
+        assert (disk / "model.zip").read_bytes() == kept and not temporary_files(disk)
+        filler.unlink()
+        loaded = MemoryPPO.load(disk / "model.zip")
+        assert loaded.policy_kwargs["backbone_kwargs"] == small.policy_kwargs["backbone_kwargs"]

@@ -59,7 +59,8 @@ def test_a_recurrent_backbone_gets_saliency_alone(runs, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--episodes", "0"], "--episodes=0: expected an integer >= 1"),
     (["--max-steps", "-1"], "--max-steps=-1: expected an integer >= 1"),
-    (["--seed", "-5"], "--seed=-5: expected an integer in [0, 4294967295]"),
+    (["--seed", "-5"], "--seed=-5: expected an integer in [0, 4294967292] (episode i is seeded seed + i, at most "
+                        "2**32 - 1, with --episodes 4)"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, runs, capsys):
     code, _, err = inspect([str(runs / "TMaze-v0__ppo-gtrxl__0"), *argv], capsys)

@@ -155,9 +155,9 @@ def test_eval_with_early_exits_reports_bits_and_layers(tmp_path, capsys):
 
 def test_an_lm_run_has_the_run_cores_guarantees(tmp_path, monkeypatch):
     """The LM run directory is the run core's: a second writer is refused while the lock is held, every file is
-    written through :mod:`experiments.atomic` (fsync, then rename; mutation caught: a bare ``torch.save`` or
+    written through :mod:`envs.atomic` (fsync, then rename; mutation caught: a bare ``torch.save`` or
     ``write_text``), and a new run never overwrites one (mutation caught: no refusal)."""
-    from experiments import atomic
+    from envs import atomic
     from experiments.run_dir import RunDirectory
 
     config = copy_config(tmp_path, 4, steps=4)

@@ -14,7 +14,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from experiments.atomic import write_atomic
+from envs.atomic import write_atomic
 from experiments.run_dir import EVAL_COLUMNS, LOCK_FILE, EvalLog, RunBusyError, RunDirectory, rewind_tensorboard
 from experiments.studies.report import build_report
 

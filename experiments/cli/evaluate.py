@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, add_env_options, program, real
+from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, real
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -37,15 +37,17 @@ def make_parser() -> argparse.ArgumentParser:
                        ("both", "the deterministic policy, then the stochastic one")):
         policy.add_argument(f"--{name}", dest="policy", action="store_const", const=name, help=text)
     add_env_options(parser, "score on")
-    parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions "
-                                                 "(default: the run's evaluation seed, its seed + 10000)")
+    parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions, and of "
+                                                 "the episodes --render and --record play (the i-th: seed + i), at "
+                                                 "most 2**32 - K with --record-episodes K (default: the run's "
+                                                 "evaluation seed, its seed + 10000)")
     parser.add_argument("--n-envs", type=int, help="parallel environment copies (default: the run's n_eval_envs)")
     parser.add_argument("--device", default="auto", help="torch device (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads, 0: every core (default: %(default)s)")
     parser.add_argument("--render", action="store_true",
-                        help="show episodes as they are played: in the env's window (render mode human), else as its "
-                             "text (ansi; engram's tasks)")
+                        help="show episodes as they are played: in the env's window (render mode human) where a "
+                             "display is, else as its text (ansi; engram's tasks)")
     parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4: a new "
                                                          "file (an existing one is refused, never overwritten)")
     parser.add_argument("--record-episodes", type=int, default=1,
@@ -57,7 +59,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def _check(options: argparse.Namespace) -> None:
     """Exit status 2, naming the flag and what is valid, for counts below one, more threads than cores, a frame rate
-    that is not a positive number, a device this machine lacks, an unknown video format, a video path that is empty,
+    that is not a positive number, a device this machine lacks, a seed past numpy's for an episode shown
+    (`first_seed`), an unknown video format, a video path that is empty,
     cannot be written or exists already, and environment options that are not valid (`check_env_options`)."""
     from envs.rules import Device, Range
     from experiments.cli.parser import check_env_options
@@ -73,13 +76,18 @@ def _check(options: argparse.Namespace) -> None:
         raise ValueError(f"--fps={options.fps}: expected a positive number of frames per second")
     Device().check("--device", options.device)
     if options.seed is not None:
-        Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
+        first_seed(options.seed, 0, shown_episodes(options), "--record-episodes")
     if options.record is not None:
         PathName().check("--record", options.record)  # before its format: the empty path names no file
         check_video_path(options.record)
         check_output("--record", options.record)
         check_new_file("--record", options.record)
     check_env_options(options)
+
+
+def shown_episodes(options: argparse.Namespace) -> int:
+    """The episodes `--render` and `--record` play, seeded `seed + i` (none played: one seed, the scoring's)."""
+    return options.record_episodes if options.render or options.record else 1
 
 
 def _summary_line(policy: str, result: Any) -> str:
@@ -93,10 +101,12 @@ SHOWN_MODES = ("human", "ansi")
 
 
 def render_mode(agent: Any) -> str:
-    """`--render`'s mode: the first of `SHOWN_MODES` among the env's render modes (`metadata["render_modes"]`);
-    `ConfigError` naming `--render` and the env's modes when it lists neither."""
+    """`--render`'s mode: the first of `SHOWN_MODES` among the env's render modes (`metadata["render_modes"]`),
+    `human` only where a display is (`experiments.replay.has_display`); `ConfigError` naming `--render`, the env
+    and its modes when none fits."""
     from envs import make_env
     from envs.rules import ConfigError, shown
+    from experiments.replay import has_display
 
     config = agent.config
     env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages, **config.env_kwargs)
@@ -105,8 +115,11 @@ def render_mode(agent: Any) -> str:
     finally:
         env.close()
     for mode in SHOWN_MODES:
-        if mode in modes:
+        if mode in modes and (mode != "human" or has_display()):
             return mode
+    if "human" in modes:
+        raise ConfigError(f"--render: no display to open a window on (DISPLAY and WAYLAND_DISPLAY are unset) and "
+                          f"env={shown(config.env)} has no text (ansi) mode; use --record FILE.gif")
     listed = ", ".join(map(str, modes)) or "(none)"
     raise ConfigError(f"--render: env={shown(config.env)} has the render modes {listed}; expected one of "
                       f"{', '.join(SHOWN_MODES)} (--record records rgb_array)")
@@ -154,10 +167,10 @@ def main(argv: list[str]) -> int:
         agent = load_agent_with_env(options, options.device)
         check_agent_env(agent)
         check_directory(agent.directory)  # where the result goes: a fault found before the episodes are played
+        seed = first_seed(options.seed, agent.eval_seed, shown_episodes(options), "--record-episodes")
         players = {flag: open_player(agent, mode(agent), f"--{flag}") for flag, mode in (
             ("render", render_mode), ("record", lambda _: "rgb_array")) if getattr(options, flag)}
         episodes = options.episodes or agent.config.n_eval_episodes
-        seed = agent.eval_seed if options.seed is None else options.seed
         n_envs = options.n_envs or agent.config.n_eval_envs
         check_copies_fit("--n-envs", n_envs, agent.model.policy, agent.model.observation_space,
                          env_family(agent.config.env))

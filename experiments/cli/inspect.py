@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.cli.parser import OneLineParser, add_env_options, program
+from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -38,8 +38,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", "-n", type=int, default=4, help="episodes to play (default: %(default)s)")
     parser.add_argument("--out", "-o", help="a new or empty directory to write to (default: RUN_DIR/inspect, or "
                                             "inspect-2, inspect-3, ... when an earlier inspect holds it)")
-    parser.add_argument("--seed", type=int, help="seed of the first episode, the next ones counting up (default: "
-                                                 "the run's evaluation seed, its seed + 10000)")
+    parser.add_argument("--seed", type=int, help="seed of the first episode, the next ones counting up, at most "
+                                                 "2**32 - N with --episodes N (default: the run's evaluation seed, "
+                                                 "its seed + 10000)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the most probable")
     parser.add_argument("--max-steps", type=int, default=500,
                         help="steps an episode is cut at (the saliency map grows as its square; default: %(default)s)")
@@ -50,9 +51,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check(options: argparse.Namespace) -> None:
-    """`ConfigError` naming the flag for a count below one, more threads than cores, a seed numpy refuses, an
-    output directory that is empty, cannot be written or holds files, and environment options that are not valid
-    (`check_env_options`)."""
+    """`ConfigError` naming the flag for a count below one, more threads than cores, a seed numpy refuses for an
+    episode (`first_seed`), an output directory that is empty, cannot be written or holds files, and environment
+    options that are not valid (`check_env_options`)."""
     from envs.rules import Range
     from experiments.cli.parser import check_env_options
     from experiments.config import ConfigError
@@ -63,7 +64,7 @@ def _check(options: argparse.Namespace) -> None:
     for flag in ("episodes", "max_steps"):
         Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
     if options.seed is not None:
-        Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)
+        first_seed(options.seed, 0, options.episodes, "--episodes")
     if options.out is not None:
         check_output("--out", options.out, directory=True)
         out = Path(options.out)
@@ -187,7 +188,7 @@ def attention_figure(maps: list[Any], marked: list[int], title: str) -> Any:
 
 def inspect_episode(agent: Any, episode: dict[str, Any], index: int, out: Path) -> dict[str, Any]:
     """The maps of one played episode: figures written to `out`, and the record for `inspect.json`."""
-    from experiments.atomic import save_figure
+    from envs.atomic import save_figure
     from experiments.saliency import episode_attention, recall_distance, saliency
 
     policy, name = agent.model.policy, agent.config.backbone
@@ -248,7 +249,7 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
-    from experiments.atomic import new_directory, write_atomic
+    from envs.atomic import new_directory, write_atomic
     from experiments.replay import check_agent_env, load_agent_with_env
     from experiments.training import torch_threads
 
@@ -256,13 +257,13 @@ def main(argv: list[str]) -> int:
     try:
         agent = load_agent_with_env(options, "cpu")
         check_agent_env(agent)
+        seed = first_seed(options.seed, agent.eval_seed, options.episodes, "--episodes")
     except (ConfigError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     wanted = Path(options.out) if options.out is not None else agent.directory / "inspect"
     existed = wanted.is_dir()
     out = new_directory(wanted)
-    seed = agent.eval_seed if options.seed is None else options.seed
     records = []
     try:
         for index in range(options.episodes):

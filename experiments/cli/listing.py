@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from experiments.catalogues import CATALOGUES
-from experiments.cli.parser import OneLineParser, plain_text, program
+from experiments.cli.parser import Distinct, OneLineParser, plain_text, program
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -16,9 +16,9 @@ def make_parser() -> argparse.ArgumentParser:
         "List what exists, one line each with its summary, from the registries and the shipped configs."))
     # No ``choices=``: on Python 3.11 argparse checks the empty default of ``nargs="*"`` against them, so a bare
     # ``list`` would be refused; ``main`` checks the names instead.
-    parser.add_argument("what", nargs="*", metavar="WHAT",
+    parser.add_argument("what", nargs="*", action=Distinct, metavar="WHAT",
                         help=f"one or more of: {', '.join(CATALOGUES)} (default: all)")
-    parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
+    parser.add_argument("--gym-packages", nargs="+", action=Distinct, default=[], metavar="MODULE",
                         help="modules to import first, so that envs lists the ids they register (after WHAT, or "
                              "ended by --: list envs --gym-packages my_envs)")
     return parser

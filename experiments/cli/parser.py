@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 RST_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
 
@@ -56,6 +56,33 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+class Distinct(argparse.Action):
+    """The action of every option that takes several values but KEY=VALUE lists: each occurrence adds its values to
+    those before (`--group-by seed --group-by task`), and a value given twice is refused on one line (`'seed' is
+    given twice`). A KEY=VALUE list (`-p`, `--env-kwargs`) extends instead, and a key given again overrides."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        items = [*(getattr(namespace, self.dest) or []), *values]
+        for index, value in enumerate(items):
+            if value in items[:index]:
+                raise argparse.ArgumentError(self, f"{value!r} is given twice; give each value once")
+        setattr(namespace, self.dest, items)
+
+
+def first_seed(given: int | None, default: int, count: int, count_flag: str) -> int:
+    """The seed of a command's first episode, `--seed` if `given` else `default` (the run's evaluation seed);
+    `ConfigError` naming `--seed` unless episode i's seed, `seed + i` for i below `count` (the value of
+    `count_flag`), is one numpy takes, at most 2**32 - 1."""
+    from envs.rules import Range
+
+    flag = "--seed" if given is not None else "--seed (default: the run's evaluation seed)"
+    note = f"episode i is seeded seed + i, at most 2**32 - 1, with {count_flag} {count}" if count > 1 else ""
+    seed = default if given is None else given
+    Range(0, 2**32 - count, integer=True, note=note).check(flag, seed)
+    return seed
+
+
 def add_env_options(parser: argparse.ArgumentParser, verb: str) -> None:
     """The environment options of the commands that load a trained agent (`evaluate`, `inspect`): `--env` and
     its keyword arguments, wrappers, hyper-parameter entry and packages, in place of the run's."""
@@ -63,13 +90,13 @@ def add_env_options(parser: argparse.ArgumentParser, verb: str) -> None:
                                       "arguments start empty; needed for a saved .zip without a run's config.yaml)")
     parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="environment keyword arguments over the run's, e.g. length=40")
-    parser.add_argument("--env-wrapper", nargs="*", metavar="WRAPPER",
+    parser.add_argument("--env-wrapper", nargs="*", action=Distinct, metavar="WRAPPER",
                         help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
     parser.add_argument("--hyperparams", metavar="FILE|none",
                         help="only with --env: the hyper-parameter entry whose env_kwargs (and env_wrapper) --env "
                              "starts from, found as training finds it (default: auto: configs/hyperparams/<algo>.yml; "
                              "none: none)")
-    parser.add_argument("--gym-packages", nargs="+", default=[], metavar="MODULE",
+    parser.add_argument("--gym-packages", nargs="+", action=Distinct, default=[], metavar="MODULE",
                         help="modules to import first (e.g. ones registering the --env id), besides the run's")
 
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, program
+from experiments.cli.parser import Distinct, OneLineParser, program
 from experiments.config import DEFAULT_REPS, ConfigError
 from experiments.studies.runs import Run, counted, find_runs, readable, task_label
 
@@ -32,11 +32,12 @@ def make_parser() -> argparse.ArgumentParser:
     """The parser of `train_rl.py plot`."""
     parser = OneLineParser(prog=f"{program()} plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directories, or directories holding runs")
+    parser.add_argument("paths", nargs="+", action=Distinct, metavar="RUN_DIR",
+                        help="run directories, or directories holding runs")
     parser.add_argument("--out", "-o", metavar="FILE", help=(
         f"the new image file to write; an existing one is refused, never overwritten (default: {DEFAULT_OUT}, or "
         f"{DEFAULT_OUT.stem}-2{DEFAULT_OUT.suffix}, ... when it exists)"))
-    parser.add_argument("--group-by", nargs="+", metavar="KEY",
+    parser.add_argument("--group-by", nargs="+", action=Distinct, metavar="KEY",
                         help="configuration keys that make a group: backbone, algo, env, task, seed or any run "
                              f"setting (default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
     parser.add_argument("--stochastic", action="store_true", help="plot the stochastic policy's evaluations")
@@ -121,7 +122,7 @@ def main(argv: list[str]) -> int:
     except KeyError as error:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 2
-    from experiments.atomic import save_figure
+    from envs.atomic import save_figure
     from experiments.studies.plotting import curves_figure
 
     success = all(run.has_success() for run in runs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.cli.parser import OneLineParser, program, real
+from experiments.cli.parser import Distinct, OneLineParser, program, real
 from experiments.config import DEFAULT_REPS
 
 
@@ -22,7 +22,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--solve-threshold", type=real,
                         help="score that counts as solving a task (default: the runs' success_threshold)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
-    parser.add_argument("--env", nargs="+", metavar="PATTERN", help=(
+    parser.add_argument("--env", nargs="+", action=Distinct, metavar="PATTERN", help=(
         "report only the runs of these env ids (shell patterns, e.g. 'popgym-*'); needs --out"))
     return parser
 

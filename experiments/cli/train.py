@@ -28,7 +28,7 @@ import shlex
 import sys
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, invocation, program, real
+from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real
 from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
@@ -58,13 +58,13 @@ def literal(text: str) -> Any:
 # flag → RunConfig field; the help text is the field's docstring
 FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--algo": ("algo", {"type": RegistryKey("agents", "ALGOS"), "metavar": "ALGO"}),
-    "--backbone": ("backbone", {"type": RegistryKey("policies.registry", "BACKBONES"), "nargs": "+",
+    "--backbone": ("backbone", {"type": RegistryKey("policies.registry", "BACKBONES"), "nargs": "+", "action": Distinct,
                                 "metavar": "BACKBONE"}),
     "--env": ("env", {}),
-    "--gym-packages": ("gym_packages", {"nargs": "+", "metavar": "MODULE"}),
-    "--env-wrapper": ("env_wrapper", {"nargs": "+", "type": literal, "metavar": "WRAPPER"}),
+    "--gym-packages": ("gym_packages", {"nargs": "+", "action": Distinct, "metavar": "MODULE"}),
+    "--env-wrapper": ("env_wrapper", {"nargs": "+", "action": Distinct, "type": literal, "metavar": "WRAPPER"}),
     "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc,torch}"}),
-    "--seed": ("seed", {"type": int, "nargs": "+"}),
+    "--seed": ("seed", {"type": int, "nargs": "+", "action": Distinct}),
     "--total-timesteps": ("total_timesteps", {"type": real}),
     "--n-envs": ("n_envs", {"type": int}),
     "--device": ("device", {}),

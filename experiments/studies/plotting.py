@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from experiments.atomic import save_figure
+from envs.atomic import save_figure
 from experiments.studies import stats
 from experiments.studies.runs import FINISHED, UNSUCCESSFUL, Run, counted
 

@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from envs.atomic import save_figure, write_atomic
 from envs.rules import ConfigError, one_line
-from experiments.atomic import save_figure, write_atomic
 from experiments.config import DEFAULT_REPS
 from experiments.studies import stats
 from experiments.studies.plotting import curves_figure, group_colors, wrapped

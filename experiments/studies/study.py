@@ -70,8 +70,8 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
+from envs.atomic import write_atomic
 from envs.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
-from experiments.atomic import write_atomic
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
 from experiments.rules import Directory, FolderName, nearest_existing

@@ -53,11 +53,11 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import NonFiniteError
+from envs.atomic import WriteError, atomic_path, write_atomic
 from envs.imports import cause
 from envs.registry import VEC_ENVS
 from envs.rules import Range, Rule, Text, shown
-from experiments.atomic import WriteError, atomic_path, write_atomic
-from experiments.cli.parser import OneLineParser, invocation, program, real
+from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real
 from experiments.config import (
     SEED_LIMIT,
     ConfigError,
@@ -78,8 +78,8 @@ from experiments.studies.pruning import RunningMedianPruner
 from experiments.studies.runs import slug, task_folder, task_label
 from experiments.studies.stats import iqm
 from experiments.studies.study import Grid, alive, check_folders
-from experiments.studies.tune_space import SearchSpace, default_space_files, load_space
-from experiments.validation import validate_all
+from experiments.studies.tune_space import SearchSpace, default_space_files, label, load_space
+from experiments.validation import validate, validate_all
 
 SPACE_DIR = shipped_dir() / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
@@ -449,7 +449,7 @@ def run_workers(settings: TuneSettings, workers: int) -> int:
 
 def write_outputs(settings: TuneSettings) -> dict[str, Path]:
     """`trials.csv`, `best.yaml`, `importance.png` and `history.png` of the study (those it can make), each
-    written whole (`experiments.atomic`)."""
+    written whole (`envs.atomic`)."""
     study = open_study(settings)
     paths = {"trials": settings.directory / "trials.csv"}
     write_atomic(paths["trials"], study.trials_dataframe().to_csv(index=False))
@@ -512,9 +512,10 @@ def make_parser() -> argparse.ArgumentParser:
     base.add_argument("--backbone", help="memory backbone (default: the config's, else gtrxl)")
     base.add_argument("--env", help="environment: an id or module.path:EnvClass, as for training")
     base.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
-    base.add_argument("--env-wrapper", nargs="+", type=parse_value, metavar="WRAPPER",
+    base.add_argument("--env-wrapper", nargs="+", action=Distinct, type=parse_value, metavar="WRAPPER",
                       help="wrappers of each environment copy, as for training")
-    base.add_argument("--gym-packages", nargs="+", metavar="MODULE", help="modules to import first, as for training")
+    base.add_argument("--gym-packages", nargs="+", action=Distinct, metavar="MODULE",
+                      help="modules to import first, as for training")
     base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy, subproc or torch, as for training")
     base.add_argument("--total-timesteps", "-n", type=real, help="env steps per run of a trial")
     base.add_argument("--eval-freq", type=int, help="evaluate (and report to the pruner) every this many steps")
@@ -530,8 +531,9 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("--name", help="study name (default: {env}_{algo}_{backbone}, each run of characters other "
                                      "than letters, digits and dots made one _, e.g. CartPole_v1_ppo_mlp); the same "
                                      "name resumes")
-    tune.add_argument("--space", nargs="+", help="search-space YAML file(s), or names of shipped ones (ppo, "
-                                                 "configs/tune/ppo.yaml; default: tune/{algo} and tune/{backbone})")
+    tune.add_argument("--space", nargs="+", action=Distinct,
+                      help="search-space YAML file(s), or names of shipped ones (ppo, configs/tune/ppo.yaml; default: "
+                           "tune/{algo} and tune/{backbone})")
     tune.add_argument("--enqueue", nargs="+", action="append", default=[], metavar="KEY=VALUE",
                       help="a trial to run first, with these values (as sampled: ppo.learning_rate=1e-3, not "
                            "lin_1e-3); repeat the flag for several")
@@ -592,6 +594,7 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
                        else default_space_files(first.algo, first.backbone, SPACE_DIR))
     for config in base:
         space.check(config)
+    enqueue = [enqueued(space, texts, base) for texts in args.enqueue]
     name = args.name or slug(f"{first.env}__{first.algo}-{first.backbone}")
     directory = Path(first.log_dir) / "tune" / name
     check_folders("log_dir", first.log_dir, [("the folder of tune studies", directory.parent)])
@@ -600,11 +603,12 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
     return TuneSettings(name=name, directory=directory, base=base, space=space, seeds=list(range(args.tune_seeds)),
                         trials=args.trials, metric=args.metric, aggregate=args.aggregate, pruner=args.pruner,
                         startup_trials=args.startup_trials, seed=args.seed, timeout=args.timeout, command=command,
-                        enqueue=[enqueued(space, values) for values in args.enqueue])
+                        enqueue=enqueue)
 
 
-def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
-    """The values of an `--enqueue` trial; keys outside the space raise `ConfigError`."""
+def enqueued(space: SearchSpace, texts: list[str], base: list[RunConfig]) -> dict[str, Any]:
+    """The values of an `--enqueue` trial; keys outside the space, values outside its ranges and choices, or runs of
+    `base` with these values that `train` would refuse (`validate`) raise `ConfigError`."""
     values = dict(parse_override(text, "--enqueue") for text in texts)
     keys = [param.key for param in space.params]
     unknown = sorted(set(values) - set(keys))
@@ -620,6 +624,13 @@ def enqueued(space: SearchSpace, texts: list[str]) -> dict[str, Any]:
                                                  and param.low <= values[param.key] <= param.high):
             raise ConfigError(f"--enqueue {param.key}={values[param.key]!r}: expected a number in the space's range "
                               f"[{param.low}, {param.high}]")
+        if param.type == "categorical":
+            values[param.key] = label(values[param.key])  # as Optuna samples it
+    for config in base:
+        try:
+            validate(with_values(config, space.configured(values)))
+        except ConfigError as error:
+            raise ConfigError(f"--enqueue {' '.join(texts)}: {error}") from None
     return values
 
 

@@ -15,22 +15,26 @@ Types: `log_uniform` and `uniform` (floats in [low, high]), `int` (integers in [
 turns the sampled value into the configured one (`"lin_{}"`: a learning rate that decays linearly from the sampled
 value).
 
-Before any trial runs, every value a space can give (both ends of a range, every category) is checked against the
-rule of its setting, as the training command checks it (`experiments.validation.check_settings`): a space
-reaching `ppo.gamma=1.5` is refused, naming the file, the key and the value; so is a key a trial sets itself
-(`seed`, `log_dir`, `hyperparams`: `SET_PER_TRIAL`). Bounds are read as numbers as a run configuration file reads
-them (`low: 1e-4`, a string to YAML 1.1, is the number 0.0001).
+Before any trial runs, every value a space can give (both ends of a range, every category) is checked, one key at a
+time over the base configuration, as the training command checks a run (`experiments.validation.validate`: the
+setting's rule, the relations, the env and its kwargs, the model, the memory): a space reaching `ppo.gamma=1.5`, an
+env that does not build or a run too big for memory is refused, naming the file, the key and the value; so is a key
+a trial sets itself (`seed`, `log_dir`, `hyperparams`: `SET_PER_TRIAL`). Values of several keys together are
+checked as each trial starts. Bounds are read as numbers as a run configuration file reads them (`low: 1e-4`, a
+string to YAML 1.1, is the number 0.0001).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.rules import short
+from envs.rules import short, shown
 from experiments.config import ConfigError, RunConfig, algos, apply, backbones, coerce, load_yaml
 
 TYPES = ("log_uniform", "uniform", "int", "categorical")
@@ -63,7 +67,7 @@ class Param:
     def suggest(self, trial: Any) -> Any:
         """The value of this key in an Optuna `trial` (after `template`)."""
         if self.type == "categorical":
-            value = trial.suggest_categorical(self.key, list(self.choices))
+            value = self.decoded(trial.suggest_categorical(self.key, [label(choice) for choice in self.choices]))
         elif self.type == "int":
             value = trial.suggest_int(self.key, int(self.low), int(self.high), step=self.step, log=self.log)
         else:
@@ -80,6 +84,14 @@ class Param:
         if self.type == "int":
             return IntDistribution(int(self.low), int(self.high), step=self.step, log=self.log)
         return FloatDistribution(self.low, self.high, log=self.type == "log_uniform")
+
+    def decoded(self, value: Any) -> Any:
+        """The choice a sampled `label` stands for (a copy); any other value as given."""
+        if self.type == "categorical" and isinstance(value, str):
+            for choice in self.choices:
+                if label(choice) == value:
+                    return copy.deepcopy(choice)
+        return value
 
     def configured(self, value: Any) -> Any:
         """A sampled value as the configuration takes it."""
@@ -108,9 +120,9 @@ class SearchSpace:
     def check(self, base: RunConfig) -> None:
         """Raise `ConfigError` (naming the space file, the key and the value) if a key is one a trial sets itself
         (`SET_PER_TRIAL`), is not a setting of `base`, is an option of a learner or backbone that `base` does not
-        use, or a value the space can give (`Param.examples`) breaks the rule of its setting or, with `base`'s other
-        settings, a relation."""
-        from experiments.validation import check_relations, check_settings
+        use, or a run of `base` with one value the space can give (`Param.examples`, one key at a time) fails the
+        checks of `train` (`experiments.validation.validate`: rules, relations, env, model, memory)."""
+        from experiments.validation import validate
 
         for param in self.params:
             section = param.key.split(".", 1)[0]
@@ -124,15 +136,25 @@ class SearchSpace:
                 config = copy.deepcopy(base)
                 try:
                     apply(config, param.key, value)
-                    check_settings(config)
-                    check_relations(config)
+                    validate(config)
                 except ConfigError as error:
-                    raise ConfigError(f"search space {param.source!r}, {param.key} ({where}): {error}") from None
+                    named = re.search(rf"(?<![\w.]){re.escape(param.key)}=", str(error))  # the reason shows the value
+                    key = param.key if named else f"{param.key}={shown(value)}"
+                    raise ConfigError(f"search space {param.source!r}, {key} ({where}): {error}") from None
 
     def configured(self, values: dict[str, Any]) -> dict[str, Any]:
         """Optuna's sampled values (`trial.params`) as the configuration takes them."""
         by_key = {param.key: param for param in self.params}
-        return {key: by_key[key].configured(value) if key in by_key else value for key, value in values.items()}
+        return {key: by_key[key].configured(by_key[key].decoded(value)) if key in by_key else value
+                for key, value in values.items()}
+
+
+def label(choice: Any) -> Any:
+    """A category as Optuna samples and records it: a scalar as it is, a list or mapping (`[64, 64]`) as its JSON
+    text, which Optuna stores without a warning and `trials.csv` shows as written."""
+    if choice is None or isinstance(choice, bool | int | float | str):
+        return choice
+    return json.dumps(choice, default=str)
 
 
 def parse_param(key: str, spec: Any, source: str) -> Param:
@@ -161,6 +183,11 @@ def parse_param(key: str, spec: Any, source: str) -> Param:
         choices = spec.get("choices")
         if not isinstance(choices, list) or not choices:
             raise ConfigError(f"{where}: choices={short(repr(choices))}: expected a non-empty list")
+        labels = [repr(label(choice)) for choice in choices]
+        twice = [text for text in labels if labels.count(text) > 1]
+        if twice and any(label(choice) != choice for choice in choices):
+            raise ConfigError(f"{where}: choices={short(repr(choices))}: {twice[0]} is given twice; expected distinct "
+                              "choices")
         return Param(key, kind, choices=tuple(choices), template=template, source=source)
     low, high = _number(spec.get("low")), _number(spec.get("high"))
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or not low < high:

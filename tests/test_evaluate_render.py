@@ -1,0 +1,93 @@
+"""``evaluate --render`` and ``--record`` with and without a display: the env's window where one can open, else its
+text (ansi), else a one-line refusal before anything is written; recording frames prints no stray error line of
+SDL's window-system probe."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import train_rl
+from experiments import replay
+from experiments.cli.evaluate import render_mode
+from experiments.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--env", "CartPole-v1", "--backbone", "mlp", "--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "1",
+        "--checkpoint-freq", "0", "--threads", "1", "-n", "32", "-p", "ppo.n_steps=16", "ppo.batch_size=32",
+        "ppo.n_epochs=1", "n_eval_envs=1"]
+
+
+@pytest.fixture
+def headless(monkeypatch):
+    """No display: DISPLAY and WAYLAND_DISPLAY unset on Linux; SDL's drivers unset, and unset again afterwards."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory) -> Path:
+    """A tiny CartPole run: its env has a window (human) and frames (rgb_array) but no text mode."""
+    log_dir = tmp_path_factory.mktemp("runs")
+    assert train_rl.main([*TINY, "--log-dir", str(log_dir)]) == 0
+    return log_dir / "CartPole-v1__ppo-mlp__0"
+
+
+def agent_on(env: str) -> types.SimpleNamespace:
+    return types.SimpleNamespace(config=RunConfig(env=env))
+
+
+def test_a_display_is_one_named_by_display_or_wayland_display_or_any_on_macos_and_windows(headless, monkeypatch):
+    assert not replay.has_display()
+    for name, value in (("DISPLAY", ":0"), ("WAYLAND_DISPLAY", "wayland-0")):
+        monkeypatch.setenv(name, value)
+        assert replay.has_display()
+        monkeypatch.delenv(name)
+    for platform in ("darwin", "win32"):
+        monkeypatch.setattr(sys, "platform", platform)
+        assert replay.has_display()
+
+
+def test_render_shows_the_window_where_a_display_is_else_the_text(headless, monkeypatch):
+    assert render_mode(agent_on("Taxi-v4")) == "ansi"
+    assert render_mode(agent_on("TMaze-v0")) == "ansi"
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert render_mode(agent_on("Taxi-v4")) == "human"
+    assert render_mode(agent_on("CartPole-v1")) == "human"
+
+
+def test_render_without_a_display_or_a_text_mode_is_refused_before_anything_is_written(headless, cartpole, capsys):
+    before = sorted(cartpole.iterdir())
+    assert train_rl.main(["evaluate", str(cartpole), "--render", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: --render: no display")
+    assert "DISPLAY and WAYLAND_DISPLAY are unset" in err and "'CartPole-v1'" in err and "--record" in err
+    assert sorted(cartpole.iterdir()) == before  # no evaluate_*.json
+
+
+def test_recording_frames_without_a_display_prints_no_error_line(cartpole, tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER", "SDL_AUDIODRIVER")}
+    video = tmp_path / "cartpole.gif"
+    done = subprocess.run([sys.executable, str(REPO / "train_rl.py"), "evaluate", str(cartpole), "--episodes", "1",
+                           "--record", str(video), "--fps", "1000"],
+                          env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and video.is_file(), done.stderr
+    assert "error" not in done.stderr.lower(), done.stderr
+
+
+def test_frames_are_drawn_with_sdl_dummy_drivers_only_without_a_display(headless, monkeypatch):
+    replay.headless_sdl()
+    assert os.environ["SDL_VIDEODRIVER"] == os.environ["SDL_AUDIODRIVER"] == "dummy"
+    for name in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("DISPLAY", ":0")
+    replay.headless_sdl()
+    assert "SDL_VIDEODRIVER" not in os.environ and "SDL_AUDIODRIVER" not in os.environ
