@@ -88,8 +88,9 @@ _register_with_gymnasium()
 
 
 def _import_adapted_packages(env_id: str = "") -> None:
-    """Import MiniGrid and POPGym, whose ids gymnasium knows only then (all of them, or the one `env_id` needs)."""
-    if not env_id or env_id.startswith("MiniGrid-"):
+    """Import MiniGrid and POPGym, whose ids gymnasium knows only then (all of them, or the one `env_id` needs;
+    MiniGrid also registers BabyAI's `BabyAI-*`)."""
+    if not env_id or env_id.startswith(("MiniGrid-", "BabyAI-")):
         import minigrid  # noqa: F401
     if not env_id or env_id.startswith("popgym-"):
         import popgym  # noqa: F401

@@ -214,7 +214,8 @@ def build_lm_config(file: str | Path | None = None, overrides: list[str] | None 
         raise ConfigError(f"unknown LM setting(s) {', '.join(short(repr(key)) for key in unknown)}; valid: "
                           f"{', '.join(sorted(FIELDS))}")
     config = LMConfig(**{key: coerce(key, value, field_default(FIELDS[key])) for key, value in values.items()})
-    if config.backbone in BACKBONES:  # each option it takes as the type of its default (an unknown one: refused next)
+    if config.backbone in BACKBONES and isinstance(config.backbone_options, dict):
+        # each option it takes as the type of its default; an unknown one, or options that are no mapping: refused next
         defaults = BACKBONES[config.backbone].options()
         config.backbone_options = {
             key: coerce(f"backbone_options.{key}", value, defaults[key]) if defaults.get(key) is not None else value

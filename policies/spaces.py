@@ -24,8 +24,10 @@ def _observation_problem(space: spaces.Space) -> str | None:
     if isinstance(space, spaces.Tuple):
         return f"is a Tuple, which SB3 does not take; {FLATTEN}"
     if not isinstance(space, OBSERVATION_PARTS):
+        mission = " (a MiniGrid or BabyAI mission: minigrid.wrappers.FlatObsWrapper encodes it with the image)" \
+            if any(kind.__name__ == "MissionSpace" for kind in type(space).__mro__) else ""
         return ("is not one SB3 takes (Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of them); encode it as "
-                "one with a gymnasium.ObservationWrapper")
+                f"one with a gymnasium.ObservationWrapper{mission}")
     if isinstance(space, spaces.Box) and space.shape == ():
         return f"has shape (), which SB3 cannot flatten; {FLATTEN}"
     if isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary) and 0 in space.shape:

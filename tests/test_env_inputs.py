@@ -4,6 +4,8 @@ anything is built or written (docs/environments.md, docs/own-environment.md)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,17 @@ def test_with_a_time_limit_it_trains_and_is_evaluated(tmp_path: Path) -> None:
     argv = ["--env", "CliffWalking-v1", "--env-kwargs", "max_episode_steps=20", "--log-dir", str(tmp_path), *SMALL]
     assert train_rl.main(argv) == 0
     assert len(list(tmp_path.glob("*/summary.json"))) == 1
+
+
+def test_a_babyai_id_is_known_in_a_fresh_process_and_refused_for_its_mission_until_a_wrapper_encodes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MiniGrid registers the BabyAI-* ids too: they are imported for, not "unknown" (the id itself suggested)."""
+    fresh = subprocess.run([sys.executable, "-c", "import envs; print(envs.env_family('BabyAI-GoToRedBall-v0'))"],
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "gymnasium"
+    assert train_rl.main(["--env", "BabyAI-GoToRedBall-v0", "--log-dir", str(tmp_path / "runs"), *SMALL]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "its observation 'mission' MissionSpace" in error
+    assert "minigrid.wrappers.FlatObsWrapper encodes it" in error and not (tmp_path / "runs").exists()
+    env = envs.make_vec_env("BabyAI-GoToRedBall-v0", 1, 0, env_wrapper="minigrid.wrappers.FlatObsWrapper")
+    assert env.observation_space.shape is not None and len(env.observation_space.shape) == 1

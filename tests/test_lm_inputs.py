@@ -160,6 +160,13 @@ def test_the_validation_split_is_checked_too(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("value, shown", [("5", "5"), ("[1, 2]", "[1, 2]"), ("abc", "'abc'")])
+def test_backbone_options_that_are_no_mapping_are_refused_in_one_line(value, shown, tmp_path, capsys):
+    status, _, err = lm(capsys, "train", "-p", "data=copy", f"backbone_options={value}", f"log_dir={tmp_path}")
+    assert status == 2 and one_line(err) == f"error: backbone_options={shown}: expected a mapping"
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("settings", "named"), [
     (["copy_tokens=2147483647"], "copy_tokens=2147483647: this would need about"),
     (["copy_vocab=2147483647"], "copy_vocab=2147483647"),
