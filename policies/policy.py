@@ -32,6 +32,7 @@ from stable_baselines3.common.torch_layers import (
     NatureCNN,
 )
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.common.utils import obs_as_tensor
 from torch import Tensor
 from torch.distributions import Categorical
 
@@ -465,15 +466,30 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             return distribution.proba_distribution(mean, log_std)
         return distribution.proba_distribution(action_logits=params)
 
-    def get_distribution(self, obs: PyTorchObs, state: PolicyState,  # type: ignore[override]
+    def get_distribution(self, obs: PyTorchObs, state: PolicyState | None,  # type: ignore[override]
                          episode_starts: Tensor) -> tuple[Distribution, PolicyState]:
-        latent_pi, _, new_state = self._latents_step(obs, state, episode_starts, critic=False)
+        """The action distribution of `obs` as the next step of `state` (`None`: new episodes), and the next state."""
+        latent_pi, _, new_state = self._latents_step(*self._one_step(obs, state, episode_starts), critic=False)
         return self._get_action_dist_from_latent(latent_pi), new_state
 
-    def predict_values(self, obs: PyTorchObs, state: PolicyState,  # type: ignore[override]
+    def predict_values(self, obs: PyTorchObs, state: PolicyState | None,  # type: ignore[override]
                        episode_starts: Tensor) -> Tensor:
-        """Values of `obs` as the next step of `state` (the state itself is not advanced)."""
-        return self.value_net(self._latents_step(obs, state, episode_starts)[1])
+        """Values of `obs` as the next step of `state` (`None`: new episodes; the state itself is not advanced)."""
+        return self.value_net(self._latents_step(*self._one_step(obs, state, episode_starts))[1])
+
+    def _one_step(self, obs: Any, state: Any, episode_starts: Any) -> tuple[PyTorchObs, PolicyState, Tensor]:
+        """The inputs of one step as tensors on the policy's device, with a `ValueError` naming the one whose number
+        of envs is not the observation's (`state` as `predict` takes it)."""
+        obs = obs_as_tensor(obs, self.device) if isinstance(obs, np.ndarray | dict) else obs
+        n_envs = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
+        state = self.initial_state(n_envs) if state is None else self.as_policy_state(state)
+        if len(state.pi.valid) != n_envs:
+            raise ValueError(f"state holds the memory of {len(state.pi.valid)} env(s), the observation {n_envs}")
+        starts = torch.as_tensor(np.asarray(episode_starts) if isinstance(episode_starts, list) else episode_starts,
+                                 device=self.device)
+        if starts.numel() != n_envs:
+            raise ValueError(f"episode_starts holds {starts.numel()} flag(s), the observation {n_envs} env(s)")
+        return obs, state, starts.bool().reshape(n_envs)
 
     # -- training --------------------------------------------------------------------------
     def evaluate_segments(self, obs: PyTorchObs, actions: Tensor, state: PolicyState, episode_starts: Tensor
@@ -507,9 +523,16 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """sb3-contrib's `evaluate_actions`: values `[T·N, 1]`, log-probabilities and entropies `[T·N]` of
         time-major `actions`, recomputed with gradients through the memory (`evaluate_segments`); `state` as
         `initial_state` or `predict` gives it."""
+        if state is None:
+            raise ValueError("state=None: expected the state the segments start from (initial_state(n_envs) for new "
+                             "episodes, or the state predict returned)")
         state = self.as_policy_state(state)
         n_envs = len(state.pi.valid)
-        starts = torch.as_tensor(episode_starts, device=self.device).bool().reshape(-1, n_envs)
+        starts = torch.as_tensor(episode_starts, device=self.device)
+        if starts.numel() % n_envs or len(actions) != starts.numel():
+            raise ValueError(f"episode_starts holds {starts.numel()} flag(s) and actions {len(actions)}: expected one "
+                             f"per step of each of the state's {n_envs} env(s), time-major")
+        starts = starts.bool().reshape(-1, n_envs)
         values, distribution, _ = self.evaluate_segments(obs, actions, state, starts)
         return values.reshape(-1, 1), distribution.log_prob(actions), distribution.entropy()
 
