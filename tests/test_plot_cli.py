@@ -64,8 +64,20 @@ def test_plot_takes_run_directories_and_any_grouping_key(runs, tmp_path, capsys)
     assert "gtrxl / TMaze-v0 (length=5) (2), lstm / TMaze-v0 (length=5) (1)" in capsys.readouterr().out
 
 
+def test_plot_groups_by_a_key_inside_a_section_and_labels_runs_without_it(runs, tmp_path, capsys):
+    """`ppo.gamma` reads a key inside a section; a run whose configuration lacks it (another learner's) is `-`."""
+    for path, gamma in zip(sorted(runs.iterdir())[:2], (0.9, 0.99), strict=True):
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        (path / "config.yaml").write_text(yaml.safe_dump({**config, "ppo": {"gamma": gamma}}))
+    assert train_rl.main(["plot", str(runs), "--out", str(tmp_path / "g.png"), "--group-by", "ppo.gamma",
+                          "--reps", "50"]) == 0
+    assert "4 runs in 3 groups: 0.9 (1), 0.99 (1), - (2)" in capsys.readouterr().out
+    assert train_rl.main(["plot", str(runs), "--out", str(tmp_path / "h.png"), "--group-by", "ppo.lambda"]) == 2
+    assert "--group-by 'ppo.lambda': not a run setting of any of the runs" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,message", [
-    (["--group-by", "colour"], "--group-by 'colour': not a run setting of"),
+    (["--group-by", "colour"], "--group-by 'colour': not a run setting of any of the runs"),
     (["missing-dir"], "'missing-dir' holds no run that plot can read"),
     (["--out", "curves.txt"], "--out='curves.txt': expected a file name ending in an image format"),
 ])

@@ -39,7 +39,8 @@ def make_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_OUT.stem}-2{DEFAULT_OUT.suffix}, ... when it exists)"))
     parser.add_argument("--group-by", nargs="+", action=Distinct, metavar="KEY",
                         help="configuration keys that make a group: backbone, algo, env, task, seed or any run "
-                             f"setting (default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
+                             "setting, section.key inside a section (ppo.gamma) "
+                             f"(default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
     parser.add_argument("--stochastic", action="store_true", help="plot the stochastic policy's evaluations")
     parser.add_argument("--title", help="figure title (default: the runs' task when they share one)")
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
@@ -48,18 +49,29 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MISSING = "-"
+"""the label of a run whose configuration lacks a key other runs have (`ppo.gamma` of a V-MPO run)"""
+
+
 def config_value(run: Run, key: str) -> Any:
-    """`run`'s value of `key`: `task` is the env with its keyword arguments, others are config keys."""
+    """`run`'s value of `key`: `task` is the env with its keyword arguments, others are config keys, dotted for a
+    key inside a section (`ppo.gamma`); `MISSING` for a key the run's configuration lacks."""
     if key == "task":
         return task_label(run.config)
-    if key not in run.config:
-        raise KeyError(f"--group-by {key!r}: not a run setting of {run.directory}; valid keys: task, "
-                       + ", ".join(run.config))
-    return run.config[key]
+    value: Any = run.config
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
 
 
 def group_runs(runs: list[Run], keys: list[str]) -> dict[str, list[Run]]:
-    """Runs by the values of `keys` (a label `v1 / v2`), in the order first seen."""
+    """Runs by the values of `keys` (a label `v1 / v2`), in the order first seen; a key no run has is refused."""
+    for key in keys:
+        if all(config_value(run, key) == MISSING for run in runs):
+            raise KeyError(f"--group-by {key!r}: not a run setting of any of the runs; valid keys: task, "
+                           + ", ".join(runs[0].config) + " (or section.key, e.g. ppo.gamma)")
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         groups[" / ".join(str(config_value(run, key)) for key in keys)].append(run)
