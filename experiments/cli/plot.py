@@ -32,7 +32,7 @@ def make_parser() -> argparse.ArgumentParser:
     """The parser of `train_rl.py plot`."""
     parser = OneLineParser(prog=f"{program()} plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", action=Distinct, metavar="RUN_DIR",
+    parser.add_argument("paths", nargs="+", metavar="RUN_DIR",
                         help="run directories, or directories holding runs")
     parser.add_argument("--out", "-o", metavar="FILE", help=(
         f"the new image file to write; an existing one is refused, never overwritten (default: {DEFAULT_OUT}, or "
