@@ -70,6 +70,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
         yield tmp
         replace_synced(tmp, path)
     except OSError as error:
+        if isinstance(error, WriteError) and error.filename in (str(tmp), str(temporary_name(tmp))):
+            raise WriteError(error.errno, error.strerror, str(path)) from error  # a writer's own atomic write
         raise write_error(error, path) from error
     except Exception as error:  # a writer that reports a failed write in its own words (torch.save: RuntimeError)
         _remove(tmp)

@@ -487,7 +487,36 @@ class RunDirectory:
         return -math.inf
 
     def save_best(self, model: Any, steps: int, mean_return: float, record: dict[str, Any] | None = None) -> None:
-        """Save `best_model.zip` and its evaluation. The record goes first: a kill between the two leaves it newer
-        than the model, so a resume from an earlier step drops both."""
-        self.write(BEST_RECORD, json.dumps({"timesteps": steps, "mean_return": mean_return}))
-        self.save_model(model, BEST_MODEL, record)
+        """Save `best_model.zip` and its evaluation (`best_model.json`) so that the two agree: the model is written
+        whole to its temporary file, then the record, then the model is renamed into place. A failed write (a full
+        disk) leaves both as they were; a kill before the rename leaves the record newer than the model, so a
+        resume from an earlier step drops both (`rewind`)."""
+        def identity() -> tuple[int, int] | None:  # of the file at best_model.zip: a rename over it changes it
+            with contextlib.suppress(FileNotFoundError):
+                stat = os.stat(self / BEST_MODEL)
+                return stat.st_dev, stat.st_ino
+            return None
+
+        previous = (self / BEST_RECORD).read_text() if (self / BEST_RECORD).is_file() else None
+        kept = identity()
+        recorded = []
+
+        def write(tmp: Path) -> None:
+            model.save(tmp)
+            if record is not None:
+                add_record(tmp, record)
+            with tmp.open("rb+") as handle:  # on disk before the record names it
+                os.fsync(handle.fileno())
+            self.write(BEST_RECORD, json.dumps({"timesteps": steps, "mean_return": mean_return}))
+            recorded.append(True)
+
+        try:
+            self.save(BEST_MODEL, write)
+        except Exception:
+            if recorded and identity() == kept:  # not renamed: the record of the model kept
+                with contextlib.suppress(OSError):
+                    if previous is None:
+                        (self / BEST_RECORD).unlink(missing_ok=True)
+                    else:
+                        self.write(BEST_RECORD, previous)
+            raise

@@ -1,14 +1,17 @@
-"""Videos of rendered frames (`rgb_array`) with imageio: an animated GIF, or an MP4 through the ffmpeg
+"""Videos of rendered frames (`rgb_array`): an animated GIF written by Pillow, or an MP4 through the ffmpeg
 binary that the `imageio-ffmpeg` wheel ships."""
 
 from __future__ import annotations
 
+import errno
+import subprocess
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from envs.atomic import atomic_path
+from envs.atomic import WriteError, atomic_path
 
 FORMATS = (".gif", ".mp4")
 MIN_SIDE = 128
@@ -48,11 +51,46 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> P
 
 
 def _save(images: list[np.ndarray], path: Path, fps: float) -> None:
-    """`images` to the video `path` (replaced), whole or not at all (`envs.atomic.atomic_path`)."""
-    import imageio.v2 as imageio
+    """`images` to the video `path` (replaced), whole or not at all (`envs.atomic.atomic_path`): a writer that
+    fails on a full disk in its own words (ffmpeg's broken pipe or exit status) is reported with the disk's errno.
+    An ffmpeg failure the folder does not explain raises `WriteError` (`EIO`) naming `path` and ffmpeg's error."""
+    try:
+        with atomic_path(path) as tmp:
+            if path.suffix.lower() == ".gif":
+                _save_gif(images, tmp, fps)
+            else:
+                _save_mp4(images, tmp, fps)
+    except EncoderError as error:
+        raise WriteError(errno.EIO, str(error), str(path)) from error
 
-    with atomic_path(path) as tmp:
-        if path.suffix.lower() == ".gif":
-            imageio.mimsave(tmp, images, duration=1000 / fps, loop=0)
-        else:
-            imageio.mimsave(tmp, images, fps=fps, macro_block_size=1)
+
+class EncoderError(RuntimeError):
+    """ffmpeg ended with an error status; the message is its last error line."""
+
+
+def _save_gif(images: list[np.ndarray], path: Path, fps: float) -> None:
+    """An animated GIF that loops forever, written with Pillow through a file handle closed even when it fails."""
+    from PIL import Image
+
+    frames = [Image.fromarray(image) for image in images]
+    with open(path, "wb") as handle:
+        frames[0].save(handle, format="GIF", save_all=True, append_images=frames[1:], duration=1000 / fps, loop=0)
+
+
+def _save_mp4(images: list[np.ndarray], path: Path, fps: float) -> None:
+    """An H.264 MP4 encoded by the ffmpeg binary of `imageio-ffmpeg`; its messages are kept off the terminal and
+    its exit status is checked (`EncoderError`), so a file it did not finish is never taken for a video."""
+    import imageio_ffmpeg
+    from imageio_ffmpeg._io import get_first_available_h264_encoder
+
+    height, width = images[0].shape[:2]
+    codec = get_first_available_h264_encoder()
+    command = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-hide_banner", "-nostats", "-v", "error",
+               "-f", "rawvideo", "-vcodec", "rawvideo", "-s", f"{width}x{height}", "-pix_fmt", "rgb24",
+               "-r", str(Fraction(fps).limit_denominator()), "-i", "-", "-an", "-vcodec", codec,
+               "-pix_fmt", "yuv420p", *(["-crf", "25"] if codec == "libx264" else []), str(path)]
+    done = subprocess.run(command, input=b"".join(image.tobytes() for image in images),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
+        raise EncoderError(f"ffmpeg exited with status {done.returncode}" + (f": {lines[-1]}" if lines else ""))

@@ -460,6 +460,115 @@ def test_a_model_save_on_a_full_disk_keeps_the_model_it_would_replace(tmp_path):
         with pytest.raises(atomic.WriteError, match=f"cannot write '{disk / 'model.zip'}': .Errno 28."):
             large.save(disk / "model")
         assert (disk / "model.zip").read_bytes() == kept and not temporary_files(disk)
+        from experiments.run_dir import RunDirectory
+
+        run = RunDirectory(disk / "run")
+        with pytest.raises(atomic.WriteError, match=f"^cannot write '{run / 'model.zip'}': .Errno 28."):
+            run.save_model(large)  # the run's model, not the temporary name the learner's own save writes to
+        assert not temporary_files(disk)
         filler.unlink()
         loaded = MemoryPPO.load(disk / "model.zip")
         assert loaded.policy_kwargs["backbone_kwargs"] == small.policy_kwargs["backbone_kwargs"]
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_evaluate_recording_to_a_full_disk_ends_with_one_line_and_leaves_no_video_and_no_record(suffix, finished,
+                                                                                                tmp_path, capfd,
+                                                                                                monkeypatch):
+    """ffmpeg's broken pipe (or its exit status) and Pillow's failed flush are reported as the disk's errno, in one
+    line: nothing of ffmpeg's own log, no traceback, no `Exception ignored in __del__`; no video, no temporary file,
+    and no `evaluate_*.json` claiming an evaluation whose video failed."""
+    import gc
+
+    run = tmp_path / RUN
+    shutil.copytree(finished, run)
+    before = sorted(path.name for path in run.iterdir())
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with tmpfs(tmp_path / "disk", size="1m") as disk:
+        filler = fill(disk, leave=0)
+        video = disk / f"v{suffix}"
+        code = train_rl.main(["evaluate", str(run), "--episodes", "2", "--record", str(video)])
+        gc.collect()  # a writer's file left open would report its failed flush now
+        err = capfd.readouterr().err
+        assert code == 1 and not unraisable, err
+        one_line(err, f"error: cannot write {str(video)!r}: [Errno 28] No space left on device")
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+        assert sorted(path.name for path in run.iterdir()) == before
+        filler.unlink()
+
+
+def test_a_best_model_that_does_not_fit_keeps_the_record_of_the_model_kept(tmp_path):
+    """`best_model.json` is written only once `best_model.zip` is whole: a full disk that takes the small record but
+    not the model leaves the pair as it was, each naming the same evaluation."""
+    import json
+
+    from experiments.run_dir import RunDirectory
+
+    class Model:
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+        def save(self, path: Path) -> None:
+            Path(path).write_bytes(bytes(self.size))
+
+    with tmpfs(tmp_path / "disk", size="4m") as disk:
+        run = RunDirectory(disk / "run")
+        run.path.mkdir()
+        run.save_best(Model(1000), 128, -1.0)
+        filler = fill(disk, leave=256 << 10)  # room for the record, not for the model
+        with pytest.raises(atomic.WriteError, match=r"\[Errno 28\]"):
+            run.save_best(Model(2 << 20), 256, 1.0)
+        assert (run / "best_model.zip").stat().st_size == 1000
+        assert json.loads((run / "best_model.json").read_text()) == {"timesteps": 128, "mean_return": -1.0}
+        assert not temporary_files(disk)
+        filler.unlink()
+        run.save_best(Model(2 << 20), 256, 1.0)
+        assert (run / "best_model.zip").stat().st_size == 2 << 20
+        assert json.loads((run / "best_model.json").read_text()) == {"timesteps": 256, "mean_return": 1.0}
+
+
+def test_an_ffmpeg_failure_the_disk_does_not_explain_names_the_video_and_ffmpegs_last_error(tmp_path, monkeypatch):
+    """ffmpeg's exit status is checked: a failure with room on the disk is a `WriteError` (EIO) naming the video and
+    ffmpeg's last error line, and no file is left."""
+    import numpy as np
+
+    from experiments import video
+
+    def failing(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess(command, 1, b"", b"[libx264 @ 0x1] broken\nConversion failed!\n")
+
+    monkeypatch.setattr(video.subprocess, "run", failing)
+    path = tmp_path / "v.mp4"
+    with pytest.raises(atomic.WriteError) as raised:
+        video.write_video([np.zeros((4, 4, 3), dtype=np.uint8)], path, fps=4)
+    assert str(raised.value) == (f"cannot write {str(path)!r}: [Errno {errno.EIO}] ffmpeg exited with status 1: "
+                                 "Conversion failed!")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_best_model_whose_rename_fails_keeps_the_record_of_the_model_kept(tmp_path, monkeypatch):
+    """The record is written between the model's temporary file and its rename; a rename that fails puts the record
+    of the model kept back."""
+    import json
+
+    from experiments.run_dir import RunDirectory
+
+    class Model:
+        def save(self, path: Path) -> None:
+            Path(path).write_bytes(b"model")
+
+    run = RunDirectory(tmp_path)
+    run.save_best(Model(), 128, -1.0)
+    original = atomic.os.replace
+
+    def failing(source: object, target: object) -> None:
+        if Path(str(target)).name == "best_model.zip":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        original(source, target)
+
+    monkeypatch.setattr(atomic.os, "replace", failing)
+    with pytest.raises(atomic.WriteError, match=r"best_model.zip'.*\[Errno 28\]"):
+        run.save_best(Model(), 256, 1.0)
+    assert json.loads((tmp_path / "best_model.json").read_text()) == {"timesteps": 128, "mean_return": -1.0}
+    assert not temporary_files(tmp_path)

@@ -135,7 +135,8 @@ def _show(agent: Any, player: Any, options: argparse.Namespace, seed: int, deter
 
 
 def main(argv: list[str]) -> int:
-    """Score the agent, then show or record it; exit status 2 on bad input."""
+    """Score the agent, then show or record it, then write the result (`evaluate_<date>.json`) last, so that a
+    command that fails leaves none; exit status 2 on bad input."""
     options = make_parser().parse_args(argv)
     try:
         _check(options)
@@ -186,8 +187,6 @@ def main(argv: list[str]) -> int:
     print(f"  {'model:':<14} {agent.described()}")
     for policy, result in results.items():
         print(_summary_line(policy, result))
-    path = write_result(agent.directory, result_record(agent, results, episodes, seed, n_envs))
-    print(f"  written: {path}")
     deterministic = policies[0] == "deterministic"
     if options.render:
         _show(agent, players["render"], options, seed, deterministic)
@@ -201,4 +200,6 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             return 2
         print(f"  video:   {video} ({len(frames)} frames, {options.record_episodes} episode(s))")
+    path = write_result(agent.directory, result_record(agent, results, episodes, seed, n_envs))  # the last write
+    print(f"  written: {path}")
     return 0
