@@ -98,6 +98,7 @@ def test_study_file_grid(tmp_path):
     ({"tasks": [{"env_kwargs": {}}]}, "tasks[0]={'env_kwargs': {}}: no env (it would train the default, TMaze-v0); "
                                       "set env: in the task"),
     ({"tasks": [{"env": "CartPole-v1"}, {}]}, "tasks[1]={}: no env"),
+    ({"tasks": [{}]}, "tasks[0]={}: no env (it would train the default, TMaze-v0)"),  # not the grid's default task
 ])
 def test_a_key_the_study_sets_itself_or_a_task_without_env_exits_2(study, message, tmp_path, capsys):
     """Keys the study overwrites in every run are refused where a study file sets them, as is a task that names no
@@ -122,6 +123,8 @@ def test_a_task_takes_its_env_from_settings_flags_or_its_config_file(tmp_path):
         assert (config.env, config.n_envs) == ("CartPole-v1", 2)
     file.write_text(yaml.safe_dump({"tasks": [{"n_envs": 2}]}))
     assert Grid.from_file(file, params=["env=CartPole-v1"]).configs()[0].env == "CartPole-v1"
+    file.write_text(yaml.safe_dump({"settings": {"env": "CartPole-v1"}, "tasks": [{}]}))
+    assert [c.env for c in Grid.from_file(file).configs()] == ["CartPole-v1"]
 
 
 def test_grid_from_the_command_line(tmp_path):

@@ -188,13 +188,33 @@ class PruneAfter:
 def test_report_evaluations_reports_each_new_row_at_its_offset_step_and_stops_when_pruned(tmp_path):
     log = EvalLog(tmp_path / "evaluations.csv")
     trial = PruneAfter(limit=2)
-    callback = ReportEvaluations(trial, log, "auto", offset=1000)
+    callback = ReportEvaluations(trial, log, "auto", offset=1000, budget=128)
     assert callback._on_step()
     log.append({"timesteps": 64, "mean_return": 0.5, "success_rate": 0.25})
     assert callback._on_step() and callback._on_step()  # one row, reported once
     log.append({"timesteps": 128, "mean_return": 0.7, "success_rate": 0.75})
     assert not callback._on_step()
     assert trial.reported == [(1064, 0.25), (1128, 0.75)] and callback.pruned
+
+
+def test_report_evaluations_leaves_out_evaluations_past_the_budget(tmp_path):
+    """A last rollout that ends past ``-n`` evaluates past it; those steps belong to the trial's next run."""
+    log = EvalLog(tmp_path / "evaluations.csv")
+    trial = PruneAfter(limit=10)
+    callback = ReportEvaluations(trial, log, "auto", offset=128, budget=128)
+    for step in (64, 128, 192, 256):
+        log.append({"timesteps": step, "mean_return": 0.5, "success_rate": step / 256})
+    assert callback._on_step()
+    assert trial.reported == [(192, 0.25), (256, 0.5)]
+
+
+def test_a_run_trained_past_its_budget_reports_each_step_once(tmp_path, recwarn):
+    """A rollout (4 envs x 48 steps) longer than ``-n 128``: each seed trains 192 steps; the trial reports each
+    seed's evaluations within its 128 steps, seed 1's at 128 + its step, each step once (no Optuna warning)."""
+    assert tune(tmp_path, "--trials", "1", "--tune-seeds", "2", "-p", "ppo.n_steps=48", "ppo.batch_size=48") == 0
+    assert not [w for w in recwarn if "already reported" in str(w.message)]
+    trial = load_study(tmp_path).trials[0]
+    assert sorted(trial.intermediate_values) == [64, 128, 192, 256]
 
 
 def test_score_is_the_success_rate_where_reported_else_the_return():

@@ -140,6 +140,8 @@ class Grid:
     params: list[str] = field(default_factory=list)
     """``-p key=value`` overrides, over everything"""
     tasks: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    listed: bool = False
+    """whether the study file lists `tasks` (each must then name its env), else the one default task"""
     backbones: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     name: str | None = None
@@ -169,7 +171,7 @@ class Grid:
                            for task in fields["tasks"]]
         config = data.get("config")
         grid = cls(config_file=None if config is None else _beside(path, config),
-                   name=str(data.get("name", path.stem)), **fields)
+                   name=str(data.get("name", path.stem)), listed="tasks" in data, **fields)
         for key, value in overrides.items():
             if value:
                 setattr(grid, key, value)
@@ -201,7 +203,7 @@ class Grid:
             for key, (refused_in, instead) in decided.items():
                 if key in layer and part in refused_in:
                     raise ConfigError(f"{where}.{key}={shown(layer[key])}: {instead}")
-        if self.tasks == [{}]:  # the one task of a grid that lists none: the settings' env, or the default
+        if self.tasks == [{}] and not self.listed:  # a grid that lists no task: the settings' env, or the default
             return
         for index, task in enumerate(self.tasks):
             if not self._names_env(task):

@@ -9,10 +9,10 @@ success rate where the task reports one, else the mean return (``--metric``). Se
 rate stops the search at its first trial (exit 2; a study directory the command made is removed).
 
 - Sampler: TPE (Bergstra et al. 2011), after ``--startup-trials`` random ones.
-- Pruner: the median rule on the evaluation curve: each evaluation of a run is reported at its step (runs of a
-  trial are laid end to end), and a trial whose running mean of evaluations falls below the median of the
-  completed trials' running means at the same step stops there (`experiments.studies.pruning`; ``--pruner none``
-  keeps every trial).
+- Pruner: the median rule on the evaluation curve: each evaluation of a run within its ``-n`` steps is reported at
+  its step (runs of a trial are laid end to end, ``-n`` steps apart), and a trial whose running mean of evaluations
+  falls below the median of the completed trials' running means at the same step stops there
+  (`experiments.studies.pruning`; ``--pruner none`` keeps every trial).
 - Storage: ``{log_dir}/tune/{name}/study.db`` (SQLite). Rerunning the command resumes the study up to
   ``--trials`` trials in all (finished or pruned); trials of a process that died are retried. ``--workers N``
   runs N processes on the same database, each training one trial at a time with ``--threads`` threads.
@@ -149,11 +149,13 @@ def score(row: dict[str, Any], metric: str) -> float:
 
 class ReportEvaluations(BaseCallback):
     """Report each new evaluation of a run (`evaluations.csv`) to an Optuna trial at `offset` + its step, and
-    stop the run once the pruner says so."""
+    stop the run once the pruner says so. Evaluations past the run's `budget` (a last rollout that ends past
+    `-n`) are not reported: the trial's next run starts at `offset` + `budget`, so each step is reported once and
+    lines up with the same step of other trials, whatever rollout size they sample."""
 
-    def __init__(self, trial: optuna.Trial, log: EvalLog, metric: str, offset: int) -> None:
+    def __init__(self, trial: optuna.Trial, log: EvalLog, metric: str, offset: int, budget: int) -> None:
         super().__init__()
-        self.trial, self.log, self.metric, self.offset = trial, log, metric, offset
+        self.trial, self.log, self.metric, self.offset, self.budget = trial, log, metric, offset, budget
         self.seen, self.size = len(log.rows()), self._size()
         self.pruned = False
 
@@ -166,8 +168,10 @@ class ReportEvaluations(BaseCallback):
             return True
         self.size, rows = size, self.log.rows()
         for row in rows[self.seen:]:
-            self.trial.report(score(row, self.metric), self.offset + int(float(row["timesteps"])))
-            self.pruned = self.pruned or self.trial.should_prune()
+            step = int(float(row["timesteps"]))
+            if 0 < step <= self.budget:
+                self.trial.report(score(row, self.metric), self.offset + step)
+                self.pruned = self.pruned or self.trial.should_prune()
         self.seen = len(rows)
         return not self.pruned
 
@@ -229,7 +233,7 @@ def _run_trial(trial: optuna.Trial, settings: TuneSettings) -> float:
         raise
     for config in configs:
         run = RunDirectory.of(config)
-        reporter = ReportEvaluations(trial, run.evaluations, settings.metric, offset)
+        reporter = ReportEvaluations(trial, run.evaluations, settings.metric, offset, config.total_timesteps)
         try:
             summary = train(config, extra_callback=reporter)
             if not reporter.pruned:
