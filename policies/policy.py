@@ -482,9 +482,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         of envs is not the observation's (`state` as `predict` takes it)."""
         obs = obs_as_tensor(obs, self.device) if isinstance(obs, np.ndarray | dict) else obs
         n_envs = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
-        state = self.initial_state(n_envs) if state is None else self.as_policy_state(state)
-        if len(state.pi.valid) != n_envs:
-            raise ValueError(f"state holds the memory of {len(state.pi.valid)} env(s), the observation {n_envs}")
+        state = self.state_of(state, n_envs)
         starts = torch.as_tensor(np.asarray(episode_starts) if isinstance(episode_starts, list) else episode_starts,
                                  device=self.device)
         if starts.numel() != n_envs:
@@ -553,10 +551,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         obs, vectorized = self.obs_to_tensor(observation)
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
-            torch_state = self.initial_state(n_envs) if state is None else self.as_policy_state(state)
-            if len(torch_state.pi.valid) != n_envs:
-                raise ValueError(f"state holds the memory of {len(torch_state.pi.valid)} env(s), the observation "
-                                 f"{n_envs}: pass the state predict returned for these envs (or None to start)")
+            torch_state = self.state_of(state, n_envs, ": pass the state predict returned for these envs (or None "
+                                                     "to start)")
             starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
                 torch.as_tensor(_one_per_env(episode_start, n_envs), device=self.device).bool().reshape(n_envs)
             latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)
@@ -572,6 +568,15 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             actions = actions.squeeze(axis=0)
         return actions, {name: s.as_dict(lambda v: (v if v.device.type == "cpu" else v.cpu()).numpy())
                          for name, s in new_state.backbones().items()}
+
+    def state_of(self, state: Any, n_envs: int, advice: str = "") -> PolicyState:
+        """`state` for `n_envs` envs as the library holds it (`None`: new episodes), or a `ValueError` naming a state
+        of another number of envs (followed by `advice`)."""
+        state = self.initial_state(n_envs) if state is None else self.as_policy_state(state)
+        if len(state.pi.valid) != n_envs:
+            raise ValueError(f"state holds the memory of {len(state.pi.valid)} env(s), the observation {n_envs}"
+                             + advice)
+        return state
 
     def as_policy_state(self, state: PolicyState | Mapping[str, Mapping[str, np.ndarray | Tensor]]) -> PolicyState:
         """The state as the library holds it, from `predict`'s dict of arrays (a `PolicyState` is returned as is)."""
