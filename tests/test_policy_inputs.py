@@ -1,6 +1,6 @@
 """The policy's SB3 methods beside ``predict`` (``get_distribution``, ``predict_values``, ``evaluate_actions``) take a
 state as ``predict`` does (``None``: new episodes, where one step allows it) and NumPy inputs, and name an input
-whose number of envs is not the observation's in a ``ValueError``; torch raised shape errors before."""
+whose number of envs is not the observation's in a ``ValueError`` (not a torch shape error)."""
 
 from __future__ import annotations
 
