@@ -543,7 +543,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         `state=None` starts new episodes; `episode_start[i]` clears env `i`'s memory first.
         """
         Flag().check("deterministic", bool(deterministic) if isinstance(deterministic, np.bool_) else deterministic)
-        self.set_training_mode(False)
+        if self.training:  # `train(False)` walks every module: 20 % of a step, so only when it changes
+            self.set_training_mode(False)
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
             raise ValueError(MIXED_GYM_API)
         if (problem := observation_problem(observation, self.observation_space)) is not None:
@@ -587,8 +588,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                              "returned: a dict of each backbone's dict of arrays")
         if (problem := self._state_problem(state)) is not None:
             raise ValueError(f"state{problem}; pass the state this policy's predict returned (or None to start)")
-        return PolicyState(**{name: Window.from_dict({k: self._as_tensor(v) for k, v in entries.items()})
-                              for name, entries in state.items()})
+        return PolicyState(**{name: Window.from_dict(entries, self._as_tensor) for name, entries in state.items()})
 
     def _state_problem(self, state: Mapping[str, Mapping[str, Any]]) -> str | None:
         """Where `state` is not one this policy's `predict` returns (other backbones or entries, another shape per

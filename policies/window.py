@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -78,17 +78,19 @@ class Window(NamedTuple):
         return {name: convert(value) for name, value in entries.items()}
 
     @classmethod
-    def from_dict(cls, entries: Mapping[str, Tensor]) -> Window:
-        """The state `as_dict` gave (its tensors already converted back); a cache whose envs hold different
-        generations is dropped, to be rebuilt."""
+    def from_dict(cls, entries: Mapping[str, Any], lift: Callable[[Any], Tensor] = lambda t: t) -> Window:
+        """The state `as_dict` gave, each array passed through `lift` (the inverse of its `convert`); a cache whose
+        envs hold different generations is dropped, to be rebuilt. The generations are compared as given, so a
+        NumPy state is checked without a tensor operation."""
         cache = None
         generation = entries.get("cache_generation")
-        if generation is not None and generation.numel() and bool((generation == generation.view(-1)[0]).all()):
+        if generation is not None and len(generation) and bool((generation == generation[0]).all()):
             depths = sum(1 for name in entries if name.startswith("cache_keys_"))
-            cache = KeyValueCache(tuple(entries[f"cache_keys_{n}"] for n in range(depths)),
-                                  tuple(entries[f"cache_values_{n}"] for n in range(depths)),
-                                  int(generation.view(-1)[0]))
-        return cls(entries["memory"], entries["valid"], entries.get("clock"), cache)
+            cache = KeyValueCache(tuple(lift(entries[f"cache_keys_{n}"]) for n in range(depths)),
+                                  tuple(lift(entries[f"cache_values_{n}"]) for n in range(depths)),
+                                  int(generation[0]))
+        clock = entries.get("clock")
+        return cls(lift(entries["memory"]), lift(entries["valid"]), None if clock is None else lift(clock), cache)
 
 
 class SharedWindows(NamedTuple):

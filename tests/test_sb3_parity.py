@@ -312,3 +312,18 @@ def test_predict_names_the_mixing_of_gym_and_vec_env_apis():
 def test_gsde_is_refused_in_one_line_saying_what_to_do(build):
     with pytest.raises(ValueError, match="gSDE .* is not supported by memory policies: leave use_sde"):
         build()
+
+
+def test_predict_acts_in_evaluation_mode():
+    """As SB3's: ``predict`` after ``policy.train()`` puts the policy in evaluation mode (dropout off), so its
+    deterministic actions equal those of a policy already in evaluation mode."""
+    model = tiny(make_vec_env(IdentityEnv, n_envs=2, env_kwargs={"dim": 4}), "gtrxl",
+                 policy={"backbone_kwargs": small_options("gtrxl", **SIZES, dropout=0.5)})
+    obs = model.env.reset()
+    model.policy.set_training_mode(False)
+    expected, _ = model.predict(obs, deterministic=True)
+    model.policy.set_training_mode(True)
+    for _ in range(5):
+        actions, _ = model.predict(obs, deterministic=True)
+        assert not model.policy.training and not any(module.training for module in model.policy.modules())
+        np.testing.assert_array_equal(actions, expected)

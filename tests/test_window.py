@@ -92,3 +92,7 @@ def test_a_state_crosses_the_predict_boundary_as_a_dict_and_back():
                                                  state.cache.keys + state.cache.values, strict=True))
     mixed = {**entries, "cache_generation": torch.tensor([state.cache.generation, state.cache.generation + 1])}
     assert Window.from_dict(mixed).cache is None
+    arrays = state.as_dict(lambda t: t.numpy())  # as `predict` returns it, and lifted back
+    assert Window.from_dict(arrays, torch.from_numpy).cache.generation == state.cache.generation
+    arrays["cache_generation"] = mixed["cache_generation"].numpy()
+    assert Window.from_dict(arrays, torch.from_numpy).cache is None
