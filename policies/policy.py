@@ -535,6 +535,12 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         return values.reshape(-1, 1), distribution.log_prob(actions), distribution.entropy()
 
     # -- SB3 inference API -----------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy's parameters, read from the value head (SB3's walks every module, each call)."""
+        value_net = self._modules.get("value_net")
+        return super().device if value_net is None else value_net.weight.device
+
     def predict(self, observation: np.ndarray | dict[str, np.ndarray],  # type: ignore[override]
                 state: dict[str, dict[str, np.ndarray]] | None = None, episode_start: np.ndarray | None = None,
                 deterministic: bool = False) -> tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]:

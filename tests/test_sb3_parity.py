@@ -327,3 +327,11 @@ def test_predict_acts_in_evaluation_mode():
         actions, _ = model.predict(obs, deterministic=True)
         assert not model.policy.training and not any(module.training for module in model.policy.modules())
         np.testing.assert_array_equal(actions, expected)
+
+
+def test_the_policys_device_is_where_its_parameters_are():
+    """``policy.device``, read from one head, follows the parameters when they move, as SB3's walk over all does."""
+    policy = tiny(make_vec_env(IdentityEnv, n_envs=2, env_kwargs={"dim": 4}), "gtrxl").policy
+    assert policy.device == torch.device("cpu")
+    policy.to("meta")
+    assert policy.device == torch.device("meta") == next(policy.parameters()).device
