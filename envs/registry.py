@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import numbers
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
@@ -250,6 +252,19 @@ def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
                         f"valid keyword arguments: {', '.join(valid) or '(none)'}")
 
 
+def check_kwarg_types(env_id: str, kwargs: dict[str, Any]) -> None:
+    """`ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a bool,
+    an integer for an int, a number for a float (a keyword whose default is anything else takes any value)."""
+    defaults = keywords(env_id).named
+    for name, value in kwargs.items():
+        default, number = defaults.get(name), isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+        expected = ("true or false" if isinstance(default, bool) and not isinstance(value, bool | np.bool_) else
+                    "an integer" if type(default) is int and not (number and isinstance(value, numbers.Integral)) else
+                    "a number" if isinstance(default, float) and not number else None)
+        if expected is not None:
+            raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected {expected}")
+
+
 def _from_entry_point(spec: str, env_kwargs: dict[str, Any]) -> gym.Env:
     target = _entry_point(spec)
     kwargs = dict(env_kwargs)
@@ -275,6 +290,7 @@ def _checked_spec(env_id: str, env_wrapper: Any, gym_packages: Sequence[str],
         check_kwargs(env_id, env_kwargs)
     except TypeError as error:
         raise EnvKwargsError(f"env_kwargs: {one_line(error)}") from None
+    check_kwarg_types(env_id, env_kwargs)
     return family, wrappers
 
 
