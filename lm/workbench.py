@@ -282,6 +282,11 @@ def check_data_sizes(config: LMConfig) -> None:
         raise ConfigError(f"copy_distance={config.copy_distance}: a block and its copy take 2 × copy_distance tokens; "
                           f"expected copy_distance <= copy_tokens // 2 = {config.copy_tokens // 2} "
                           f"(copy_tokens={config.copy_tokens})")
+    keys = (config.recall_vocab - 1) // 2
+    if config.data == "associative-recall" and config.recall_pairs > keys:
+        raise ConfigError(f"recall_pairs={config.recall_pairs}: a record holds distinct keys, of which "
+                          f"recall_vocab={config.recall_vocab} has (recall_vocab - 1) // 2 = {keys}; expected "
+                          f"recall_pairs <= {keys}")
     record = 2 * config.recall_pairs + 3
     if config.data == "associative-recall" and config.recall_tokens < record:
         raise ConfigError(f"recall_tokens={config.recall_tokens}: a record of recall_pairs={config.recall_pairs} "

@@ -139,6 +139,8 @@ def test_fine_tuning_in_eval_that_diverges_stops_with_status_3(copy_run, capsys)
     (["data=associative-recall", "recall_tokens=18", "segment_length=2", "batch_size=1"],
      "recall_tokens=18: a record of recall_pairs=8 pairs takes 2 × recall_pairs + 3 = 19 tokens; expected "
      "recall_tokens >= 19"),
+    (["data=associative-recall", "recall_pairs=16"], "recall_pairs=16: a record holds distinct keys, of which "
+     "recall_vocab=32 has (recall_vocab - 1) // 2 = 15; expected recall_pairs <= 15"),
 ])
 def test_data_too_small_for_the_settings_is_refused_before_anything_is_created(tmp_path, capsys, settings, message):
     """Mutation caught: the python corpus was read only once the run directory existed, so a short one left a run
