@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
-from envs.batched import BatchedTask, check_seed
+from envs.batched import RENDER_MODES, BatchedTask, check_seed
 from envs.conformance import check_render_mode, endless_problem
 from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
@@ -252,6 +252,22 @@ def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
                         f"valid keyword arguments: {', '.join(valid) or '(none)'}")
 
 
+def declared_render_modes(env_id: str, family: str) -> list[str] | None:
+    """The render modes the class of `env_id` declares (`metadata["render_modes"]`) before any env is made, or `None`
+    where only the env made tells (an adapter's wrappers, a function returning an env)."""
+    if family == "engram":
+        return list(RENDER_MODES)  # every task renders through `envs.batched.SingleCopyEnv`
+    if family == "entry_point":
+        target: Any = _entry_point(env_id)
+    elif family == "gymnasium":
+        entry = gym.spec(_registered_id(env_id)).entry_point
+        target = load_env_creator(entry) if isinstance(entry, str) else entry
+    else:
+        return None
+    modes = getattr(target, "metadata", {}).get("render_modes") if inspect.isclass(target) else None
+    return None if modes is None else list(modes)
+
+
 def check_kwarg_types(env_id: str, kwargs: dict[str, Any]) -> None:
     """`ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a bool,
     an integer for an int, a number for a float (a keyword whose default is anything else takes any value)."""
@@ -291,6 +307,7 @@ def _checked_spec(env_id: str, env_wrapper: Any, gym_packages: Sequence[str],
     except TypeError as error:
         raise EnvKwargsError(f"env_kwargs: {one_line(error)}") from None
     check_kwarg_types(env_id, env_kwargs)
+    check_render_mode(env_kwargs.get("render_mode"), declared_render_modes(env_id, family))
     return family, wrappers
 
 
@@ -313,7 +330,6 @@ def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str
     argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword; a `render_mode` the env does not list,
     `envs.conformance.check_render_mode`)."""
     family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
-    check_render_mode(env_kwargs.get("render_mode"), None)
     with _building(env_id, env_kwargs), warnings.catch_warnings():
         warnings.filterwarnings("ignore", "(?s).*render_mode.*not in the possible render_modes")  # refused below
         env = _make_one(env_id, family, env_kwargs)
