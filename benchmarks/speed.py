@@ -8,7 +8,8 @@ both (``--threads`` for another thread count). What is measured:
   order reversed every other round); the rollout's share of it; the median over rounds, and per round the ratio of
   each engram case to RecurrentPPO on the same task;
 - **dispatched ops** (``TorchDispatchMode``): per rollout step (``collect_rollouts`` over ``n_steps``), per
-  policy call of a rollout step, and per update minibatch (``train`` over its minibatches, backward and Adam in);
+  policy call of a rollout step, per ``predict`` step (NumPy in and out, the state's caches carried), and per update
+  minibatch (``train`` over its minibatches, backward and Adam in);
 - **FLOPs per env step**: ``FlopCounterMode`` over one rollout and one update, plus the CPU attention kernel it
   does not count (``4·B·H·T·K·d`` forward, twice that backward);
 - **the compute bound**: every matrix product of that rollout and update timed alone at its own shapes on this
@@ -43,6 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
 from stable_baselines3.common.callbacks import BaseCallback
@@ -262,6 +264,15 @@ def _policy_call(model: Any) -> None:
         model._act(model.policy(obs, model._last_state, starts))
 
 
+def _predict_call(model: Any) -> Any:
+    """One ``model.predict`` step of the rollout's envs after a first one (the caches in the state, as in use)."""
+    obs = model._last_obs
+    starts = np.zeros(len(model._last_episode_starts), dtype=bool)
+    _, state = model.predict(obs, None, starts)
+    model.predict(obs, state, starts)  # what checking a state computes once per policy
+    return lambda: model.predict(obs, state, starts)
+
+
 def _counted(fn: Any) -> tuple[OpCounter, int]:
     with OpCounter() as ops:
         fn()
@@ -293,6 +304,7 @@ def arithmetic(c: Case, min_seconds: float) -> dict[str, Any]:
     model.learn(rollout_steps(model))
     steps = rollout_steps(model)
     call_ops, _ = _counted(lambda: _policy_call(model))
+    predict_ops, _ = _counted(_predict_call(model))
     rollout_ops, rollout_flops = _counted(lambda: _rollout(model))
     minibatches = model.n_epochs * steps // model.batch_size
     update_ops, update_flops = _counted(model.train)
@@ -300,7 +312,8 @@ def arithmetic(c: Case, min_seconds: float) -> dict[str, Any]:
     update_s, update_own = _product_seconds(update_ops.products, min_seconds)
     return {
         "parameters": sum(p.numel() for p in model.policy.parameters()),
-        "ops_per_policy_call": call_ops.count, "ops_per_rollout_step": rollout_ops.count / model.n_steps,
+        "ops_per_policy_call": call_ops.count, "ops_per_predict": predict_ops.count,
+        "ops_per_rollout_step": rollout_ops.count / model.n_steps,
         "ops_per_minibatch": update_ops.count / minibatches, "minibatches_per_update": minibatches,
         "flops_per_step_rollout": rollout_flops / steps, "flops_per_step_update": update_flops / steps,
         "flops_per_step": (rollout_flops + update_flops) / steps,
@@ -365,13 +378,15 @@ def render(result: dict[str, Any]) -> str:
     lines = _throughput_lines(result, "Training speed against its arithmetic")
     lines += ["", "Arithmetic of one rollout and one update (`TorchDispatchMode`, `FlopCounterMode` plus the CPU "
               "attention kernel; the bound times every matrix product alone at its shapes on this machine):", "",
-              "| case | ops per policy call | ops per rollout step | ops per minibatch | MFLOP/step (rollout + update) "
-              "| GFLOP/s at rollout / update shapes | bound steps/s | fraction of bound |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| case | ops per policy call | ops per `predict` | ops per rollout step | ops per minibatch "
+              "| MFLOP/step (rollout + update) | GFLOP/s at rollout / update shapes | bound steps/s "
+              "| fraction of bound |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, a in result["arithmetic"].items():
         measured = result["throughput"].get(name, {}).get("median_steps_per_cpu_s")
         fraction = f"{measured / a['bound_steps_per_s']:.1%}" if measured else "—"
-        lines.append(f"| {name} | {a['ops_per_policy_call']} | {a['ops_per_rollout_step']:.0f} | "
+        lines.append(f"| {name} | {a['ops_per_policy_call']} | {a['ops_per_predict']} | "
+                     f"{a['ops_per_rollout_step']:.0f} | "
                      f"{a['ops_per_minibatch']:.0f} | {a['flops_per_step'] / 1e6:.2f} "
                      f"({a['flops_per_step_rollout'] / 1e6:.2f} + {a['flops_per_step_update'] / 1e6:.2f}) | "
                      f"{a['rollout_gflops']:.0f} / {a['update_gflops']:.0f} | {a['bound_steps_per_s']:,.0f} | "

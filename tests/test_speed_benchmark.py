@@ -66,3 +66,12 @@ def test_bad_rollout_shapes_are_refused_before_anything_runs(speed, argv):
     with pytest.raises(SystemExit) as refused:
         speed.main(argv)
     assert refused.value.code == 2
+
+
+def test_a_predict_step_is_counted_with_its_state_carried(speed):
+    model = speed.Case("mlp", "T-Maze-20", 2, None, 16).build()
+    model.learn(32)
+    step = speed._predict_call(model)
+    first, _ = speed._counted(step)
+    again, _ = speed._counted(step)
+    assert first.count == again.count > 0
