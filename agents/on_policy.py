@@ -38,7 +38,7 @@ from agents.buffer import (
     MemoryRolloutBuffer,
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
-from envs.atomic import atomic_path, write_error
+from envs.atomic import atomic_path, made_folders
 from envs.conformance import api_problem
 from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, one_line, short, shown
 from policies.backbone import Aux
@@ -133,7 +133,8 @@ def model_file(path: Any, key: str = "path") -> Path:
     except zipfile.BadZipFile:
         raise ConfigError(f"{key}={name!r}: not a zip file (or one cut short); {_MODEL_PATH}") from None
     except ValueError:  # an entry that is not JSON
-        data = {}
+        raise ConfigError(f"{key}={name!r}: its 'data' entry is not the JSON save writes (cut short or changed); "
+                          f"{_MODEL_PATH}") from None
     if not data:
         raise ConfigError(f"{key}={name!r}: a zip file without the 'data' entry save writes (JSON); {_MODEL_PATH}")
     return file
@@ -489,11 +490,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         file = Path(path) if Path(path).suffix else Path(path).with_suffix(".zip")
         if file.is_dir() or str(path).endswith(os.sep):
             raise ConfigError(f"path={str(path)!r}: is a directory; expected a file path (model.zip)")
-        try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise write_error(error, file.parent) from error
-        with atomic_path(file) as tmp:
+        with made_folders(file.parent), atomic_path(file) as tmp:  # the folders made go again when the save fails
             super().save(tmp, exclude, include)
         return None
 

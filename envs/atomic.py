@@ -150,3 +150,31 @@ def new_directory(path: Path) -> Path:
         except OSError as error:
             raise write_error(error, candidate) from error
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def made_folders(path: Path, leftovers: tuple[str, ...] = ()) -> Iterator[Path]:
+    """`path` as a folder, made with its missing parents; when the block fails (an exception, an interrupt), the
+    folders made here are removed again, deepest first, each when it holds nothing but the files named in
+    `leftovers` (a lock file): a command that fails leaves no empty folder behind, and never removes one it found."""
+    path = Path(path)
+    made = [folder for folder in (path, *path.parents) if not folder.exists()]  # deepest first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _remove_empty(made, leftovers)
+        raise write_error(error, path) from error
+    try:
+        yield path
+    except BaseException:
+        _remove_empty(made, leftovers)
+        raise
+
+
+def _remove_empty(folders: list[Path], leftovers: tuple[str, ...]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            if all(entry.name in leftovers for entry in folder.iterdir()):
+                for name in leftovers:
+                    (folder / name).unlink(missing_ok=True)
+                folder.rmdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.atomic import WriteError, atomic_path
+from envs.atomic import WriteError, atomic_path, made_folders
 
 FORMATS = (".gif", ".mp4")
 MIN_SIDE = 128
@@ -45,8 +45,8 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> P
     if not frames:
         raise ValueError("no frames to record")
     images = [upscale(np.asarray(frame, dtype=np.uint8)) for frame in frames]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_new_file(path, lambda tmp: _save(images, tmp, fps))
+    with made_folders(path.parent):  # gone again when the video does not fit
+        write_new_file(path, lambda tmp: _save(images, tmp, fps))
     return path
 
 

@@ -677,7 +677,7 @@ def _refuse_existing(run: RunDirectory) -> None:
     """Raise `ConfigError` when `run` already holds a run: a run directory is never overwritten."""
     if run.holds_run():
         raise ConfigError(f"{str(run.path)!r} already holds a run; pass --resume to continue it or choose "
-                          "another --log-dir or seed")
+                          "another -p log_dir=... or seed=...")
 
 
 def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] | None,
@@ -841,9 +841,12 @@ def load_run(directory: str | Path, **option_overrides: Any) -> tuple[LMConfig, 
     weights = _load_checkpoint(checkpoint, config.device)["model"]
     misfits = [name for name, tensor in model.state_dict().items()
                if name in weights and weights[name].shape != tensor.shape]
-    if misfits:  # e.g. Linformer's projections have memory_length + 1 columns
-        raise ConfigError(f"the weights of {str(directory)!r} do not fit {option_overrides}: {', '.join(misfits)} "
-                          f"depend on the options it was trained with ({config.backbone_options})")
+    if misfits:  # e.g. Linformer's projections have memory_length + 1 columns; or a checkpoint of another run
+        shapes = "; ".join(f"{name} {tuple(weights[name].shape)}, the model's {tuple(model.state_dict()[name].shape)}"
+                           for name in misfits)
+        model_of = f"with {option_overrides}" if option_overrides else "its config.yaml describes"
+        raise ConfigError(f"the weights of {str(checkpoint)!r} do not fit the model {model_of}: {shapes} (options "
+                          f"trained with: data={config.data}, {config.backbone_options})")
     model.load_state_dict(weights)
     return config, model
 

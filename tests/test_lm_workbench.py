@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,19 @@ def test_eval_with_a_memory_length_the_weights_depend_on_names_them(tmp_path, ca
     assert "do not fit" in capsys.readouterr().err
 
 
+def test_a_checkpoint_of_another_model_names_the_weights_that_do_not_fit(tmp_path, capsys):
+    """A checkpoint whose shapes differ from the model the run's config.yaml describes (another embedding width):
+    the message names each weight with both shapes."""
+    small, large = copy_config(tmp_path / "a", 8, steps=1), copy_config(tmp_path / "b", 8, steps=1, d_embed=16)
+    train_lm(small)
+    train_lm(large)
+    for checkpoint in large.directory().glob("checkpoints/lm_*.pt"):
+        shutil.copy(next(small.directory().glob("checkpoints/lm_*.pt")), checkpoint)
+    assert train_rl.main(["lm", "eval", str(large.directory())]) == 2
+    err = capsys.readouterr().err
+    assert "do not fit the model its config.yaml describes: " in err and "{}" not in err
+
+
 def test_eval_with_early_exits_reports_bits_and_layers(tmp_path, capsys):
     """``intermediate_fade=false`` keeps training the exits; at confidence 1 no position of this barely trained
     model leaves early and the bits are the plain evaluation's, at 1e-9 every position leaves after the first
@@ -178,6 +192,7 @@ def test_an_lm_run_has_the_run_cores_guarantees(tmp_path, monkeypatch):
     assert len(fsynced) >= 2 * len(synced)  # each file, then its directory
 
     before = {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
-    with pytest.raises(ConfigError, match="already holds a run; pass --resume"):
+    with pytest.raises(ConfigError, match=r"already holds a run; pass --resume to continue it or choose another "
+                                          r"-p log_dir=\.\.\. or seed=\.\.\.$"):
         train_lm(config)
     assert {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()} == before

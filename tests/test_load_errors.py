@@ -77,6 +77,10 @@ def test_load_refuses_a_file_that_is_no_saved_model(tmp_path):
         archive.writestr("readme", "hello")
     with pytest.raises(ConfigError, match=r"^path='.*other.zip': a zip file without the 'data' entry save writes"):
         MemoryPPO.load(tmp_path / "other.zip")
+    with zipfile.ZipFile(tmp_path / "changed.zip", "w") as archive:
+        archive.writestr("data", "{not json")
+    with pytest.raises(ConfigError, match=r"^path='.*changed.zip': its 'data' entry is not the JSON save writes"):
+        MemoryPPO.load(tmp_path / "changed.zip")
     PPO("MlpPolicy", make_vec_env("CartPole-v1", 1), n_steps=16, batch_size=16).save(tmp_path / "sb3.zip")
     with pytest.raises(ConfigError, match=r"^path='.*sb3.zip': holds a model of the policy ActorCriticPolicy, not a "
                                           r"memory learner's \(MemoryPolicy\)"):

@@ -134,24 +134,24 @@ def main(argv: list[str]) -> int:
     except KeyError as error:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 2
-    from envs.atomic import save_figure
+    from envs.atomic import made_folders, save_figure
     from experiments.studies.plotting import curves_figure
 
     success = all(run.has_success() for run in runs)
     tasks = {task_label(run.config) for run in runs}
     title = options.title or (tasks.pop() if len(tasks) == 1 else f"{len(tasks)} tasks")
     figure = curves_figure(groups, success, title, options.reps, options.seed, options.stochastic)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        try:
-            write_new_file(out, lambda tmp: save_figure(figure, tmp))
-            break
-        except FileExistsError:  # made by another process while the figure was drawn
-            if options.out is not None:
-                print(f"error: --out {str(out)!r}: made by another process meanwhile; a file is never overwritten",
-                      file=sys.stderr)
-                return 2
-            out = free_name(out)
+    with made_folders(out.parent):  # gone again when the figure does not fit
+        while True:
+            try:
+                write_new_file(out, lambda tmp: save_figure(figure, tmp))
+                break
+            except FileExistsError:  # made by another process while the figure was drawn
+                if options.out is not None:
+                    print(f"error: --out {str(out)!r}: made by another process meanwhile; a file is never overwritten",
+                          file=sys.stderr)
+                    return 2
+                out = free_name(out)
     print(f"{out}: {counted(len(runs), 'run')} in {counted(len(groups), 'group')}: "
           + ", ".join(f"{name} ({len(members)})" for name, members in groups.items()))
     return 0
