@@ -13,6 +13,10 @@ can carry options for several backbones and `--backbone` picks one::
     gtrxl: {memory_length: 32, d_model: 64}
     lstm: {hidden_size: 64}
 
+A run keeps the sections of its own learner and backbone from a file (and from its hyper-parameter entry, which is
+such a menu too): its `config.yaml` records what it uses. A section given as a flag or a `-p` override is kept, and
+refused when no run of the command uses it (`experiments.validation.check_sections_used`).
+
 Every key and value is checked; a bad one raises `ConfigError` naming it and the
 valid choices. Values are parsed safely (`ast.literal_eval` / YAML), never evaluated.
 
@@ -396,19 +400,43 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
     `overrides` (`key=value` strings). The entry is the one `experiments.hyperparams.entry_for` finds for
     the settings of the layers above it (their env, learner and `hyperparams`); `hyperparams` then records it
     (`FILE#KEY`, or `none`). `entries=False`: no entry, `hyperparams` as the layers give it (a run's own
-    `config.yaml`, which holds every setting and the entry it was made from)."""
-    layers = [*(load_yaml(file) if file else {}).items(), *(flags or {}).items(),
-              *(parse_override(text) for text in overrides or [])]
-    config = _layered(layers)
+    `config.yaml`, which holds every setting and the entry it was made from).
+
+    The entry and the file may hold a section for several learners and backbones (a menu the command line picks
+    from with `--algo` and `--backbone`): every key of the file is read and checked, but of their sections the
+    configuration keeps only its own learner's and backbone's (`used_by`), so a run records only what it uses. The
+    sections `flags` and `overrides` give are all kept: whether some run uses them is a question for the whole
+    command, which may launch runs of several backbones (`experiments.validation.check_sections_used`)."""
+    menu = list((load_yaml(file) if file else {}).items())
+    given = [*(flags or {}).items(), *(parse_override(text) for text in overrides or [])]
+    config = _layered([*menu, *given])
+    used = list(used_by(config, dict(menu)).items())
+    if len(used) < len(menu):
+        config = _layered([*used, *given])
+    layers = [*used, *given]
     if not entries:
         return config
     from experiments.hyperparams import entry_for
 
     entry = entry_for(config)
     if entry is not None:
-        config = _layered([*entry.settings.items(), *layers])
+        config = _layered([*used_by(config, entry.settings).items(), *layers])
     config.hyperparams = "none" if entry is None else entry.name
     return config
+
+
+def is_section(key: str) -> bool:
+    """Whether the configuration key `key` (`ppo`, `gtrxl.d_model`) is, or lies in, a section: the options of a
+    learner or a backbone, under its name."""
+    head = key.partition(".")[0]
+    return head in algos() or head in backbones()
+
+
+def used_by(config: RunConfig, settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` (configuration keys, dotted or not) without those of the sections of the learners and backbones
+    the run of `config` does not use."""
+    return {key: value for key, value in settings.items()
+            if not is_section(key) or key.partition(".")[0] in (config.algo, config.backbone)}
 
 
 def reread(config: RunConfig) -> RunConfig:

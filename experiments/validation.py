@@ -9,7 +9,9 @@ the policy's. Here each is checked against that rule with its key named by secti
 (`n_steps` a multiple of `segment_length`, `n_heads` a divisor of `d_model`), the learners' rule that `batch_size`
 is at most the rollout (`agents.on_policy.check_batch_size`) and `RELATIONS`, those between settings of the run.
 `validate` then builds one environment copy and the policy on the meta device (no storage) and checks that the run
-fits in memory, so a bad setting is refused before a run directory is made or anything big allocated. A
+fits in memory, so a bad setting is refused before a run directory is made or anything big allocated. Last, a
+section (a learner's or a backbone's options) that no run uses is refused (`check_sections_used`): `validate` asks
+it of its one run, `validate_all` of all the runs of one command, of which each keeps its own sections. A
 configuration is first read back through `experiments.config.reread`, so one made by hand meets the checks of one
 read from a file, and an error whose key holds the value of the hyper-parameter entry the run starts from names that
 entry (`experiments.hyperparams.named_source`). `docs/validation.md` lists the rules with real messages.
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs, keywords
 from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, shown
 from envs.wrappers import EnvWrapperError
-from experiments.config import RunConfig, algo_settings, coerce, plain, reread, section_defaults
+from experiments.config import RunConfig, algo_settings, coerce, is_section, plain, reread, section_defaults
 from experiments.footprint import check_fits, estimate
 from experiments.hyperparams import named_source
 from experiments.rules import Directory, FolderName
@@ -125,8 +127,9 @@ def component(section: str) -> type:
 
 
 def _check_sections(config: RunConfig) -> None:
-    """Each option of every section given (used by this run or not) against the rule in its constructor's
-    signature, and the options of the attention and position a backbone chooses against theirs."""
+    """Each option of every section given against the rule in its constructor's signature (whether the run uses
+    the section is `check_sections_used`'s question), and the options of the attention and position a backbone
+    chooses against theirs."""
     for section, options in config.options.items():
         check_options(component(section).__init__, options, prefix=f"{section}.")
         if section in BACKBONES:
@@ -259,6 +262,42 @@ def _build_policy_on_meta(config: RunConfig, env: Any) -> torch.nn.Module:
                           f"{one_line(error)}") from None
 
 
+def _uses(config: RunConfig, section: str) -> bool:
+    return section in (config.algo, config.backbone)
+
+
+def unused_section(key: str, configs: Sequence[RunConfig], runs: str = "") -> str | None:
+    """The message refusing the configuration key `key` (`ppo.gamma=0.9`, `gtrxl.d_model`) where it lies in a
+    section (a learner's or a backbone's options) that none of `configs`, the runs of one command, uses; `None`
+    where some run uses it or `key` is no section's. `runs`: how the message names them (`the runs`; by default `the
+    run` for one configuration)."""
+    section = key.partition(".")[0].partition("=")[0]
+    if not is_section(section) or any(_uses(config, section) for config in configs):
+        return None
+    kind, chosen = ("learner", [c.algo for c in configs]) if section in ALGOS else ("backbone",
+                                                                                    [c.backbone for c in configs])
+    runs = runs or ("the run" if len(configs) == 1 else "the runs")
+    verb = "uses" if runs == "the run" else "use"
+    valid = dict.fromkeys(name for config in configs for name in (config.algo, config.backbone))
+    return (f"{key}: an option of the {kind} {section}, but {runs} {verb} {', '.join(dict.fromkeys(chosen))}, so it "
+            f"would change nothing; valid sections here: {', '.join(valid)}")
+
+
+def check_sections_used(configs: Sequence[RunConfig]) -> None:
+    """Refuse (`ConfigError`, naming the first option of it with its value) a section that a configuration of
+    `configs`, the runs one command launches, holds but none of them uses: a learner's options in runs of another
+    learner, a backbone's in runs of other backbones. A section one run of a study uses may be held by all of its
+    runs (`--backbone gru gtrxl -p gtrxl.d_model=32`). Only the sections given to the command reach a configuration:
+    `experiments.config.build_config` keeps, of a configuration file's and a hyper-parameter entry's, those of the
+    run's own learner and backbone."""
+    for config in configs:
+        for section, options in config.options.items() if isinstance(config.options, dict) else ():
+            first = next(iter(options.items()), None) if isinstance(options, dict) else None
+            key = section if first is None else f"{section}.{first[0]}={shown(plain(first[1]))}"
+            if (message := unused_section(key, configs)) is not None:
+                raise ConfigError(message)
+
+
 def check_settings(config: RunConfig) -> None:
     """Each setting of `config` against its own rule, as `validate` checks it first, without the relations
     between settings, the environment or the model: what every value a tune search space can give must pass."""
@@ -290,15 +329,33 @@ def _validate(config: RunConfig) -> None:
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))
     finally:
         env.close()
+    check_sections_used([config])  # last: a bad value in the section is named as such first
 
 
 def validate_all(configs: Iterable[RunConfig]) -> None:
-    """`validate` each configuration once: runs that differ only in their seed share the checks
-    that do not depend on it."""
-    seen = set()
+    """`validate` the configurations of the runs of one command (a study's, a tune trial's): each run setting against
+    its rule, then the sections over them all (`check_sections_used`: a section is kept when some run uses it, and
+    this costs nothing, so a study of many runs hears of one no run uses at once), then each run with its own
+    learner's and backbone's sections once (runs that differ only in their seed share the checks that do not depend
+    on it). Each configuration then holds only its own sections (those its siblings use are dropped from it, in
+    place), so a run records what it uses and is valid alone (`validate`, as `train` and a resume check it)."""
+    configs = list(configs)
     for config in configs:
         _check_fields(config)
-        key = repr(plain({**config.to_dict(), "seed": 0}))
+    check_sections_used(configs)
+    seen = set()
+    for config in configs:
+        own = own_sections(config)
+        key = repr(plain({**own.to_dict(), "seed": 0}))
         if key not in seen:
             seen.add(key)
-            validate(config)
+            validate(own)
+    for config in configs:
+        config.options = own_sections(config).options
+
+
+def own_sections(config: RunConfig) -> RunConfig:
+    """A copy of `config` that holds only the sections of its own learner and backbone."""
+    options = config.options if isinstance(config.options, dict) else {}
+    return dataclasses.replace(config, options={name: value for name, value in options.items()
+                                                if _uses(config, name)})

@@ -81,7 +81,7 @@ def test_precedence_defaults_file_flags_overrides(tmp_path):
     config = build_config(file, {"n_envs": 4, "backbone": "lstm"}, ["lstm.hidden_size=64"])
     assert (config.seed, config.n_envs, config.backbone) == (3, 4, "lstm")
     assert config.backbone_options() == {"hidden_size": 64}
-    assert config.options["gtrxl"] == {"memory_length": 16, "d_model": 32}
+    assert "gtrxl" not in config.options  # the file's section of another backbone: a menu item this run leaves
 
 
 def test_every_shipped_config_is_valid():
@@ -158,7 +158,8 @@ def test_resume_ignores_other_backbones_sections_and_a_moved_run(tmp_path):
     assert train_rl.main([*TINY, "--log-dir", str(tmp_path / "a"), "-n", "64"]) == 0
     run = next((tmp_path / "a").iterdir())
     shutil.copytree(run, tmp_path / "b" / run.name)
-    others = ["-p", "lstm.hidden_size=8", "vmpo.n_steps=8"]
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump({"lstm": {"hidden_size": 8}, "vmpo": {"n_steps": 8}}))
+    others = ["--config", str(tmp_path / "task.yaml")]
     assert train_rl.main([*TINY, "--log-dir", str(tmp_path / "b"), "-n", "128", "--resume", *others]) == 0
 
 

@@ -135,8 +135,9 @@ def test_a_path_without_a_model_exits_2(tmp_path, capsys):
 
 
 def test_a_vmpo_run_is_loaded_with_vmpo(tmp_path, capsys):
-    argv = [*TINY, "--algo", "vmpo", "--backbone", "mlp", "-n", "64", "--eval-freq", "0", "--log-dir", str(tmp_path),
-            "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4"]
+    argv = [*TINY[:TINY.index("-p")], "--algo", "vmpo", "--backbone", "mlp", "-n", "64", "--eval-freq", "0",
+            "--log-dir", str(tmp_path), "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4",
+            "n_eval_envs=2"]
     assert train_rl.main(argv) == 0
     run = tmp_path / "TMaze-v0__vmpo-mlp__0"
     code, out, _ = evaluate([str(run)], capsys)
@@ -146,8 +147,9 @@ def test_a_vmpo_run_is_loaded_with_vmpo(tmp_path, capsys):
 
 
 def test_a_lone_model_is_named_by_its_own_learner_and_backbone(tmp_path, capsys):
-    argv = [*TINY, "--algo", "vmpo", "--backbone", "gru", "-n", "64", "--eval-freq", "0", "--log-dir", str(tmp_path),
-            "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4"]
+    argv = [*TINY[:TINY.index("-p")], "--algo", "vmpo", "--backbone", "gru", "-n", "64", "--eval-freq", "0",
+            "--log-dir", str(tmp_path), "-p", "vmpo.n_steps=16", "vmpo.batch_size=32", "vmpo.segment_length=4",
+            "n_eval_envs=2"]
     assert train_rl.main(argv) == 0
     lone = tmp_path / "lone" / "m.zip"
     lone.parent.mkdir()

@@ -28,6 +28,8 @@ from experiments.studies.study import Grid, Progress, RunTask, execute, plan
 
 STUDY = [*TINY, "--reps", "100"]
 PARAMS = TINY[TINY.index("-p"):]  # the -p overrides of TINY, to extend (a later -p replaces them)
+LSTM_STUDY, LSTM_PARAMS = ([arg for arg in args if not arg.startswith("gtrxl.")] for args in (STUDY, PARAMS))
+"""STUDY and PARAMS for studies of lstm runs alone (a gtrxl option no run uses is refused)"""
 
 
 def in_process(fn, items, *args, **kwargs):
@@ -175,9 +177,10 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, caps
 
 def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(experiments.studies.study, "launch", in_process)
-    argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "lstm", "--study", "s"]
+    argv = [*LSTM_STUDY, "--log-dir", str(tmp_path), "-n", "64", "--eval-freq", "0", "--backbone", "lstm", "--study",
+            "s"]
     assert train_rl.main([*argv, "--no-report"]) == 0
-    assert train_rl.main([*argv, *PARAMS, "lstm.hidden_size=8"]) == 2
+    assert train_rl.main([*argv, *LSTM_PARAMS, "lstm.hidden_size=8"]) == 2
     assert ("already holds a run of another configuration (differs in: lstm.hidden_size (128 in the run, 8 now))"
             in capsys.readouterr().err)
     # a run saved before a setting existed behaved as its default: it is the same configuration, but not
@@ -193,7 +196,7 @@ def test_a_study_refuses_runs_of_another_configuration(tmp_path, monkeypatch, ca
 
 def test_a_run_killed_before_its_first_checkpoint_starts_afresh(tmp_path, monkeypatch):
     monkeypatch.setattr(experiments.studies.study, "launch", in_process)
-    argv = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--backbone", "lstm", "--study", "s", "--no-report"]
+    argv = [*LSTM_STUDY, "--log-dir", str(tmp_path), "-n", "64", "--backbone", "lstm", "--study", "s", "--no-report"]
     assert train_rl.main(argv) == 0
     run = tmp_path / "s" / "TMaze-v0__ppo-lstm__0"
     for stale in ("summary.json", "model.zip"):
@@ -245,7 +248,8 @@ def test_a_rerun_on_a_subset_adds_to_the_recorded_grid(tmp_path):
     adds them to the grid instead of replacing it, and each command keeps the grid it ran."""
     base = [*STUDY, "--log-dir", str(tmp_path), "-n", "64", "--workers", "1"]
     assert train_rl.main([*base, "--backbone", "gtrxl", "lstm", "--seed", "0"]) == 0
-    assert train_rl.main([*base, "--backbone", "lstm", "--seed", "1", "2", "--no-report"]) == 0
+    lstm_only = [arg for arg in base if not arg.startswith("gtrxl.")]  # a gtrxl option no run uses is refused
+    assert train_rl.main([*lstm_only, "--backbone", "lstm", "--seed", "1", "2", "--no-report"]) == 0
     text = (tmp_path / "TMaze-v0__ppo" / "study.yaml").read_text()
     record = yaml.safe_load(text)
     assert record["grid"]["backbones"] == ["gtrxl", "lstm"] and record["grid"]["seeds"] == [0, 1, 2]

@@ -134,7 +134,7 @@ USER_MODULE = textwrap.dedent('''
 ''')
 SMALL = ["--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
          "-p", "ppo.n_steps=8", "ppo.batch_size=16", "ppo.n_epochs=1", "ppo.segment_length=4", "n_eval_envs=2",
-         "gtrxl.memory_length=4", "gtrxl.d_model=8", "gtrxl.n_heads=2", "lstm.hidden_size=8"]
+         "gtrxl.memory_length=4", "gtrxl.d_model=8", "gtrxl.n_heads=2"]
 SPACES = [(obs, "discrete") for obs in ("box", "image", "dict", "discrete", "multidiscrete", "multibinary")] + [
     ("box", action) for action in ("box", "multidiscrete", "multibinary")]
 

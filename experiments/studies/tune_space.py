@@ -30,12 +30,13 @@ import copy
 import json
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envs.rules import short, shown
-from experiments.config import ConfigError, RunConfig, algos, apply, backbones, coerce, load_yaml
+from experiments.config import ConfigError, RunConfig, apply, coerce, is_section, load_yaml
 
 TYPES = ("log_uniform", "uniform", "int", "categorical")
 SPEC_KEYS = {"type", "low", "high", "step", "log", "choices", "template"}
@@ -117,30 +118,34 @@ class SearchSpace:
         """The configured value of every key for `trial`."""
         return {param.key: param.suggest(trial) for param in self.params}
 
-    def check(self, base: RunConfig) -> None:
+    def check(self, base: RunConfig | Sequence[RunConfig]) -> None:
         """Raise `ConfigError` (naming the space file, the key and the value) if a key is one a trial sets itself
-        (`SET_PER_TRIAL`), is not a setting of `base`, is an option of a learner or backbone that `base` does not
-        use, or a run of `base` with one value the space can give (`Param.examples`, one key at a time) fails the
-        checks of `train` (`experiments.validation.validate`: rules, relations, env, model, memory)."""
-        from experiments.validation import validate
+        (`SET_PER_TRIAL`), is not a setting of the base configuration(s) `base` (those of a tune's tasks), lies in
+        a learner's or backbone's section that none of them uses (`experiments.validation.unused_section`: the rule
+        of `-p`), or a run of a base that uses it with one value the space can give (`Param.examples`, one key at a
+        time) fails the checks of `train` (`experiments.validation.validate`: rules, relations, env, model,
+        memory)."""
+        from experiments.validation import unused_section, validate
 
+        bases = [base] if isinstance(base, RunConfig) else list(base)
         for param in self.params:
             section = param.key.split(".", 1)[0]
             if section in SET_PER_TRIAL:
                 raise ConfigError(f"search space {param.source!r}, {param.key}: {SET_PER_TRIAL[section]}")
-            for kind, names, used in (("learner", algos(), base.algo), ("backbone", backbones(), base.backbone)):
-                if section in names and section != used:
-                    raise ConfigError(f"search space {param.source!r}, {param.key}: an option of the {kind} {section}, "
-                                      f"but the runs use {used}, so it would change nothing; valid {kind}: {used}")
-            for where, value in param.examples().items():
-                config = copy.deepcopy(base)
-                try:
-                    apply(config, param.key, value)
-                    validate(config)
-                except ConfigError as error:
-                    named = re.search(rf"(?<![\w.]){re.escape(param.key)}=", str(error))  # the reason shows the value
-                    key = param.key if named else f"{param.key}={shown(value)}"
-                    raise ConfigError(f"search space {param.source!r}, {key} ({where}): {error}") from None
+            if (unused := unused_section(param.key, bases, runs="the runs")) is not None:
+                raise ConfigError(f"search space {param.source!r}, {unused}")
+            for config_base in bases:
+                if is_section(section) and section not in (config_base.algo, config_base.backbone):
+                    continue  # a trial drops it from this task's runs (`experiments.validation.validate_all`)
+                for where, value in param.examples().items():
+                    config = copy.deepcopy(config_base)
+                    try:
+                        apply(config, param.key, value)
+                        validate(config)
+                    except ConfigError as error:
+                        named = re.search(rf"(?<![\w.]){re.escape(param.key)}=", str(error))  # the reason shows it
+                        key = param.key if named else f"{param.key}={shown(value)}"
+                        raise ConfigError(f"search space {param.source!r}, {key} ({where}): {error}") from None
 
     def configured(self, values: dict[str, Any]) -> dict[str, Any]:
         """Optuna's sampled values (`trial.params`) as the configuration takes them."""
