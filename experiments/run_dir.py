@@ -25,6 +25,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import struct
@@ -35,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from envs.atomic import atomic_path, write_atomic, write_error
+from envs.atomic import atomic_path, made_folders, write_atomic, write_error
 from envs.rules import ConfigError
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
@@ -51,6 +52,74 @@ CHECKPOINTS, CHECKPOINT_PREFIX, CHECKPOINT_SUFFIX = "checkpoints", "model_", "_s
 EVENT_GLOB = "*/events.out.tfevents.*"
 EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds",
                 "stochastic_mean_return", "stochastic_success_rate"]
+
+
+STUDY_RECORD, STUDY_LOCK = "study.yaml", ".lock"
+"""a study directory's record (its grid, runs and commands) and the lock of the one process running it"""
+TUNE_RECORD, TUNE_FOLDER = "search.json", "tune"
+"""a tune study's record of what it searches, in `{log_dir}/tune/{name}/`"""
+TRIAL_FOLDER = re.compile(r"trial_\d+")
+"""the folder of a tune trial's runs inside its tune study directory"""
+
+
+def kind_of(folder: Path) -> tuple[str, str] | None:
+    """`(kind, marker)` when `folder` is a run directory (`run.lock`; a study's planned run: `config.yaml` with
+    `status.json`), a study directory (`study.yaml` with its `.lock`) or a tune study directory (`search.json`
+    in a folder of `tune/`): the marker is the file that shows it; else `None`."""
+    def has(*names: str) -> bool:
+        try:
+            return all((folder / name).is_file() for name in names)
+        except OSError:  # a folder that cannot be read is nobody's we can tell
+            return False
+
+    if has(LOCK_FILE) or has(CONFIG_FILE, STATUS_FILE):
+        return "run directory", LOCK_FILE if has(LOCK_FILE) else CONFIG_FILE
+    if has(STUDY_RECORD, STUDY_LOCK):
+        return "study directory", STUDY_RECORD
+    if folder.parent.name == TUNE_FOLDER and has(TUNE_RECORD):
+        return "tune study directory", TUNE_RECORD
+    return None
+
+
+def owners_of(path: str | Path) -> list[tuple[Path, str, str]]:
+    """Every run, study or tune study directory at or above `path` (`kind_of`), nearest first, as
+    `(folder, kind, marker)`."""
+    path = Path(os.path.abspath(path))
+    return [(folder, *kind) for folder in (path, *path.parents) if (kind := kind_of(folder)) is not None]
+
+
+def belongs(path: Path, owner: Path, kind: str) -> bool:
+    """Whether the run directory `path`, below `owner`, is one of its runs: listed in the study's `study.yaml`,
+    or in a trial folder of the tune study."""
+    relative = path.relative_to(owner)
+    if kind == "tune study directory":
+        return bool(TRIAL_FOLDER.fullmatch(relative.parts[0]))
+    try:
+        record = load_yaml_text((owner / STUDY_RECORD).read_text()) or {}
+    except (ConfigError, OSError, ValueError):
+        return False
+    return isinstance(record, dict) and relative.as_posix() in (record.get("runs") or [])
+
+
+def check_owner(what: str, path: str | Path, option: str, value: Any, name_option: str | None = None) -> None:
+    """Refuse (`ConfigError`, one line) to make the `what` (`run directory`, `study directory`, `tune study
+    directory`) `path` inside a run, study or tune study directory it does not belong to, at any depth, or where
+    another kind of directory is: their files would mix, and reports would count the wrong runs. `path` being a
+    directory of its own kind is its own (a resume); a run belongs to the study that lists it and to the tune
+    study whose trial folder holds it. `option` and `value` place it (`--log-dir`); `name_option` names it, when
+    a name of its own (`--study`) makes it another kind of directory. Changes nothing."""
+    path = Path(os.path.abspath(path))
+    for owner, kind, marker in owners_of(path):
+        if owner == path:
+            if kind == what:
+                continue
+            key, shown_value = (name_option, path.name) if name_option else (option, value)
+            raise ConfigError(f"{key}={str(shown_value)!r}: the {what} {str(path)!r} is the {kind} {str(owner)!r} "
+                              f"({marker}); choose another {key}")
+        if what == "run directory" and kind != "run directory" and belongs(path, owner, kind):
+            continue
+        raise ConfigError(f"{option}={str(value)!r}: the {what} {str(path)!r} would be inside the {kind} "
+                          f"{str(owner)!r} ({marker}), which it does not belong to; choose a {option} outside it")
 
 
 class RunBusyError(RuntimeError):
@@ -261,10 +330,16 @@ class RunDirectory:
             raise ConfigError(f"run directory {str(self.path)!r} is {what}; expected a directory (or nothing) there: "
                               "move the file away, or choose another --seed or --log-dir")
 
+    def check_place(self) -> None:
+        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `--log-dir`)."""
+        check_owner("run directory", self.path, "--log-dir", str(self.path.parent))
+
     def check_not_busy(self) -> None:
         """Raise `RunBusyError` when another process holds the lock, and `ConfigError` when the path is no
-        directory (`check_is_directory`); changes no file."""
+        directory (`check_is_directory`) or inside a directory it does not belong to (`check_place`); changes no
+        file."""
         self.check_is_directory()
+        self.check_place()
         try:
             handle = (self / LOCK_FILE).open()
         except FileNotFoundError:
@@ -281,31 +356,32 @@ class RunDirectory:
         `RunBusyError`, naming the holder, when another process has it, and `ConfigError` when the path is no
         directory (`check_is_directory`)."""
         self.check_is_directory()
-        self.path.mkdir(parents=True, exist_ok=True)
-        path = self / LOCK_FILE
-        try:
-            handle = path.open("a+")
-        except OSError as error:
-            raise write_error(error, path) from error
-        with handle:
-            busy = _busy(handle, self.path)
-            if busy is not None:
-                raise busy
-            try:  # unbuffered: a failed write leaves nothing for `close` to flush again
-                os.ftruncate(handle.fileno(), 0)
-                os.write(handle.fileno(), f"{os.getpid()} {socket.gethostname()}\n".encode())
+        with made_folders(self.path, leftovers=(LOCK_FILE,)):  # gone again when the run fails holding no more
+            path = self / LOCK_FILE
+            try:
+                handle = path.open("a+")
             except OSError as error:
                 raise write_error(error, path) from error
-            yield
+            with handle:
+                busy = _busy(handle, self.path)
+                if busy is not None:
+                    raise busy
+                try:  # unbuffered: a failed write leaves nothing for `close` to flush again
+                    os.ftruncate(handle.fileno(), 0)
+                    os.write(handle.fileno(), f"{os.getpid()} {socket.gethostname()}\n".encode())
+                except OSError as error:
+                    raise write_error(error, path) from error
+                yield
 
     # -- a new run, or a resumed one ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def claimed(self, resume: bool, refuse: Callable[[], None]) -> Iterator[None]:
-        """Hold the lock while a run trains here. A new run (not `resume`) calls `refuse` once the lock is held,
-        for a run another process started here meanwhile (refused, never removed); a directory this call
-        created is removed again when the run is refused (`ConfigError`) before it trains, or when a write fails
-        (`OSError`: a full disk) before it holds anything but its lock."""
+        """Hold the lock while a run trains here, once its place is checked (`check_place`). A new run (not
+        `resume`) calls `refuse` once the lock is held, for a run another process started here meanwhile (refused,
+        never removed); a directory this call created is removed again when the run is refused (`ConfigError`)
+        before it trains, or when a write fails (`OSError`: a full disk) before it holds anything but its lock."""
+        self.check_place()
         existed = self.path.exists()
         try:
             with self.lock():
@@ -431,8 +507,7 @@ class RunDirectory:
         """Write the file `name` (its folder made if needed) as `write(tmp)` writes `tmp`, whole or not at
         all (`envs.atomic.atomic_path`)."""
         path = self / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
+        with made_folders(path.parent), atomic_path(path) as tmp:
             write(tmp)
         return path
 

@@ -263,6 +263,32 @@ def test_a_new_run_on_a_full_disk_names_its_lock_and_leaves_no_run_directory_beh
         assert code == 0, err
 
 
+LEFT_NOTHING = {  # each command with its output in `{out}`, a folder the command has to make, two deep
+    "train": [*TINY, "--log-dir", "{out}"],
+    "seed study": [*TINY, "--seed", "0", "1", "--study", "s", "--log-dir", "{out}"],
+    "tune": ["tune", "--env", "TMaze-v0", "--env-kwargs", "length=3", "--backbone", "mlp", "-n", "64", "--eval-freq",
+             "32", "--n-eval-episodes", "2", "--trials", "1", "--tune-seeds", "1", "--threads", "1", "-p",
+             "ppo.n_steps=16", "ppo.batch_size=32", "--log-dir", "{out}"],
+    "lm train": ["lm", "train", "-p", "steps=1", "log_dir={out}"],
+    "plot": ["plot", "{finished}", "--out", "{out}/curves.png", "--reps", "20"],
+    "report": ["report", "{finished_parent}", "--out", "{out}", "--reps", "20"],
+    "evaluate --record": ["evaluate", "{finished}", "--record", "{out}/episode.gif", "--episodes", "1"],
+}
+
+
+@pytest.mark.parametrize("command", list(LEFT_NOTHING))
+def test_a_command_that_fails_on_a_full_disk_leaves_no_folder_it_made(command, finished, tmp_path, capsys):
+    with tmpfs(tmp_path / "disk", size="1m") as disk:
+        filler = fill(disk, leave=0)
+        out = disk / "made" / "here"
+        argv = [a.format(out=out, finished=finished, finished_parent=finished.parent) for a in LEFT_NOTHING[command]]
+        code, err = cli(argv, capsys)
+        assert code in (1, 2), err
+        one_line(err, "[Errno 28] No space left on device")
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"], list(disk.rglob("*"))
+        filler.unlink()
+
+
 def test_an_atomic_write_that_fails_keeps_the_old_file_names_the_real_one_and_leaves_no_temporary(tmp_path,
                                                                                                    monkeypatch):
     path = tmp_path / "summary.json"
@@ -460,6 +486,9 @@ def test_a_model_save_on_a_full_disk_keeps_the_model_it_would_replace(tmp_path):
         with pytest.raises(atomic.WriteError, match=f"cannot write '{disk / 'model.zip'}': .Errno 28."):
             large.save(disk / "model")
         assert (disk / "model.zip").read_bytes() == kept and not temporary_files(disk)
+        with pytest.raises(atomic.WriteError, match="Errno 28"):
+            large.save(disk / "new" / "folder" / "model")
+        assert not (disk / "new").exists()  # the folders the save made go with it
         from experiments.run_dir import RunDirectory
 
         run = RunDirectory(disk / "run")
@@ -572,3 +601,14 @@ def test_a_best_model_whose_rename_fails_keeps_the_record_of_the_model_kept(tmp_
         run.save_best(Model(), 256, 1.0)
     assert json.loads((tmp_path / "best_model.json").read_text()) == {"timesteps": 128, "mean_return": -1.0}
     assert not temporary_files(tmp_path)
+
+
+def test_every_folder_a_command_makes_is_made_where_a_failure_removes_it_again():
+    """Folders are made through `envs.atomic` alone (`made_folders` removes those a failed command made,
+    `new_directory` claims a command's own output folder): a bare ``mkdir`` leaves empty folders behind a full
+    disk."""
+    bare = [f"{path.relative_to(REPO)}:{number}" for package in ("agents", "envs", "experiments", "lm", "policies")
+            for path in sorted((REPO / package).rglob("*.py")) if path.name != "atomic.py" or path.parent.name != "envs"
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if ".mkdir(" in line or "makedirs(" in line]
+    assert not bare, bare

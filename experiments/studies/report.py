@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from envs.atomic import save_figure, write_atomic
+from envs.atomic import made_folders, save_figure, write_atomic
 from envs.rules import ConfigError, one_line
 from experiments.config import DEFAULT_REPS
 from experiments.studies import stats
@@ -722,19 +722,13 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
                           + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
                           + f", which the report would write and did not write itself; {_NEVER_REPLACED} "
                           f"{_elsewhere(argument)}")
-    made = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.md"
-    try:
+    with made_folders(directory):  # gone again when nothing fits in it
         for stale in before - set(figures):  # a task or backbone gone since: its figures go with it
             (directory / stale).unlink(missing_ok=True)
         write_atomic(path, text)  # first: every figure written below is one that the report.md on disk shows
         for name, figure in figures.items():
             save_figure(figure, directory / name)
-    except OSError:
-        if made and not any(directory.iterdir()):  # a full disk: no empty directory left behind
-            directory.rmdir()
-        raise
     return path
 
 

@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from envs.atomic import made_folders
 from envs.rules import one_line
 from envs.wrappers import parse_env_wrapper
 from experiments.config import RunConfig
-from experiments.run_dir import STATUS_FILE, RunDirectory, read_json
+from experiments.run_dir import STATUS_FILE, STUDY_RECORD, RunDirectory, read_json
 from experiments.strict_yaml import load as load_yaml_text
 
-STUDY_FILE = "study.yaml"
+STUDY_FILE = STUDY_RECORD
 FINISHED, DIVERGED, FAILED, INTERRUPTED, NEW = "finished", "diverged", "failed", "interrupted", "new"
 RUNNING = "running"
 """what a worker writes in ``status.json`` while it trains a run"""
@@ -78,9 +79,9 @@ def read_study_record(directory: Path) -> dict[str, Any]:
 
 def write_status(directory: Path, state: str, **fields: Any) -> None:
     """Record a run's state in its `status.json` (atomically) with the writing process and host."""
-    directory.mkdir(parents=True, exist_ok=True)
     record = {"state": state, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), **fields}
-    RunDirectory(directory).write(STATUS_FILE, json.dumps(record, indent=2))
+    with made_folders(directory):
+        RunDirectory(directory).write(STATUS_FILE, json.dumps(record, indent=2))
 
 
 @dataclass(frozen=True)

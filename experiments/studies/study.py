@@ -70,12 +70,12 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
-from envs.atomic import write_atomic
+from envs.atomic import made_folders, write_atomic
 from envs.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
 from experiments.rules import Directory, FolderName, nearest_existing
-from experiments.run_dir import RunDirectory
+from experiments.run_dir import STUDY_LOCK, RunDirectory, check_owner
 from experiments.run_identity import config_record
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
 from experiments.studies.report import DEFAULT_REPS, build_report, report_target, trained_nothing
@@ -242,7 +242,8 @@ class Grid:
         `threads` given as a flag (a study's workers share the machine, so a config file's count is not used).
 
         `log_dir` is checked by its rule, and that files can be created in it, before the study puts each run under
-        it, and every folder the study makes (its directory, each run's) must not be a file (`check_folders`); then
+        it, and every folder the study makes (its directory, each run's) must not be a file (`check_folders`), nor
+        its directory be inside a run, study or tune study directory, or be another kind (`check_owner`); then
         each run is validated, and runs the grid lists twice are refused, naming the flags that made tasks alike."""
         configs = self.configs()
         first = configs[0]
@@ -257,6 +258,7 @@ class Grid:
             config.threads = threads
         check_folders("log_dir", given, [("the study directory", directory),
                                          *(("the run directory", RunDirectory.of(c).path) for c in configs)])
+        check_owner("study directory", directory, "--log-dir", given, "--study" if self.name else None)
         validate_all(configs)
         names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
         repeated = [name for name, count in names.items() if count > 1]
@@ -485,8 +487,7 @@ def _duration(seconds: float) -> str:
 @contextlib.contextmanager
 def _study_lock(directory: Path) -> Iterator[None]:
     """One process per study directory at a time (the lock goes with the process, even killed)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as handle:
+    with made_folders(directory, leftovers=(STUDY_LOCK,)), (directory / STUDY_LOCK).open("w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:
@@ -548,8 +549,8 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
         for config in configs:
             run = RunDirectory.of(config)
             if run.config() is None:
-                run.path.mkdir(parents=True, exist_ok=True)
-                run.write_config(config_record(config))
+                with made_folders(run.path):
+                    run.write_config(config_record(config))
         _write_record(directory, directory.name, grid, configs, command)
         session = f"{os.getpid()}-{time.time():.0f}"
         tasks, states = plan(configs, session, retry_failed, verbose)

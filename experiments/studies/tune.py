@@ -53,7 +53,7 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import NonFiniteError
-from envs.atomic import WriteError, atomic_path, write_atomic
+from envs.atomic import WriteError, atomic_path, made_folders, write_atomic
 from envs.imports import cause
 from envs.registry import VEC_ENVS
 from envs.rules import Range, Rule, Text, shown
@@ -72,14 +72,14 @@ from experiments.config_files import config_path, shipped_dir
 from experiments.exits import advise_on_signal
 from experiments.hyperparams import applied_line
 from experiments.rules import FolderName, Threads, nearest_existing
-from experiments.run_dir import EvalLog, RunDirectory
+from experiments.run_dir import TUNE_FOLDER, TUNE_RECORD, EvalLog, RunDirectory, check_owner
 from experiments.run_identity import config_record
 from experiments.studies.pruning import RunningMedianPruner
 from experiments.studies.runs import slug, task_folder, task_label
 from experiments.studies.stats import iqm
 from experiments.studies.study import Grid, alive, check_folders
 from experiments.studies.tune_space import SearchSpace, default_space_files, label, load_space
-from experiments.validation import validate, validate_all
+from experiments.validation import validate_all
 
 SPACE_DIR = shipped_dir() / "tune"
 AGGREGATES = {"mean": lambda scores: float(np.mean(scores)), "iqm": iqm}
@@ -596,14 +596,14 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
     first = base[0]
     space = load_space([config_path(name, "tune") for name in args.space] if args.space
                        else default_space_files(first.algo, first.backbone, SPACE_DIR))
-    for config in base:
-        space.check(config)
+    space.check(base)  # a key some task uses is one the search may set
     enqueue = [enqueued(space, texts, base) for texts in args.enqueue]
     name = args.name or slug(f"{first.env}__{first.algo}-{first.backbone}")
-    directory = Path(first.log_dir) / "tune" / name
+    directory = Path(first.log_dir) / TUNE_FOLDER / name
     check_folders("log_dir", first.log_dir, [("the folder of tune studies", directory.parent)])
     check_folders("--name" if args.name else "log_dir", args.name or first.log_dir,
                   [("the tune study directory", directory)])
+    check_owner("tune study directory", directory, "--log-dir", first.log_dir, "--name" if args.name else None)
     return TuneSettings(name=name, directory=directory, base=base, space=space, seeds=list(range(args.tune_seeds)),
                         trials=args.trials, metric=args.metric, aggregate=args.aggregate, pruner=args.pruner,
                         startup_trials=args.startup_trials, seed=args.seed, timeout=args.timeout, command=command,
@@ -630,11 +630,10 @@ def enqueued(space: SearchSpace, texts: list[str], base: list[RunConfig]) -> dic
                               f"[{param.low}, {param.high}]")
         if param.type == "categorical":
             values[param.key] = label(values[param.key])  # as Optuna samples it
-    for config in base:
-        try:
-            validate(with_values(config, space.configured(values)))
-        except ConfigError as error:
-            raise ConfigError(f"--enqueue {' '.join(texts)}: {error}") from None
+    try:
+        validate_all([with_values(config, space.configured(values)) for config in base])  # as a trial's runs
+    except ConfigError as error:
+        raise ConfigError(f"--enqueue {' '.join(texts)}: {error}") from None
     return values
 
 
@@ -669,9 +668,9 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     made = first_made(settings.directory)
-    settings.directory.mkdir(parents=True, exist_ok=True)
-    if not (settings.directory / SEARCH_RECORD).is_file():
-        write_atomic(settings.directory / SEARCH_RECORD, json.dumps(search_identity(settings), indent=1))
+    with made_folders(settings.directory):
+        if not (settings.directory / SEARCH_RECORD).is_file():
+            write_atomic(settings.directory / SEARCH_RECORD, json.dumps(search_identity(settings), indent=1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise_on_signal("rerun the same command to resume the search")
     with storage_faults(settings):
@@ -694,7 +693,7 @@ def _search(settings: TuneSettings, args: argparse.Namespace, made: Path | None)
     return 1 if failing(settings) or failed_workers else 0
 
 
-SEARCH_RECORD = "search.json"
+SEARCH_RECORD = TUNE_RECORD
 """what a tune study searches (space, tasks, seeds, metric), recorded by its first command"""
 
 

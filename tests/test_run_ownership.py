@@ -1,0 +1,112 @@
+"""Where a run, a study and a tune study may be made: never inside a run, study or tune study directory they do not
+belong to (at any depth), and a study's name never resolves to a run's directory. Each refusal exits 2 with one line
+naming the option, the value and the owner, and creates nothing; resuming the same run or study, and a fresh folder,
+still work."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import train_rl
+from experiments.config import ConfigError, build_config
+from experiments.run_dir import check_owner, owners_of
+from experiments.training import train
+
+RUN = "TMaze-v0__ppo-mlp__{}"
+TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--backbone", "mlp", "-n", "64", "--threads", "1",
+        "--eval-freq", "64", "--n-eval-episodes", "2", "--checkpoint-freq", "64",
+        "-p", "n_envs=4", "n_eval_envs=2", "ppo.n_steps=16", "ppo.batch_size=32", "ppo.n_epochs=1",
+        "ppo.segment_length=4", "mlp.hidden_size=8"]
+
+
+def listing(root: Path) -> list[str]:
+    """Every path under `root`, with each file's size and modification time."""
+    return sorted(f"{p.relative_to(root)}" + ("" if p.is_dir() else f" {p.stat().st_size} {p.stat().st_mtime_ns}")
+                  for p in root.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A study `s` of two runs (seeds 0 and 1) under `root/`."""
+    root = tmp_path_factory.mktemp("owned")
+    assert train_rl.main([*TINY, "--log-dir", str(root), "--seed", "0", "1", "--study", "s", "--no-report"]) == 0
+    return root
+
+
+@pytest.fixture
+def root(made: Path, tmp_path: Path) -> Path:
+    """A copy of `made`, for a test to change."""
+    shutil.copytree(made, tmp_path / "root")
+    return tmp_path / "root"
+
+
+def refused(root: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The one error line of `argv`, which must exit 2 and change nothing under `root`."""
+    before = listing(root)
+    capsys.readouterr()
+    assert train_rl.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert listing(root) == before
+    return err[-1]
+
+
+@pytest.mark.parametrize(("where", "seeds", "owner", "marker"), [
+    ("s", ["5"], "s", "study.yaml"),
+    (f"s/{RUN.format(0)}", ["5"], f"s/{RUN.format(0)}", "run.lock"),
+    (f"s/{RUN.format(0)}/deeper/still", ["5"], f"s/{RUN.format(0)}", "run.lock"),
+    (f"s/{RUN.format(0)}", ["0", "1", "--study", "t"], f"s/{RUN.format(0)}", "run.lock"),
+    ("s", ["0", "1", "--study", "u"], "s", "study.yaml"),
+], ids=["run-in-study", "run-in-run", "run-deep-in-run", "study-in-run", "study-in-study"])
+def test_a_run_or_study_inside_another_is_refused(made: Path, capsys: pytest.CaptureFixture[str], where: str,
+                                                   seeds: list[str], owner: str, marker: str) -> None:
+    line = refused(made, capsys, [*TINY, "--log-dir", str(made / where), "--seed", *seeds])
+    assert line.startswith(f"error: --log-dir='{made / where}': ")
+    assert f"directory '{made / owner}' ({marker})" in line
+    assert "choose a --log-dir outside it" in line
+
+
+def test_a_study_name_that_is_a_run_directory_is_refused(made: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(made, capsys, [*TINY, "--log-dir", str(made / "s"), "--seed", "0", "1", "--study", RUN.format(0)])
+    assert line == (f"error: --study='{RUN.format(0)}': the study directory '{made / 's' / RUN.format(0)}' is the "
+                    f"run directory '{made / 's' / RUN.format(0)}' (run.lock); choose another --study")
+
+
+def test_a_tune_study_inside_a_run_is_refused(made: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inside = made / "s" / RUN.format(1)
+    line = refused(made, capsys, ["tune", "--env", "TMaze-v0", "--env-kwargs", "length=3", "--backbone", "mlp",
+                                  "-n", "64", "--log-dir", str(inside), "--trials", "1"])
+    assert line.startswith(f"error: --log-dir='{inside}': the tune study directory ")
+    assert f"inside the run directory '{inside}' (run.lock)" in line
+
+
+def test_the_python_api_refuses_a_run_inside_a_study(made: Path) -> None:
+    config = build_config(None, {"env": "TMaze-v0", "env_kwargs": {"length": 3}, "backbone": "mlp", "seed": 7,
+                                 "log_dir": str(made / "s"), "total_timesteps": 64, "threads": 1}, [])
+    before = listing(made)
+    with pytest.raises(ConfigError, match=r"inside the study directory .* \(study\.yaml\)"):
+        train(config)
+    assert listing(made) == before
+
+
+def test_resuming_the_same_study_and_run_still_works(root: Path) -> None:
+    assert train_rl.main([*TINY, "--log-dir", str(root), "--seed", "0", "1", "--study", "s", "--no-report"]) == 0
+    assert train_rl.main([*TINY, "--log-dir", str(root), "--seed", "0", "1", "2", "--study", "s",
+                          "--no-report"]) == 0  # the same study, grown by a seed: its run is made inside it
+    assert (root / "s" / RUN.format(2) / "summary.json").is_file()
+    assert train_rl.main([*TINY, "--log-dir", str(root / "single"), "--seed", "3"]) == 0
+    assert train_rl.main([*TINY, "--log-dir", str(root / "single"), "--seed", "3", "--resume"]) == 0
+
+
+def test_a_fresh_folder_beside_a_study_still_works(root: Path) -> None:
+    assert train_rl.main([*TINY, "--log-dir", str(root / "other"), "--seed", "4"]) == 0
+    assert train_rl.main([*TINY, "--log-dir", str(root), "--seed", "0", "1", "--study", "v", "--no-report"]) == 0
+    assert [owner for owner, _, _ in owners_of(root / "other" / RUN.format(4))] == [root / "other" / RUN.format(4)]
+
+
+def test_a_study_run_belongs_to_its_study(made: Path) -> None:
+    check_owner("run directory", made / "s" / RUN.format(0), "--log-dir", str(made / "s"))
+    with pytest.raises(ConfigError, match="which it does not belong to"):
+        check_owner("run directory", made / "s" / RUN.format(9), "--log-dir", str(made / "s"))
