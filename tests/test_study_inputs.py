@@ -220,3 +220,15 @@ def test_a_study_run_with_nothing_left_to_train_shows_no_rate(tmp_path, capsys):
     text = build_report(tmp_path, reps=20).read_text()
     assert "| 0.0 |" not in text.split("## Runs")[1]
     assert os.path.exists(tmp_path / "report.md")
+
+
+def test_a_grid_beyond_the_runs_a_study_holds_is_refused_before_it_is_expanded(tmp_path, capsys):
+    file = tmp_path / "huge.yaml"
+    file.write_text("backbones: [mlp]\nseeds: 100000000\nsettings: {env: CartPole-v1}\n")
+    assert train_rl.main(["study", str(file), "--log-dir", str(tmp_path / "runs")]) == 2
+    assert "seeds=100000000: expected an integer in [1, 10000] (a count)" in capsys.readouterr().err
+    file.write_text("backbones: [mlp, gru]\nseeds: 6000\nsettings: {env: CartPole-v1}\n")
+    assert train_rl.main(["study", str(file), "--log-dir", str(tmp_path / "runs")]) == 2
+    assert ("the study's grid is 1 task × 2 backbones × 6,000 seeds = 12,000 runs; a study holds at most 10,000"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "runs").exists()

@@ -97,13 +97,15 @@ from experiments.training import train
 from experiments.validation import validate_all
 from policies.registry import BACKBONES
 
+MAX_RUNS = 10_000
+"""the most runs one study holds (tasks × backbones × seeds): each is a directory, a process and a row of its report"""
 STUDY_KEYS: dict[str, Rule] = {
     "name": FolderName(note="the study directory under log_dir"),
     "config": Text(note="a run configuration file, relative to the study file"),
     "settings": Entries(optional=False),
     "tasks": Items(Entries(optional=False)),
     "backbones": Items(OneOf(lambda: BACKBONES)),
-    "seeds": AnyOf((Range(1, integer=True, note="a count"), Items(Range(0, SEED_LIMIT, integer=True)))),
+    "seeds": AnyOf((Range(1, MAX_RUNS, integer=True, note="a count"), Items(Range(0, SEED_LIMIT, integer=True)))),
     "gym_packages": Items(Text(), empty_ok=True),
 }
 """The keys of a study file and their valid values."""
@@ -224,6 +226,11 @@ class Grid:
     def configs(self) -> list[RunConfig]:
         """One resolved configuration per run, task by task, backbone by backbone, seed by seed."""
         self.check_layers()
+        sizes = {"task": len(self.tasks), "backbone": len(self.backbones) or 1, "seed": len(self.seeds) or 1}
+        if math.prod(sizes.values()) > MAX_RUNS:
+            grid = " × ".join(f"{n:,} {name}{'s' if n > 1 else ''}" for name, n in sizes.items())
+            raise ConfigError(f"the study's grid is {grid} = {math.prod(sizes.values()):,} runs; a study holds at "
+                              f"most {MAX_RUNS:,} (split it into several studies)")
         configs = []
         for task in self.tasks:
             keys = {k: v for k, v in task.items() if k != "config"}
