@@ -207,7 +207,9 @@ def parse_value(text: str) -> Any:
     """A command-line value: a Python literal (`1e-3`, `[64, 64]`, `{'a': 1}`), a YAML
     scalar (`true`, `null`) or flow collection (`{top_k: 8}`), or else the string itself.
     Never evaluated as code; a number too large for a float (`1e999`) stays the text as typed, for a message to
-    show."""
+    show. Nothing (`key=`) is the empty text, as typed, not YAML's null."""
+    if not text.strip():
+        return text
     try:
         value = ast.literal_eval(text)
         return text if isinstance(value, float) and beyond_float(text) else value

@@ -57,7 +57,7 @@ def test_bad_input_exits_2_naming_it(argv, message, tmp_path, capsys):
 
 def test_values_are_parsed_safely():
     assert parse_value("1e-3") == 0.001 and parse_value("[64, 64]") == [64, 64]
-    assert parse_value("true") is True and parse_value("null") is None
+    assert parse_value("true") is True and parse_value("null") is None and parse_value("") == ""  # `key=`: as typed
     assert parse_value("{top_k: 2, local_window: 4}") == {"top_k": 2, "local_window": 4}
     assert parse_value("lin_5e-4") == "lin_5e-4" and parse_value("a: b") == "a: b"
     assert parse_value("__import__('os').system('echo pwned')") == "__import__('os').system('echo pwned')"
@@ -212,3 +212,9 @@ def test_torch_copies_of_a_task_without_a_torch_twin_are_refused_before_anything
         "TMazeActive-v0, MemoryChain-v0, RepeatFirst-v0, RepeatPrevious-v0, CountRecall-v0 (or vec_env dummy or "
         "subproc)\n")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("override", ["log_dir=", "ppo.gamma=", "gtrxl.d_head="])
+def test_an_override_with_no_value_is_named_as_typed(override, capsys):
+    assert train_rl.main(["--env", "TMaze-v0", "-p", override, "-n", "32"]) == 2
+    assert f"{override}''" in capsys.readouterr().err
