@@ -22,7 +22,8 @@ The score of a run is its final evaluation's success rate where the task reports
 its final mean return (the final model's, `model.zip`; never `best_model.zip`'s); a run that diverged or
 failed is scored by its last evaluation before it stopped (left out of the scores when it has none) and never
 counts as solved. Each run's outcome (`outcome`) and best evaluation are listed beside its final score. See
-`experiments.studies.stats` for the definitions.
+`experiments.studies.stats` for the definitions. A run that `study.yaml` lists and that has no run directory
+(`missing_runs`) is counted and named as missing, in the counts line and the Runs table, and never scored.
 
 A report replaces its own earlier output and nothing else: `report.md` ends in a signature line, the SHA-256
 digest of the text above it (`sign`), and a `report.md` without a valid one (the user's, or a report edited since)
@@ -38,10 +39,11 @@ import fnmatch
 import hashlib
 import os
 import re
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +250,9 @@ class Study:
     suite_final_stats: ScoreStats | None
     """the same statistics of the normalised final evaluation, which a run that lost what it learned scores low"""
     reps: int
+    missing: dict[str, str] = field(default_factory=dict)
+    """the runs `study.yaml` lists that have no run directory, by name (relative to the directory): why
+    (`missing_runs`)"""
 
     @classmethod
     def analyse(cls, directory: Path, reps: int = DEFAULT_REPS, threshold: float | None = None,
@@ -255,10 +260,18 @@ class Study:
         """Read every run below `directory` and compute the statistics. `threshold` (the score
         that counts as solving a task) defaults to the runs' `success_threshold`; `envs`, shell
         patterns of env ids (`popgym-*`), keeps the runs of the envs that match one. A task scored by mean return
-        has no threshold unless `threshold` is given (:func:`solve_threshold`)."""
+        has no threshold unless `threshold` is given (:func:`solve_threshold`). The runs `study.yaml` lists
+        that have no run directory (of the envs that match `envs`) are `missing` (:func:`missing_runs`), each
+        named on one line of stderr."""
         directory = Path(directory)
         record = read_study_record(directory)
-        runs = readable(_ordered_runs(directory, record.get("runs", [])), "report")
+        found = find_runs(directory)
+        listed = [str(name) for name in record.get("runs") or []]
+        runs = readable(_ordered_runs(directory, listed, found), "report")
+        missing = missing_runs(directory, listed, found, envs)
+        for name, why in missing.items():
+            print(f"report: run {str(directory / name)!r}, which study.yaml lists, is missing ({why}); the report "
+                  "counts it as missing and scores it nowhere", file=sys.stderr)
         if envs:
             runs = [run for run in runs if any(fnmatch.fnmatchcase(str(run.config.get("env")), p) for p in envs)]
         label = _backbone_labeller(runs)
@@ -281,14 +294,37 @@ class Study:
         suite, final = _suite(tasks), _suite(tasks, final=True)
         suite_stats, final_stats = (ScoreStats.compute(s.scores, reps, seed) if s is not None and s.tasks else None
                                     for s in (suite, final))
-        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, final_stats, reps)
+        return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, final_stats, reps,
+                   missing)
 
 
-def _ordered_runs(directory: Path, listed: list[str]) -> list[Run]:
-    """The runs in `study.yaml`'s order (the grid's), then any other run directory found."""
-    found = {run.directory.relative_to(directory).as_posix(): run for run in find_runs(directory)}
+def _ordered_runs(directory: Path, listed: list[str], runs: list[Run]) -> list[Run]:
+    """The `runs` found below `directory` in `study.yaml`'s order (the grid's), then any other one."""
+    found = {run.directory.relative_to(directory).as_posix(): run for run in runs}
     order = [name for name in listed if name in found] + [name for name in found if name not in listed]
     return [found[name] for name in order]
+
+
+def missing_runs(directory: Path, listed: list[str], found: list[Run], envs: list[str] | None = None) -> dict[str, str]:
+    """The runs of `listed` (`study.yaml`'s, relative to `directory`) that are not among the run directories
+    `found` there, in `study.yaml`'s order, each with why: `no directory`, or `no config.yaml` in the directory
+    that is there. With `envs` (shell patterns of env ids), only those whose name's env (`{env}__...`, as
+    `env_slug` spells it) matches one."""
+    have = {run.directory.relative_to(directory).as_posix() for run in found}
+    missing = {}
+    for name in listed:
+        if name in have:
+            continue
+        env = name.rsplit("/", 1)[-1].split("__", 1)[0]
+        if envs and not any(fnmatch.fnmatchcase(env, p) or fnmatch.fnmatchcase(env, _slug_pattern(p)) for p in envs):
+            continue
+        missing[name] = "no config.yaml" if (directory / name).is_dir() else "no directory"
+    return missing
+
+
+def _slug_pattern(pattern: str) -> str:
+    """A shell pattern of env ids as `env_slug` spells the env in a run's name (its wildcards kept)."""
+    return re.sub(r"[^A-Za-z0-9._*?!\[\]-]+", "-", pattern)
 
 
 def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
@@ -598,6 +634,7 @@ def retries(run: Run) -> int:
 
 
 def _runs_section(study: Study) -> list[str]:
+    """Every run: those found, then those missing (`Study.missing`), never scored."""
     rows = []
     for run in study.runs:
         summary = run.summary or {}
@@ -610,11 +647,14 @@ def _runs_section(study: Study) -> list[str]:
                      _outcome_cell(run, task) if state == FINISHED else "–",
                      summary.get("wall_seconds", "–"), rate_shown(summary),
                      run.error().splitlines()[0][:100] if run.error() else ""])
+    rows += [[name, "missing", *["–"] * 7, f"listed in study.yaml; {why}"] for name, why in study.missing.items()]
     header = ["run", "state", "steps", "retries", "score", "best", "outcome", "wall s", "steps/s", "message"]
     legend = ("Score: the final evaluation (of model.zip); best: the highest deterministic evaluation, the final one "
               "included; outcome of a finished run: solved, solved, then lost, or not solved (– on a task scored by "
               "return, which has no threshold unless --solve-threshold gives one); steps/s: – where the command that "
-              "finished the run had nothing left to train.")
+              "finished the run had nothing left to train."
+              + (" Missing: a run study.yaml lists that has no run directory; no statistic counts it."
+                 if study.missing else ""))
     return ["## Runs", "", legend, "", *_table(header, rows), ""]
 
 
@@ -645,14 +685,24 @@ def _retries_sentence(runs: list[Run]) -> str:
             f"{'run' if len(counts) == 1 else 'runs'} after a lost worker or node (see the Runs table).")
 
 
+def _missing_names(missing: dict[str, str], most: int = 5) -> str:
+    """`name: why; ...` of the first `most` missing runs, then how many more the Runs table names."""
+    names = [f"{name}: {why}" for name, why in list(missing.items())[:most]]
+    more = len(missing) - most
+    return "; ".join(names) + (f"; {more} more in the Runs table" if more > 0 else "")
+
+
 def render(study: Study, figures: dict[str, Figure], seed: int = 0) -> str:
     """The markdown of `report.md`; its figures are added to `figures`, by the file name it shows them by."""
     states = [run.state() for run in study.runs]
     counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
     name = study.record.get("name", study.directory.name)
+    shown = [f"{n} {state}" for state, n in counts.items() if n]
+    if study.missing:
+        shown.append(f"{len(study.missing)} missing ({_missing_names(study.missing)})")
     lines = [f"# Seed study: {name}", "",
-             f"{counted(len(study.runs), 'run')}: "
-             + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + "." + _retries_sentence(study.runs), ""]
+             f"{counted(len(study.runs) + len(study.missing), 'run')}: "
+             + ", ".join(shown) + "." + _retries_sentence(study.runs), ""]
     commands = study.record.get("commands", [])
     if commands:
         lines += ["Produced by:", "", "```",
