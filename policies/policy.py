@@ -538,8 +538,8 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
     @property
     def device(self) -> torch.device:
         """The device of the policy's parameters, read from the value head (SB3's walks every module, each call)."""
-        value_net = self._modules.get("value_net")
-        return super().device if value_net is None else value_net.weight.device
+        value_net = self._modules.get("value_net")  # a Linear, or a head holding one (PopArt)
+        return super().device if value_net is None else next(value_net.parameters()).device
 
     def predict(self, observation: np.ndarray | dict[str, np.ndarray],  # type: ignore[override]
                 state: dict[str, dict[str, np.ndarray]] | None = None, episode_start: np.ndarray | None = None,
