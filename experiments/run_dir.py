@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from envs.atomic import atomic_path, made_folders, write_atomic, write_error
-from envs.rules import ConfigError
+from envs.rules import ConfigError, one_line
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
 from experiments.strict_yaml import load as load_yaml_text
@@ -132,11 +132,22 @@ def notify(message: str) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in `path`; `None` when there is none (or it is not JSON)."""
+    """The JSON object in `path`; `None` when there is none (or it is not JSON: `json_problem` says why)."""
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def json_problem(path: Path) -> str | None:
+    """Why the file at `path`, where there is one, holds no JSON object (`read_json` reads it as none); else `None`."""
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return f"{path.name} is not JSON ({one_line(error)})"
+    return None if isinstance(value, dict) else f"{path.name} holds a {type(value).__name__}, not a JSON object"
 
 
 def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,

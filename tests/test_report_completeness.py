@@ -1,7 +1,7 @@
-"""A study's report counts every run its study.yaml lists, a missing one too (named, never scored), so that statistics
-over part of the grid never pass for the whole study; and `report --out` never writes into a run directory, nor into
-a study or tune study directory other than the one reported: refused with exit 2 and one line naming `--out`, its
-value and the owner, before anything is written."""
+"""A study's report counts every run its study.yaml lists, a missing or unreadable one too (named, never scored), so
+that statistics over part of the grid never pass for the whole study; and `report --out` never writes into a run
+directory, nor into a study or tune study directory other than the one reported: refused with exit 2 and one line
+naming `--out`, its value and the owner, before anything is written."""
 
 from __future__ import annotations
 
@@ -76,6 +76,25 @@ def test_a_report_of_some_envs_counts_the_missing_runs_of_those_envs_only(tmp_pa
     assert "TMaze-v0" not in text
     assert report(study, "--out", tmp_path / "all") == 0
     assert "4 runs: 2 finished, 2 missing (" in (tmp_path / "all" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(("name", "text", "why"), [
+    ("summary.json", '{"final_mean', "summary.json is not JSON ("),
+    ("summary.json", "[1, 2]", "summary.json holds a list, not a JSON object"),
+    ("status.json", "\x00garbage", "status.json is not JSON ("),
+    ("config.yaml", "- a list\n", "config.yaml is not a mapping"),
+])
+def test_a_run_the_report_cannot_read_is_counted_and_named_unreadable(tmp_path: Path, capsys, name: str, text: str,
+                                                                      why: str) -> None:
+    study = make_study(tmp_path)
+    damaged = RUN.format(env="TMaze-v0", seed=1)
+    (study / damaged / name).write_text(text)
+    assert report(study, "--out", tmp_path / "out") == 0
+    report_text = (tmp_path / "out" / "report.md").read_text()
+    assert f"3 runs: 2 finished, 1 unreadable ({damaged}: {why}" in report_text
+    assert f"| {damaged} | unreadable |" in report_text.split("## Runs")[1]
+    err = capsys.readouterr().err
+    assert f"skipping run {str(study / damaged)!r}: {why}" in err
 
 
 # -- where --out may be -----------------------------------------------------------------------------------------

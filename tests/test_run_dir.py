@@ -119,4 +119,5 @@ def test_the_report_names_and_skips_a_run_it_cannot_read(tmp_path: Path, capsys)
     assert "skipping run" in err and "TMaze-v0__ppo-gtrxl__1': evaluations.csv repeats or rewinds its steps " \
                                     "(1024 then 512)" in err
     assert "TMaze-v0__ppo-gtrxl__2': config.yaml is not a mapping" in err
-    assert "| TMaze-v0__ppo-gtrxl__0 |" in report and "TMaze-v0__ppo-gtrxl__1" not in report
+    assert "| TMaze-v0__ppo-gtrxl__0 | finished |" in report and "| TMaze-v0__ppo-gtrxl__1 | unreadable |" in report
+    assert "3 runs: 1 finished, 2 unreadable (TMaze-v0__ppo-gtrxl__1: evaluations.csv repeats" in report

@@ -66,9 +66,9 @@ from experiments.studies.runs import (
     counted,
     find_runs,
     read_study_record,
-    readable,
     slug,
     task_label,
+    unreadable,
 )
 from experiments.studies.suite_scores import (
     RunScores,
@@ -253,6 +253,13 @@ class Study:
     missing: dict[str, str] = field(default_factory=dict)
     """the runs `study.yaml` lists that have no run directory, by name (relative to the directory): why
     (`missing_runs`)"""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """the run directories the report cannot read, by name (relative to the directory): why (`Run.problem`)"""
+
+    @property
+    def unscored(self) -> dict[str, dict[str, str]]:
+        """The runs no statistic counts, by what they are (`missing`, `unreadable`): name → why."""
+        return {state: runs for state, runs in (("missing", self.missing), ("unreadable", self.unreadable)) if runs}
 
     @classmethod
     def analyse(cls, directory: Path, reps: int = DEFAULT_REPS, threshold: float | None = None,
@@ -267,7 +274,11 @@ class Study:
         record = read_study_record(directory)
         found = find_runs(directory)
         listed = [str(name) for name in record.get("runs") or []]
-        runs = readable(_ordered_runs(directory, listed, found), "report")
+        ordered = _ordered_runs(directory, listed, found)
+        problems = unreadable(ordered, "report")
+        runs = [run for run in ordered if run not in problems]
+        skipped = {run.directory.relative_to(directory).as_posix(): problem for run, problem in problems.items()
+                   if _env_matches(run.name, envs)}
         missing = missing_runs(directory, listed, found, envs)
         for name, why in missing.items():
             print(f"report: run {str(directory / name)!r}, which study.yaml lists, is missing ({why}); the report "
@@ -295,7 +306,7 @@ class Study:
         suite_stats, final_stats = (ScoreStats.compute(s.scores, reps, seed) if s is not None and s.tasks else None
                                     for s in (suite, final))
         return cls(directory, record, runs, tasks, _overall(tasks, reps, seed), suite, suite_stats, final_stats, reps,
-                   missing)
+                   missing, skipped)
 
 
 def _ordered_runs(directory: Path, listed: list[str], runs: list[Run]) -> list[Run]:
@@ -313,13 +324,16 @@ def missing_runs(directory: Path, listed: list[str], found: list[Run], envs: lis
     have = {run.directory.relative_to(directory).as_posix() for run in found}
     missing = {}
     for name in listed:
-        if name in have:
-            continue
-        env = name.rsplit("/", 1)[-1].split("__", 1)[0]
-        if envs and not any(fnmatch.fnmatchcase(env, p) or fnmatch.fnmatchcase(env, _slug_pattern(p)) for p in envs):
-            continue
-        missing[name] = "no config.yaml" if (directory / name).is_dir() else "no directory"
+        if name not in have and _env_matches(name.rsplit("/", 1)[-1], envs):
+            missing[name] = "no config.yaml" if (directory / name).is_dir() else "no directory"
     return missing
+
+
+def _env_matches(run_name: str, envs: list[str] | None) -> bool:
+    """Whether the env of a run named `{env}__...` (as `env_slug` spells it) matches one of `envs` (shell patterns
+    of env ids; any env without them)."""
+    env = run_name.split("__", 1)[0]
+    return not envs or any(fnmatch.fnmatchcase(env, p) or fnmatch.fnmatchcase(env, _slug_pattern(p)) for p in envs)
 
 
 def _slug_pattern(pattern: str) -> str:
@@ -634,7 +648,7 @@ def retries(run: Run) -> int:
 
 
 def _runs_section(study: Study) -> list[str]:
-    """Every run: those found, then those missing (`Study.missing`), never scored."""
+    """Every run: those found, then those no statistic counts (`Study.unscored`)."""
     rows = []
     for run in study.runs:
         summary = run.summary or {}
@@ -647,14 +661,17 @@ def _runs_section(study: Study) -> list[str]:
                      _outcome_cell(run, task) if state == FINISHED else "–",
                      summary.get("wall_seconds", "–"), rate_shown(summary),
                      run.error().splitlines()[0][:100] if run.error() else ""])
-    rows += [[name, "missing", *["–"] * 7, f"listed in study.yaml; {why}"] for name, why in study.missing.items()]
+    rows += [[name, state, *["–"] * 7, f"listed in study.yaml; {why}" if state == "missing" else why]
+             for state, runs in study.unscored.items() for name, why in runs.items()]
     header = ["run", "state", "steps", "retries", "score", "best", "outcome", "wall s", "steps/s", "message"]
     legend = ("Score: the final evaluation (of model.zip); best: the highest deterministic evaluation, the final one "
               "included; outcome of a finished run: solved, solved, then lost, or not solved (– on a task scored by "
               "return, which has no threshold unless --solve-threshold gives one); steps/s: – where the command that "
               "finished the run had nothing left to train."
               + (" Missing: a run study.yaml lists that has no run directory; no statistic counts it."
-                 if study.missing else ""))
+                 if study.missing else "")
+              + (" Unreadable: a run directory whose files the report cannot read (the message says which); no "
+                 "statistic counts it." if study.unreadable else ""))
     return ["## Runs", "", legend, "", *_table(header, rows), ""]
 
 
@@ -685,10 +702,10 @@ def _retries_sentence(runs: list[Run]) -> str:
             f"{'run' if len(counts) == 1 else 'runs'} after a lost worker or node (see the Runs table).")
 
 
-def _missing_names(missing: dict[str, str], most: int = 5) -> str:
-    """`name: why; ...` of the first `most` missing runs, then how many more the Runs table names."""
-    names = [f"{name}: {why}" for name, why in list(missing.items())[:most]]
-    more = len(missing) - most
+def _unscored_names(runs: dict[str, str], most: int = 5) -> str:
+    """`name: why; ...` of the first `most` runs no statistic counts, then how many more the Runs table names."""
+    names = [f"{name}: {one_line(why)}" for name, why in list(runs.items())[:most]]
+    more = len(runs) - most
     return "; ".join(names) + (f"; {more} more in the Runs table" if more > 0 else "")
 
 
@@ -698,10 +715,9 @@ def render(study: Study, figures: dict[str, Figure], seed: int = 0) -> str:
     counts = {STATE_NAMES.get(s, s): states.count(s) for s in (FINISHED, *UNSUCCESSFUL, INTERRUPTED, NEW)}
     name = study.record.get("name", study.directory.name)
     shown = [f"{n} {state}" for state, n in counts.items() if n]
-    if study.missing:
-        shown.append(f"{len(study.missing)} missing ({_missing_names(study.missing)})")
+    shown += [f"{len(runs)} {state} ({_unscored_names(runs)})" for state, runs in study.unscored.items()]
     lines = [f"# Seed study: {name}", "",
-             f"{counted(len(study.runs) + len(study.missing), 'run')}: "
+             f"{counted(len(study.runs) + sum(map(len, study.unscored.values())), 'run')}: "
              + ", ".join(shown) + "." + _retries_sentence(study.runs), ""]
     commands = study.record.get("commands", [])
     if commands:

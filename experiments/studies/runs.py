@@ -35,7 +35,15 @@ from envs.atomic import made_folders
 from envs.rules import one_line
 from envs.wrappers import parse_env_wrapper
 from experiments.config import RunConfig
-from experiments.run_dir import STATUS_FILE, STUDY_RECORD, RunDirectory, read_json
+from experiments.run_dir import (
+    PROGRESS_FILE,
+    STATUS_FILE,
+    STUDY_RECORD,
+    SUMMARY_FILE,
+    RunDirectory,
+    json_problem,
+    read_json,
+)
 from experiments.strict_yaml import load as load_yaml_text
 
 STUDY_FILE = STUDY_RECORD
@@ -189,8 +197,12 @@ class Run:
         return "" if self.status is None else str(self.status.get("error", ""))
 
     def problem(self) -> str | None:
-        """Why a report cannot read this run (a configuration that is not a mapping or not a training run's,
-        evaluation steps that repeat or go back, a summary without its scores), else `None`."""
+        """Why a report cannot read this run (a summary, status or progress file that holds no JSON object, a
+        configuration that is not a mapping or not a training run's, evaluation steps that repeat or go back, a
+        summary without its scores), else `None`."""
+        for name in (SUMMARY_FILE, STATUS_FILE, PROGRESS_FILE):
+            if (problem := json_problem(self.files / name)) is not None:
+                return problem
         try:
             if not isinstance(self.config, dict):
                 return "config.yaml is not a mapping"
@@ -225,13 +237,19 @@ def _score_column(success: bool, stochastic: bool) -> str:
     return ("stochastic_" if stochastic else "") + ("success_rate" if success else "mean_return")
 
 
+def unreadable(runs: list[Run], command: str) -> dict[Run, str]:
+    """The runs `command` (`report`, `plot`) cannot read, each with why (`Run.problem`) and named on one line of
+    stderr as it is skipped."""
+    problems = {run: problem for run in runs if (problem := run.problem()) is not None}
+    for run, problem in problems.items():
+        print(f"{command}: skipping run {str(run.directory)!r}: {one_line(problem)}", file=sys.stderr)
+    return problems
+
+
 def readable(runs: list[Run], command: str) -> list[Run]:
-    """The runs `command` (`report`, `plot`) can read; every other one is named on one line of stderr and skipped."""
-    problems = {run.directory: run.problem() for run in runs}
-    for directory, problem in problems.items():
-        if problem is not None:
-            print(f"{command}: skipping run {str(directory)!r}: {one_line(problem)}", file=sys.stderr)
-    return [run for run in runs if problems[run.directory] is None]
+    """The runs `command` can read; every other one is named on one line of stderr and skipped (`unreadable`)."""
+    problems = unreadable(runs, command)
+    return [run for run in runs if run not in problems]
 
 
 def find_runs(directory: Path) -> list[Run]:
