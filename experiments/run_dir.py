@@ -132,11 +132,12 @@ def notify(message: str) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in `path`; `None` when there is none (or it is not JSON: `json_problem` says why)."""
+    """The JSON object in `path`; `None` when there is none, or the file holds no JSON object (`json_problem`)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        value = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
+    return value if isinstance(value, dict) else None
 
 
 def json_problem(path: Path) -> str | None:
@@ -148,6 +149,22 @@ def json_problem(path: Path) -> str | None:
     except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return f"{path.name} is not JSON ({one_line(error)})"
     return None if isinstance(value, dict) else f"{path.name} holds a {type(value).__name__}, not a JSON object"
+
+
+SUMMARY_FIELDS = {"env_steps": ((int,), "an integer"), "final_mean_return": ((int, float), "a number"),
+                  "final_std_return": ((int, float), "a number"),
+                  "final_success_rate": ((int, float, type(None)), "a number or null")}
+"""the fields of a training run's `summary.json` that reports and studies read: the JSON types each takes, named"""
+
+
+def summary_problem(summary: dict[str, Any]) -> str | None:
+    """What a training run's summary lacks or holds of another type (`SUMMARY_FIELDS`), else `None`."""
+    absent = [key for key in SUMMARY_FIELDS if key not in summary]
+    if absent:
+        return "has no " + ", ".join(absent)
+    wrong = [f"{key}={summary[key]!r}, not {name}" for key, (kinds, name) in SUMMARY_FIELDS.items()
+             if isinstance(summary[key], bool) or not isinstance(summary[key], kinds)]
+    return "holds " + "; ".join(wrong) if wrong else None
 
 
 def checkpoints(directory: Path, prefix: str = CHECKPOINT_PREFIX,
@@ -410,16 +427,18 @@ class RunDirectory:
         if not self.holds_run():
             return
         summary, checkpoint = self.summary(), self.latest_checkpoint()
-        what = (f"a finished run ({summary['env_steps']} steps)" if summary is not None
+        what = (f"a finished run ({summary.get('env_steps', '?')} steps)" if summary is not None
                 else f"an unfinished run (last checkpoint at step {checkpoint[1]})" if checkpoint is not None
                 else "an unfinished run (stopped before its first checkpoint)")
         raise ConfigError(f"run directory {str(self.path)!r} already holds {what}; add --resume to continue it, or "
                           "choose another --seed or --log-dir (a run directory is never overwritten)")
 
     def finished(self, total_timesteps: int) -> dict[str, Any] | None:
-        """The summary, when the run has trained `total_timesteps` or stopped solved; else `None`."""
+        """The summary, when the run has trained `total_timesteps` or stopped solved; else `None` (also when the
+        summary is damaged, `summary_problem`: resuming writes it again)."""
         summary = self.summary()
-        if summary is not None and (summary["env_steps"] >= total_timesteps or summary.get("stopped_solved")):
+        if summary is not None and summary_problem(summary) is None and (
+                summary["env_steps"] >= total_timesteps or summary.get("stopped_solved")):
             return summary
         return None
 
@@ -483,8 +502,8 @@ class RunDirectory:
         rewind_tensorboard(self.path, steps)
         for tmp in [*self.path.glob(".*.tmp*"), *self.path.glob(f"{CHECKPOINTS}/.*.tmp*")]:
             tmp.unlink()
-        summary = self.summary()
-        if summary is None or summary["env_steps"] > steps:
+        summary_steps = (self.summary() or {}).get("env_steps")
+        if not isinstance(summary_steps, int) or summary_steps > steps:
             for name in (SUMMARY_FILE, MODEL_FILE):
                 (self / name).unlink(missing_ok=True)
         best = read_json(self / BEST_RECORD)

@@ -81,6 +81,9 @@ def test_a_report_of_some_envs_counts_the_missing_runs_of_those_envs_only(tmp_pa
 @pytest.mark.parametrize(("name", "text", "why"), [
     ("summary.json", '{"final_mean', "summary.json is not JSON ("),
     ("summary.json", "[1, 2]", "summary.json holds a list, not a JSON object"),
+    ("summary.json", '{"env_steps": 512}', "summary.json has no final_mean_return, final_std_return, final_success"),
+    ("summary.json", '{"env_steps": 1.5, "final_mean_return": 0, "final_std_return": 0, "final_success_rate": null}',
+     "summary.json holds env_steps=1.5, not an integer"),
     ("status.json", "\x00garbage", "status.json is not JSON ("),
     ("config.yaml", "- a list\n", "config.yaml is not a mapping"),
 ])

@@ -121,3 +121,22 @@ def test_the_report_names_and_skips_a_run_it_cannot_read(tmp_path: Path, capsys)
     assert "TMaze-v0__ppo-gtrxl__2': config.yaml is not a mapping" in err
     assert "| TMaze-v0__ppo-gtrxl__0 | finished |" in report and "| TMaze-v0__ppo-gtrxl__1 | unreadable |" in report
     assert "3 runs: 1 finished, 2 unreadable (TMaze-v0__ppo-gtrxl__1: evaluations.csv repeats" in report
+
+
+@pytest.mark.parametrize("summary", ['{"env_st', "[1, 2]", "{}", '{"env_steps": "512", "final_mean_return": 0.0}',
+                                     '{"env_steps": 512, "final_mean_return": "x", "final_std_return": 0.0, '
+                                     '"final_success_rate": null}'])
+def test_a_damaged_summary_reads_as_no_summary_so_that_resuming_restores_it(tmp_path: Path, summary: str):
+    """A `summary.json` that is not a training run's whole summary (not JSON, not an object, fields absent or of
+    another type) is read as none: the run is unfinished (a study resumes it from its checkpoint, which writes the
+    summary again), and nothing that reads it raises."""
+    from experiments.studies.runs import INTERRUPTED, NEW, Run
+
+    directory = tmp_path / "TMaze-v0__ppo-gtrxl__0"
+    _fake_run(directory, [512, 1024])
+    (directory / "summary.json").write_text(summary)
+    (directory / "status.json").write_text("[]")
+    run = Run(directory)
+    assert run.summary is None and run.state() in (INTERRUPTED, NEW) and run.state(1024) in (INTERRUPTED, NEW)
+    assert RunDirectory(directory).finished(512) is None
+    assert run.problem() is not None and run.problem().startswith(("summary.json", "status.json"))

@@ -43,6 +43,7 @@ from experiments.run_dir import (
     RunDirectory,
     json_problem,
     read_json,
+    summary_problem,
 )
 from experiments.strict_yaml import load as load_yaml_text
 
@@ -117,7 +118,10 @@ class Run:
 
     @cached_property
     def summary(self) -> dict[str, Any] | None:
-        return self.files.summary()
+        """`summary.json`; `None` where there is none, or it is not a training run's whole summary
+        (`summary_problem`)."""
+        summary = self.files.summary()
+        return None if summary is None or summary_problem(summary) else summary
 
     @cached_property
     def status(self) -> dict[str, Any] | None:
@@ -135,7 +139,7 @@ class Run:
             if (total_timesteps is None or self.summary["env_steps"] >= total_timesteps
                     or self.summary.get("stopped_solved")):
                 return FINISHED
-        elif self.status is not None and self.status["state"] in UNSUCCESSFUL:
+        elif self.status is not None and self.status.get("state") in UNSUCCESSFUL:
             return self.status["state"]
         return INTERRUPTED if self.checkpoint() is not None else NEW
 
@@ -203,6 +207,8 @@ class Run:
         for name in (SUMMARY_FILE, STATUS_FILE, PROGRESS_FILE):
             if (problem := json_problem(self.files / name)) is not None:
                 return problem
+        if (summary := self.files.summary()) is not None and (problem := summary_problem(summary)) is not None:
+            return f"{SUMMARY_FILE} {problem}"
         try:
             if not isinstance(self.config, dict):
                 return "config.yaml is not a mapping"
