@@ -284,13 +284,15 @@ class RunDirectory:
     """One run's directory: its files, its one writer's lock, and every write to it.
 
     `checkpoint_prefix` and `checkpoint_suffix` name its checkpoints (`model_<steps>_steps.zip`; the language
-    model workbench's are `lm_<step>.pt`).
+    model workbench's are `lm_<step>.pt`); `log_dir_key` is how its command's messages name the folder it is in
+    (`--log-dir`; `lm train`'s `log_dir`).
     """
 
     def __init__(self, path: str | Path, checkpoint_prefix: str = CHECKPOINT_PREFIX,
-                 checkpoint_suffix: str = CHECKPOINT_SUFFIX) -> None:
+                 checkpoint_suffix: str = CHECKPOINT_SUFFIX, log_dir_key: str = "--log-dir") -> None:
         self.path = Path(path)
         self.checkpoint_prefix, self.checkpoint_suffix = checkpoint_prefix, checkpoint_suffix
+        self.log_dir_key = log_dir_key
         self.evaluations = EvalLog(self.path / EVALUATIONS_FILE)
 
     @classmethod
@@ -356,11 +358,11 @@ class RunDirectory:
         if os.path.lexists(self.path) and not self.path.is_dir():
             what = "a file" if self.path.is_file() else "not a directory"
             raise ConfigError(f"run directory {str(self.path)!r} is {what}; expected a directory (or nothing) there: "
-                              "move the file away, or choose another --seed or --log-dir")
+                              f"move the file away, or choose another --seed or {self.log_dir_key}")
 
     def check_place(self) -> None:
-        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `--log-dir`)."""
-        check_owner("run directory", self.path, "--log-dir", str(self.path.parent))
+        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `log_dir_key`)."""
+        check_owner("run directory", self.path, self.log_dir_key, str(self.path.parent))
 
     def check_not_busy(self) -> None:
         """Raise `RunBusyError` when another process holds the lock, and `ConfigError` when the path is no

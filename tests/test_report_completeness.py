@@ -5,6 +5,7 @@ naming `--out`, its value and the owner, before anything is written."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -86,6 +87,12 @@ def test_a_report_of_some_envs_counts_the_missing_runs_of_those_envs_only(tmp_pa
      "summary.json holds env_steps=1.5, not an integer"),
     ("status.json", "\x00garbage", "status.json is not JSON ("),
     ("config.yaml", "- a list\n", "config.yaml is not a mapping"),
+    ("config.yaml", "env: TMaze-v0\nalgo: ppo\nbackbone: {a: 1}\n", "config.yaml holds backbone={'a': 1}, not a name"),
+    ("config.yaml", "env: TMaze-v0\nalgo: ppo\nbackbone: a\nenv_kwargs: [1]\n",
+     "config.yaml holds env_kwargs=[1], not a mapping"),
+    ("config.yaml", "env: TMaze-v0\nalgo: ppo\nbackbone: a\na: 5\n", "config.yaml holds a=5, not a mapping"),
+    ("config.yaml", "env: TMaze-v0\nalgo: ppo\nbackbone: a\nseed: abc\n",
+     "config.yaml holds seed='abc', not an integer"),
 ])
 def test_a_run_the_report_cannot_read_is_counted_and_named_unreadable(tmp_path: Path, capsys, name: str, text: str,
                                                                       why: str) -> None:
@@ -98,6 +105,24 @@ def test_a_run_the_report_cannot_read_is_counted_and_named_unreadable(tmp_path: 
     assert f"| {damaged} | unreadable |" in report_text.split("## Runs")[1]
     err = capsys.readouterr().err
     assert f"skipping run {str(study / damaged)!r}: {why}" in err
+
+
+@pytest.mark.parametrize("name", ["evaluations.csv", "summary.json", "config.yaml"])
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_run_file_that_is_a_pipe_or_a_device_is_named_not_read(tmp_path: Path, capsys, name: str, kind: str) -> None:
+    """A read of a pipe blocks and one of /dev/zero never ends: the report names the file unreadable unread."""
+    study = make_study(tmp_path)
+    damaged = RUN.format(env="TMaze-v0", seed=1)
+    path = study / damaged / name
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    assert report(study, "--out", tmp_path / "out") == 0
+    assert f"1 unreadable ({damaged}: {name} is not a regular file)" in (tmp_path / "out" / "report.md").read_text()
+    assert train_rl.main(["plot", str(study / damaged), "--out", str(tmp_path / "x.png")]) == 2
+    assert f"{name} is not a regular file" in capsys.readouterr().err
 
 
 # -- where --out may be -----------------------------------------------------------------------------------------

@@ -110,3 +110,12 @@ def test_a_study_run_belongs_to_its_study(made: Path) -> None:
     check_owner("run directory", made / "s" / RUN.format(0), "--log-dir", str(made / "s"))
     with pytest.raises(ConfigError, match="which it does not belong to"):
         check_owner("run directory", made / "s" / RUN.format(9), "--log-dir", str(made / "s"))
+
+
+def test_an_lm_run_inside_a_study_is_refused_naming_its_own_log_dir_key(root: Path, capsys) -> None:
+    """`lm train` places its run with `-p log_dir=`, and its refusal names that key, not `--log-dir`."""
+    line = refused(root, capsys, ["lm", "train", "-p", "data=copy", f"log_dir={root / 's'}", "steps=1",
+                                  "segment_length=8", "batch_size=2", "copy_tokens=2000", "backbone_options.d_model=16",
+                                  "backbone_options.n_heads=2", "backbone_options.n_layers=1"])
+    assert line.startswith(f"error: log_dir={str(root / 's')!r}: the run directory ")
+    assert f"would be inside the study directory {str(root / 's')!r} (study.yaml)" in line and "--log-dir" not in line

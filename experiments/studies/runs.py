@@ -32,10 +32,12 @@ from typing import Any
 import numpy as np
 
 from envs.atomic import made_folders
-from envs.rules import one_line
+from envs.rules import one_line, shown
 from envs.wrappers import parse_env_wrapper
 from experiments.config import RunConfig
 from experiments.run_dir import (
+    CONFIG_FILE,
+    EVALUATIONS_FILE,
     PROGRESS_FILE,
     STATUS_FILE,
     STUDY_RECORD,
@@ -203,12 +205,13 @@ class Run:
     def problem(self) -> str | None:
         """Why a report cannot read this run (a summary, status or progress file that holds no JSON object, a
         configuration that is not a mapping or not a training run's, evaluation steps that repeat or go back, a
-        summary without its scores), else `None`."""
+        summary without its scores, a file that is not a regular one, such as a pipe or a device), else `None`."""
+        for name in (CONFIG_FILE, EVALUATIONS_FILE, SUMMARY_FILE, STATUS_FILE, PROGRESS_FILE):
+            if (self.files / name).exists() and not (self.files / name).is_file():  # a read would block or not end
+                return f"{name} is not a regular file"
         for name in (SUMMARY_FILE, STATUS_FILE, PROGRESS_FILE):
             if (problem := json_problem(self.files / name)) is not None:
                 return problem
-        if (summary := self.files.summary()) is not None and (problem := summary_problem(summary)) is not None:
-            return f"{SUMMARY_FILE} {problem}"
         try:
             if not isinstance(self.config, dict):
                 return "config.yaml is not a mapping"
@@ -217,6 +220,11 @@ class Run:
             missing = [key for key in ("algo", "backbone", "env") if key not in self.config]
             if missing:
                 return f"config.yaml names no {' or '.join(missing)}"
+            if (problem := config_problem(self.config)) is not None:
+                return f"config.yaml {problem}"
+            task_label(self.config)
+            if (summary := self.files.summary()) is not None and (problem := summary_problem(summary)) is not None:
+                return f"{SUMMARY_FILE} {problem}"
             success = self.has_success()
             for stochastic in (False, True):
                 steps, _ = self.curve(success, stochastic)
@@ -230,6 +238,20 @@ class Run:
         except Exception as error:  # any file the report cannot read: name it rather than stop the report
             return f"{type(error).__name__}: {error}"
         return None
+
+
+def config_problem(config: dict[str, Any]) -> str | None:
+    """What of a training run's `config.yaml` a report reads holds a value of another kind: the learner, backbone
+    and env not names, the seed not an integer, env_kwargs or the run's own sections not mappings; else `None`."""
+    wrong = [f"{key}={shown(config[key])}, not a name" for key in ("algo", "backbone", "env")
+             if not isinstance(config[key], str)]
+    if not wrong and not (isinstance(config.get("seed", 0), int) and not isinstance(config.get("seed"), bool)):
+        wrong.append(f"seed={shown(config['seed'])}, not an integer")
+    if not wrong:
+        wrong = [f"{key}={shown(config[key])}, not a mapping"
+                 for key in ("env_kwargs", "policy", config["algo"], config["backbone"])
+                 if config.get(key) is not None and not isinstance(config[key], dict)]
+    return "holds " + "; ".join(wrong) if wrong else None
 
 
 def lowest_after_reaching(values: Sequence[float] | np.ndarray, threshold: float) -> float | None:
