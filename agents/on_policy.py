@@ -7,6 +7,7 @@ import inspect
 import io
 import json
 import os
+import pickle
 import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -529,7 +530,11 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                     {**given, **{name: data[name] for name in cls.learner_policy_options if name in data}})
                 custom_objects["policy_kwargs"] = policy_class.resolve_kwargs(custom_objects["policy_kwargs"])
                 _check_saved_policy_kwargs(file, given, kwargs["policy_kwargs"], custom_objects["policy_kwargs"])
-            path = file
+            try:
+                return super().load(file, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+            except (pickle.UnpicklingError, EOFError, RuntimeError) as error:  # torch's words for a damaged entry
+                raise ConfigError(f"path={os.fspath(path)!r}: {str(file)!r} does not load ({type(error).__name__}: "
+                                  f"{short(one_line(error), 200)})") from None
         return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:

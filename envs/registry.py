@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import math
 import numbers
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -270,15 +271,27 @@ def declared_render_modes(env_id: str, family: str) -> list[str] | None:
 
 def check_kwarg_types(env_id: str, kwargs: dict[str, Any]) -> None:
     """`ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a bool,
-    an integer for an int, a number for a float (a keyword whose default is anything else takes any value)."""
+    an integer for an int, a finite number for a float (a keyword whose default is anything else takes any value
+    but NaN, and no text that reads as NaN or an infinity, as `float()` would)."""
     defaults = keywords(env_id).named
     for name, value in kwargs.items():
         default, number = defaults.get(name), isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
         expected = ("true or false" if isinstance(default, bool) and not isinstance(value, bool | np.bool_) else
                     "an integer" if type(default) is int and not (number and isinstance(value, numbers.Integral)) else
-                    "a number" if isinstance(default, float) and not number else None)
+                    "a number" if isinstance(default, float) and not number else
+                    "a finite number" if isinstance(default, float) and not math.isfinite(value) else
+                    "a number, not NaN" if number and math.isnan(value) else
+                    "a finite number" if isinstance(value, str) and _non_finite_text(value) else None)
         if expected is not None:
             raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected {expected}")
+
+
+def _non_finite_text(text: str) -> bool:
+    """Whether `text` reads as NaN or an infinity (`nan`, `-inf`, `1e999`), which an env's `float()` would take."""
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _from_entry_point(spec: str, env_kwargs: dict[str, Any]) -> gym.Env:

@@ -73,6 +73,10 @@ class Directory:
         if not folder.is_dir():
             where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
             raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
+        for name in path.absolute().relative_to(folder.absolute()).parts:  # the folders it would make
+            if name != name.strip():
+                raise ConfigError(f"{key}={shown(value)}: the folder {name!r} it would make begins or ends with white "
+                                  f"space; expected {self.describe()} whose new names do not")
 
     def check_writable(self, key: str, value: Any) -> None:
         """`check`, then refuse a path in whose nearest existing folder no file can be created now

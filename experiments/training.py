@@ -84,9 +84,9 @@ def build_model(config: RunConfig, env: Any, tensorboard_log: str) -> Any:
         raise ConfigError(f"cannot build {config.algo} with backbone {config.backbone}: {error}") from error
 
 
-def load_policy_weights(model: Any, source: str) -> None:
-    """Copy the policy weights of the model saved at `source` (a run directory or a `.zip`) into
-    `model`; the optimizer, schedules and step count start afresh."""
+def saved_policy_weights(source: str) -> dict[str, torch.Tensor]:
+    """The policy weights of the model saved at `source` (a run directory or a `.zip`), on the CPU; `ConfigError`
+    naming `init_from` when there is none or it does not load."""
     path = Path(source)
     if path.is_dir():
         path = path / "model.zip"
@@ -95,13 +95,36 @@ def load_policy_weights(model: Any, source: str) -> None:
     if (why := damage(path)) is not None:
         raise ConfigError(f"init_from={source!r}: {str(path)!r} does not load: {why}")
     try:
-        _, params, _ = load_from_zip_file(path, device=model.device)
-        model.policy.load_state_dict(params["policy"])
-    except RuntimeError as error:
-        raise ConfigError(f"init_from={source!r} holds a policy of another architecture: {one_line(error)}") from error
+        _, params, _ = load_from_zip_file(path, device="cpu")
+        weights = params["policy"]
+        if not isinstance(weights, dict):
+            raise TypeError(f"its policy is a {type(weights).__name__}, not a state dict")
     except Exception as error:  # pickle, torch and key errors alike: the file is no model of this kind
         raise ConfigError(f"init_from={source!r}: {str(path)!r} does not load ({type(error).__name__}: "
-                          f"{short(str(error), 200)})") from error
+                          f"{short(one_line(error), 200)})") from None
+    return weights
+
+
+def check_policy_fits(policy: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
+    """`ConfigError` naming `init_from` unless `weights` has exactly `policy`'s entries, each of its shape (`policy`
+    may live on the meta device: only shapes are compared)."""
+    own = policy.state_dict()
+    reshaped = sorted(f"{key} {list(weights[key].shape)} where the policy has {list(own[key].shape)}"
+                      for key in own.keys() & weights.keys() if weights[key].shape != own[key].shape)
+    problems = [f"{what} {entries[0]}" + (f" and {len(entries) - 1} more" if len(entries) > 1 else "")
+                for what, entries in (("missing", sorted(own.keys() - weights.keys())),
+                                      ("unexpected", sorted(weights.keys() - own.keys())), ("shape of", reshaped))
+                if entries]
+    if problems:
+        raise ConfigError(f"init_from={source!r} holds a policy of another architecture: {'; '.join(problems)}")
+
+
+def load_policy_weights(model: Any, source: str) -> None:
+    """Copy the policy weights of the model saved at `source` (a run directory or a `.zip`) into
+    `model`; the optimizer, schedules and step count start afresh."""
+    weights = saved_policy_weights(source)
+    check_policy_fits(model.policy, weights, source)
+    model.policy.load_state_dict(weights)
 
 
 def torch_threads(threads: int) -> int:

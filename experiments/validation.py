@@ -42,7 +42,7 @@ from experiments.config import RunConfig, algo_settings, coerce, is_section, pla
 from experiments.footprint import check_fits, estimate
 from experiments.hyperparams import named_source
 from experiments.rules import Directory, FolderName
-from experiments.training import policy_kwargs
+from experiments.training import check_policy_fits, policy_kwargs, saved_policy_weights
 from policies import ATTENTIONS, BACKBONES, POSITIONS
 from policies.catalogue import Catalogue
 from policies.options import check_options, option_rules, relations
@@ -326,6 +326,8 @@ def _validate(config: RunConfig) -> None:
     try:  # make_vec_env has refused an id without a time limit whose episodes need not end
         _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
+        if config.init_from:
+            check_policy_fits(policy, saved_policy_weights(config.init_from), config.init_from)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))
     finally:
         env.close()

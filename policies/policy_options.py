@@ -15,7 +15,7 @@ import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from envs.rules import Count, Finite, LayerSizes, OneOf, OptionalMapping, Spelled, Subclass, Switch, Text
+from envs.rules import Count, LayerSizes, OneOf, OptionalMapping, Range, Spelled, Subclass, Switch, Text
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 """the activations a configuration file names (``policy.activation_fn: relu``), and the classes they name"""
@@ -30,7 +30,7 @@ class ActorCriticOptions(TypedDict, total=False):
     activation_fn: Annotated[type[nn.Module], Subclass(nn.Module, "torch.nn.Module"),
                              Spelled(OneOf(lambda: ACTIVATIONS))]
     ortho_init: Switch
-    log_std_init: Finite
+    log_std_init: Annotated[float, Range(-40.0, 40.0, note="std = exp(value), whose square float32 holds")]
     full_std: Switch
     use_expln: Switch
     squash_output: Switch

@@ -64,6 +64,13 @@ CASES: list[tuple[list[str], str]] = [
     (["--config", "OUT/bomb.yaml"], "its aliases expand to more than 100,000 values"),
     (["--config", "OUT/deep.yaml"], "its collections are nested deeper than can be read"),
     (["-p", f"env_kwargs.length={BIG}"], "env_kwargs.length=[1, 1, 1"),
+    (["-p", "env_kwargs.penalty=nan"], "env_kwargs.penalty='nan': expected a finite number"),
+    (["--backbone", "lstm", "-p", "init_from=OUT/gtrxl.zip"], "init_from='OUT/gtrxl.zip' holds a policy of another "
+                                                              "architecture: missing backbone.rnn."),
+    (["--backbone", "lstm", "--seed", "0", "1", "--log-dir", "OUT/s", "-p", "init_from=OUT/gtrxl.zip"],
+     "init_from='OUT/gtrxl.zip' holds a policy of another architecture: missing backbone.rnn."),
+    ([*TUNE, "--backbone", "lstm", "-p", "init_from=OUT/gtrxl.zip"], "init_from='OUT/gtrxl.zip' holds a policy of "
+                                                                     "another architecture: missing backbone.rnn."),
     (["-p", f"ppo.n_steps={BIG}"], "ppo.n_steps=[1, 1, 1"),
     (["-p", "ppo.gamma=" + "9" * 400], "ppo.gamma=9999"),
     (["-p", "seed=" + "9" * 5000], "seed='9999"),
@@ -72,6 +79,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*TINY, "--log-dir", "OUT/" + "a" * 300], "the name 'aaaaaaaaaaaaaaaaaaaaaaa…' is 300 bytes; expected names of at "
                                               "most 255 bytes"),
     ([*TINY, "--log-dir", "OUT" + "/abcdefgh" * 500], "the path is "),
+    ([*TINY, "--log-dir", "OUT/ /x"], "the folder ' ' it would make begins or ends with white space"),
     ([*TINY, "--seed", "0", "1", "--study", "b" * 300], "at most 255 bytes) (the study directory under --log-dir)"),
     (["plot", "RUN", "--out", "OUT/" + "c" * 300 + ".png"], "--out='OUT/cccc"),
     (["evaluate", "RUN", "--record", "OUT/" + "d" * 300 + ".gif"], "expected names of at most 255 bytes"),
@@ -185,10 +193,11 @@ def snapshot(*folders: Path) -> set[Path]:
 
 @pytest.fixture
 def out(tmp_path: Path, made: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The folder of :data:`FILES` (and of the truncated model); CUDA hidden."""
+    """The folder of :data:`FILES` (and of the truncated model, and the whole one as `gtrxl.zip`); CUDA hidden."""
     for name, data in FILES.items():
         (tmp_path / name).write_bytes(data)
     (tmp_path / "truncated.zip").write_bytes(made["TRUNCATED"].read_bytes())
+    (tmp_path / "gtrxl.zip").write_bytes((made["RUN"] / "model.zip").read_bytes())
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)

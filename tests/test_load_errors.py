@@ -114,3 +114,14 @@ def test_load_takes_sb3s_own_arguments_and_checks_them(saved, capsys):
     assert "OS:" in capsys.readouterr().out
     with pytest.raises(ConfigError, match=r"^force_reset='no': expected true or false"):
         MemoryPPO.load(saved / "model.zip", force_reset="no")
+
+
+def test_load_names_a_model_whose_weights_entry_is_damaged(saved, tmp_path):
+    """A zip whose `data` reads but whose `policy.pth` is no torch file is a `ConfigError` naming the file, not
+    torch's `UnpicklingError`."""
+    damaged = tmp_path / "damaged.zip"
+    with zipfile.ZipFile(saved / "model.zip") as source, zipfile.ZipFile(damaged, "w") as target:
+        for entry in source.namelist():
+            target.writestr(entry, b"garbage" if entry == "policy.pth" else source.read(entry))
+    with pytest.raises(ConfigError, match=r"^path='.*damaged.zip': '.*damaged.zip' does not load \(UnpicklingError"):
+        MemoryPPO.load(damaged)

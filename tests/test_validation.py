@@ -186,7 +186,8 @@ CASES: list[tuple[list[str], str]] = [
     (["-p", "policy.net_arch=[64, -1]"], "policy.net_arch=[64, -1]: expected a list of positive layer widths"),
     (["-p", "policy.net_arch={pi: [8], vf: 0}"], "policy.net_arch={'pi': [8], 'vf': 0}: expected a list"),
     (["-p", "policy.ortho_init=maybe"], "policy.ortho_init='maybe': expected true or false"),
-    (["-p", "policy.log_std_init=inf"], "policy.log_std_init=inf: expected a finite number"),
+    (["-p", "policy.log_std_init=inf"], "policy.log_std_init=inf: expected a number in [-40, 40]"),
+    (["-p", "policy.log_std_init=100"], "policy.log_std_init=100.0: expected a number in [-40, 40] (std = exp(value)"),
     (["-p", "policy.colour=1"], "unknown policy option 'colour'; valid options: net_arch"),
     # configuration files
     (["--config", "{binary.yaml}"], "config file '{binary.yaml}' is not UTF-8 text (byte 0xff at offset 3)"),
