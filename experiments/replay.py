@@ -242,7 +242,7 @@ def open_player(agent: SavedAgent, render_mode: str, flag: str) -> Any:
     config = agent.config
     try:
         env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
-                       render_mode=render_mode, **config.env_kwargs)
+                       **{**config.env_kwargs, "render_mode": render_mode})  # the run's own render_mode gives way
     except Exception as error:  # an env constructor that takes no render_mode, or fails with one
         raise ConfigError(f"{flag}: env={shown(config.env)} cannot render in {render_mode!r} mode "
                           f"({short(cause(error), 200)})") from None

@@ -34,6 +34,8 @@ def _observation_problem(space: spaces.Space) -> str | None:
         return f"has shape {space.shape}, holding no value to observe; expected at least one"
     if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(space.start != 0):
         return f"starts at {space.start}, and SB3 one-hot encodes from 0; {FLATTEN}"
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim > 1:
+        return f"has shape {space.shape}, and SB3 one-hot encodes a flat vector; {FLATTEN}"
     return None
 
 
@@ -45,6 +47,12 @@ def _action_problem(space: spaces.Space) -> str | None:
                 "gymnasium.ActionWrapper")
     if isinstance(space, spaces.Box) and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         return "has an unbounded low or high; SB3 samples and clips Box actions within finite bounds"
+    if isinstance(space, spaces.Box) and not np.issubdtype(space.dtype, np.floating):
+        return (f"holds {space.dtype}, and the policy's Gaussian actions are real numbers; round them with a "
+                "gymnasium.ActionWrapper whose action_space is a float Box, or make the space MultiDiscrete")
+    if isinstance(space, spaces.MultiDiscrete | spaces.MultiBinary) and len(space.shape) > 1:
+        return (f"has shape {space.shape}, and the policy's action distributions take a flat vector; flatten it with "
+                "a gymnasium.ActionWrapper")
     return None
 
 

@@ -413,3 +413,24 @@ def test_predict_refuses_a_state_this_policy_did_not_return():
     ]:
         with pytest.raises(ValueError, match=message):
             model.predict(observation, state=given)
+
+
+@pytest.mark.parametrize(("observation", "action", "message"), [
+    (gym.spaces.MultiDiscrete([[3, 4], [2, 2]]), gym.spaces.Discrete(2),
+     "observation space MultiDiscrete([[3 4] [2 2]]) has shape (2, 2), and SB3 one-hot encodes a flat vector; "
+     "flatten it with env_wrapper: envs.adapters.FlatObservation"),
+    (gym.spaces.Dict({"m": gym.spaces.MultiDiscrete([[3, 4], [2, 2]])}), gym.spaces.Discrete(2),
+     "observation 'm' MultiDiscrete"),
+    (gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiDiscrete([[3, 2], [2, 2]]),
+     "action space MultiDiscrete([[3 2] [2 2]]) has shape (2, 2), and the policy's action distributions take a flat"),
+    (gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiBinary([2, 2]), "action space MultiBinary((2, 2)) has shape (2, 2)"),
+    (gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(0, 5, (2,), np.int64),
+     "action space Box(0, 5, (2,), int64) holds int64, and the policy's Gaussian actions are real numbers"),
+])
+def test_spaces_no_policy_can_take_are_refused_by_name(observation, action, message):
+    """Multi-dimensional MultiDiscrete or MultiBinary spaces and integer Box actions: refused naming the space (a
+    policy would fail inside torch or SB3, or act with non-integer floats)."""
+    from policies.spaces import check_spaces
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_spaces(observation, action)

@@ -91,3 +91,13 @@ def test_frames_are_drawn_with_sdl_dummy_drivers_only_without_a_display(headless
     monkeypatch.setenv("DISPLAY", ":0")
     replay.headless_sdl()
     assert "SDL_VIDEODRIVER" not in os.environ and "SDL_AUDIODRIVER" not in os.environ
+
+
+def test_a_run_trained_with_a_render_mode_is_recorded_in_the_records_mode(tmp_path):
+    """A run whose env_kwargs hold a render_mode (`--env-kwargs render_mode=rgb_array`) records too: the
+    recording's mode replaces the run's, rather than both reaching the env's constructor."""
+    assert train_rl.main([*TINY, "--env-kwargs", "render_mode=rgb_array", "--log-dir", str(tmp_path)]) == 0
+    video = tmp_path / "x.gif"
+    assert train_rl.main(["evaluate", str(tmp_path / "CartPole-v1__ppo-mlp__0"), "--episodes", "1",
+                          "--record", str(video), "--fps", "1000"]) == 0
+    assert video.is_file()
