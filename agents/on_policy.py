@@ -40,7 +40,7 @@ from agents.buffer import (
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from envs.atomic import atomic_path, made_folders
-from envs.conformance import api_problem
+from envs.conformance import Conformant, api_problem
 from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, one_line, short, shown
 from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
@@ -272,6 +272,13 @@ def _check_env_api(env: gym.Env, seed: int | None, spec: str | None = None) -> N
         raise ConfigError(f"env{'' if spec is None else '=' + shown(spec)}: breaks gymnasium's API: {problem}")
 
 
+def _conformant(env: gym.Env) -> gym.Env:
+    """`env` checked at every reset and step (`envs.conformance.Conformant`), named by its spec or class."""
+    if isinstance(env, Conformant):
+        return env
+    return Conformant(env, env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
+
+
 class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     """An SB3 on-policy algorithm whose policy carries an episode memory.
 
@@ -343,6 +350,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             _check_env_spaces(env)  # before SB3 asserts on (or wraps) a space no memory policy takes
         if isinstance(env, gym.Env):  # a user's env object: SB3 resets it again before learning
             _check_env_api(env, kwargs.get("seed"))
+            env = _conformant(env)
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         self.precision = precision
         self.batch_size = batch_size
@@ -455,6 +463,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ConfigError(f"env={short(repr(env))}: expected an env id, a gymnasium env or a VecEnv")
         if isinstance(env, gym.Env):
             _check_env_api(env, None)
+            env = _conformant(env)
         wrapped = self._wrap_env(env, verbose=0)
         if wrapped.num_envs != self.n_envs:
             raise ConfigError(f"env: {wrapped.num_envs} cop{'y' if wrapped.num_envs == 1 else 'ies'}; this model "
@@ -483,7 +492,13 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def save(self, path: Any, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
         """SB3's `save`, written whole or not at all (`envs.atomic.atomic_path`): a save that fails (a full disk)
         keeps the file it would replace and raises `WriteError` naming it. A path without a suffix gets `.zip`, and
-        missing folders are made, as in SB3; an open binary file is written as SB3 writes it."""
+        missing folders are made, as in SB3; an open binary file is written as SB3 writes it. A path under a file,
+        or an `exclude`/`include` that is no list of names, is a `ConfigError`."""
+        for name, names in (("exclude", exclude), ("include", include)):
+            if names is not None and (isinstance(names, str | bytes) or not isinstance(names, Iterable)
+                                      or not all(isinstance(item, str) for item in names)):
+                raise ConfigError(f"{name}={shown(names)}: expected a list of the model's attribute names "
+                                  "(strings), or None")
         if isinstance(path, io.BufferedIOBase):
             return super().save(path, exclude, include)
         if not isinstance(path, str | os.PathLike) or not str(path):
@@ -491,6 +506,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         file = Path(path) if Path(path).suffix else Path(path).with_suffix(".zip")
         if file.is_dir() or str(path).endswith(os.sep):
             raise ConfigError(f"path={str(path)!r}: is a directory; expected a file path (model.zip)")
+        folder = next(folder for folder in file.absolute().parents if os.path.lexists(folder))
+        if not folder.is_dir():
+            raise ConfigError(f"path={str(path)!r}: {str(folder)!r} is a file; expected a path in a directory")
         with made_folders(file.parent), atomic_path(file) as tmp:  # the folders made go again when the save fails
             super().save(tmp, exclude, include)
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,20 +67,52 @@ def atomic_path(path: Path) -> Iterator[Path]:
     path = Path(path)
     tmp = temporary_name(path)
     try:
-        yield tmp
-        replace_synced(tmp, path)
+        with _named_faults(path, tmp):
+            yield tmp
+            replace_synced(tmp, path)
+    finally:
+        _remove(tmp)  # gone already after a rename
+
+
+def write_together(writers: dict[Path, Callable[[Path], None]]) -> None:
+    """Write several files whole, or none of them: each writer writes its path's new content to a temporary path
+    it is given, and only once every one is written and flushed are they renamed over their paths, in the order
+    given (so a file that names others comes last). When a writer fails, every path keeps its previous content,
+    and the `OSError` is raised as `WriteError` naming the path whose write failed."""
+    staged = [(Path(path), temporary_name(Path(path)), write) for path, write in writers.items()]
+    try:
+        for path, tmp, write in staged:
+            with _named_faults(path, tmp):
+                write(tmp)
+                with tmp.open("rb+") as handle:
+                    os.fsync(handle.fileno())
+        for path, tmp, _ in staged:
+            with _named_faults(path, tmp):
+                os.replace(tmp, path)
+        for folder in dict.fromkeys(path.parent for path, _, _ in staged):
+            sync_directory(folder)
+    finally:
+        for _, tmp, _ in staged:
+            _remove(tmp)
+
+
+@contextlib.contextmanager
+def _named_faults(path: Path, tmp: Path) -> Iterator[None]:
+    """A write of `path` through `tmp` whose failure names `path`: an `OSError` as `WriteError`, and another error
+    (a writer that reports a failed write in its own words, as torch.save's RuntimeError) as the `WriteError` the
+    folder gives for a small write now, where it gives one."""
+    try:
+        yield
     except OSError as error:
         if isinstance(error, WriteError) and error.filename in (str(tmp), str(temporary_name(tmp))):
             raise WriteError(error.errno, error.strerror, str(path)) from error  # a writer's own atomic write
         raise write_error(error, path) from error
-    except Exception as error:  # a writer that reports a failed write in its own words (torch.save: RuntimeError)
+    except Exception as error:
         _remove(tmp)
         fault = _probe(path.parent)
         if fault is None:
             raise
         raise write_error(fault, path) from error
-    finally:
-        _remove(tmp)  # gone already after a rename
 
 
 PROBE_BYTES = 1 << 16
@@ -110,7 +142,12 @@ def write_atomic(path: Path, text: str) -> None:
 def save_figure(figure: Any, path: Path) -> None:
     """Write a matplotlib `figure` to `path` (a PNG, or the format its suffix names) whole or not at all."""
     with atomic_path(path) as tmp:
-        figure.savefig(tmp, dpi=110, bbox_inches="tight")
+        draw_figure(figure, tmp)
+
+
+def draw_figure(figure: Any, path: Path) -> None:
+    """Draw a matplotlib `figure` into the file `path` (a PNG, or the format its suffix names), as it is written."""
+    figure.savefig(path, dpi=110, bbox_inches="tight")
 
 
 def write_new(path: Path, text: str) -> None:

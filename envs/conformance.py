@@ -1,10 +1,12 @@
-"""Does an environment keep gymnasium's API, and do its episodes end? Probes of a copy, before a run is made.
+"""Does an environment keep gymnasium's API, and do its episodes end? Probes of a copy, and a guard on every step.
 
 An env that returns observations of another shape than its space, the old four-tuple `step`, a `reset` without
-its info dict, or that raises in `reset` or its first `step`, would fail inside the vectorised env after the run
-directory exists. `api_problem` names the first such break in one line, so that a command can refuse the env
-before it writes anything. Values outside a Box's bounds are not a break (many envs leave them loose, and SB3
-trains on them).
+its info dict, a reward that is no real number (an array of shape (1,), a string), a `terminated`, `truncated` or
+`info["is_success"]` that is neither a bool nor 0 or 1, or that raises in `reset` or `step`, would fail inside the
+vectorised env, or be read wrongly (`np.bool_("no")` is true). `api_problem` names the first such break of one
+`reset` and one `step` in one line, so that a command can refuse the env before it writes anything; `Conformant`
+checks every later `reset` and `step` alike and raises `EnvBreakError` naming the env, the step of its episode and
+the break. Values outside a Box's bounds are not a break (many envs leave them loose, and SB3 trains on them).
 
 An env without a time limit ends an episode only in a terminal state; `endless_problem` plays each action of a
 `Discrete` action space over and over and names one under which no episode ends, as a policy that settles on one
@@ -77,12 +79,106 @@ def shape_problem(space: gym.Space, value: Any, where: str = "observation") -> s
     return None
 
 
+def _described(value: Any) -> str:
+    if np.ndim(value) > 0:
+        return f"an array of shape {np.shape(value)} ({type(value).__name__})"
+    return f"{shown(value)} ({type(value).__name__})"
+
+
+def _is_real(value: Any) -> bool:
+    return np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf"
+
+
+def _is_flag(value: Any) -> bool:
+    return _is_real(value) and value in (0, 1)
+
+
+def reset_problem(space: gym.Space, result: Any) -> str | None:
+    """Why `result`, what an env's `reset` returned, breaks gymnasium's API, or `None`."""
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+        return "reset returned no (observation, info) pair (gymnasium's reset returns both)"
+    return shape_problem(space, result[0], "reset's observation")
+
+
+def step_problem(space: gym.Space, result: Any) -> str | None:
+    """Why `result`, what an env's `step` returned, breaks gymnasium's API, or `None`: five values, an observation
+    of the space's structure, a real reward, `terminated` and `truncated` each a bool (or 0 or 1), an info dict
+    whose `is_success`, where given, is a bool (or 0 or 1)."""
+    if not (isinstance(result, tuple) and len(result) == 5):
+        size = len(result) if isinstance(result, tuple) else type(result).__name__
+        return (f"step returned {size} values; gymnasium's step returns 5 (observation, reward, terminated, "
+                "truncated, info)")
+    observation, reward, terminated, truncated, info = result
+    if (problem := shape_problem(space, observation, "step's observation")) is not None:
+        return problem
+    if not _is_real(reward):
+        return f"step's reward is {_described(reward)}; expected a real number (a float or an int)"
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not _is_flag(flag):
+            return f"step's {name} is {_described(flag)}; expected a bool"
+    if not isinstance(info, dict):
+        return f"step's info is {_described(info)}; expected a dict"
+    if info.get("is_success") is not None and not _is_flag(info["is_success"]):
+        return f"step's info['is_success'] is {_described(info['is_success'])}; expected a bool"
+    return None
+
+
+class EnvBreakError(ConfigError):
+    """An env broke gymnasium's API in a `reset` or `step` (`Conformant`); `problem` is the break alone."""
+
+    def __init__(self, message: str, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+class Conformant(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Checks every `reset` and `step` of an env against gymnasium's API (`reset_problem`, `step_problem`), and
+    raises `EnvBreakError` naming the env `name`, the step of the episode and the break, or the exception the env
+    raised itself (chained to it)."""
+
+    def __init__(self, env: gym.Env, name: str) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, name=name)
+        gym.Wrapper.__init__(self, env)
+        self.name = name
+        self.t = 0
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.t = 0
+        return self._checked(reset_problem, self.env.reset, **kwargs)
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return self._checked(step_problem, self.env.step, action)
+
+    def _checked(self, problem_of: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
+        what = "reset" if problem_of is reset_problem else "step"
+        try:
+            result = call(*args, **kwargs)
+        except EnvBreakError:
+            raise
+        except Exception as error:  # the env's own failure, named with its type and first line
+            raise self._break("failed", _raised(what, error)) from error
+        if (problem := problem_of(self.observation_space, result)) is not None:
+            raise self._break("breaks gymnasium's API", problem)
+        return result
+
+    def _break(self, what: str, problem: str) -> EnvBreakError:
+        where = "its reset" if self.t == 0 else f"step {self.t} of an episode"
+        return EnvBreakError(f"env={shown(self.name)} {what} at {where}: {problem}", problem)
+
+
+def _raised(what: str, error: Exception) -> str:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{what} raised {type(error).__name__}" + (f": {first}" if first else "")
+
+
 def _call(what: str, fn: Any) -> tuple[Any, str | None]:
     try:
         return fn(), None
-    except Exception as error:  # the env's own failure, named with its type and first line
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return None, f"{what} raised {type(error).__name__}" + (f": {first}" if first else "")
+    except EnvBreakError as error:  # a `Conformant` env's own check
+        return None, error.problem
+    except Exception as error:  # the env's own failure
+        return None, _raised(what, error)
 
 
 def api_problem(env: gym.Env, seed: int | None = None) -> str | None:
@@ -95,17 +191,7 @@ def api_problem(env: gym.Env, seed: int | None = None) -> str | None:
 
 def _api_problem(env: gym.Env, seed: int | None) -> str | None:
     result, problem = _call("reset", lambda: env.reset(seed=seed))
-    if problem is not None:
-        return problem
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
-        return "reset returned no (observation, info) pair (gymnasium's reset returns both)"
-    if (problem := shape_problem(env.observation_space, result[0], "reset's observation")) is not None:
+    if problem is not None or (problem := reset_problem(env.observation_space, result)) is not None:
         return problem
     result, problem = _call("step", lambda: env.step(env.action_space.sample()))
-    if problem is not None:
-        return problem
-    if not (isinstance(result, tuple) and len(result) == 5):
-        size = len(result) if isinstance(result, tuple) else type(result).__name__
-        return (f"step returned {size} values; gymnasium's step returns 5 (observation, reward, terminated, "
-                "truncated, info)")
-    return shape_problem(env.observation_space, result[0], "step's observation")
+    return problem if problem is not None else step_problem(env.observation_space, result)

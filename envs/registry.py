@@ -43,7 +43,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
 from envs.batched import RENDER_MODES, BatchedTask, check_seed
-from envs.conformance import check_render_mode, endless_problem
+from envs.conformance import Conformant, check_render_mode, endless_problem
 from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
@@ -339,7 +339,8 @@ def _building(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[None]:
 
 def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
     """One env of the spec `env_id` (an engram task's single copy, an adapted MiniGrid or POPGym env, a gymnasium
-    id or an entry point), wrapped by `env_wrapper` after importing `gym_packages`; `ConfigError` naming a bad
+    id or an entry point), wrapped by `env_wrapper` after importing `gym_packages`, and then by `Conformant`, which
+    checks every reset and step against gymnasium's API (`EnvBreakError`); `ConfigError` naming a bad
     argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword; a `render_mode` the env does not list,
     `envs.conformance.check_render_mode`)."""
     family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
@@ -351,7 +352,7 @@ def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str
     except ConfigError:
         env.close()
         raise
-    return apply_wrappers(env, wrappers)
+    return Conformant(apply_wrappers(env, wrappers), env_id)
 
 
 def _make_one(env_id: str, family: str, env_kwargs: dict[str, Any]) -> gym.Env:

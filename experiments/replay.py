@@ -35,6 +35,7 @@ from experiments.model_files import damage
 from experiments.rules import PathName
 from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, RunDirectory, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env, scoring_vec_env
+from experiments.video import rgb_frames
 
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
             "both": ("deterministic", "stochastic")}
@@ -251,6 +252,8 @@ def open_player(agent: SavedAgent, render_mode: str, flag: str) -> Any:
         frame = env.render()
         if getattr(env, "render_mode", None) != render_mode or (frame is None and render_mode != "human"):
             raise ValueError(f"its render_mode is {getattr(env, 'render_mode', None)!r}")
+        if render_mode == "rgb_array":
+            rgb_frames([frame])  # an image that a video can hold
     except Exception as error:
         env.close()
         raise ConfigError(f"{flag}: env={shown(config.env)} cannot render in {render_mode!r} mode "

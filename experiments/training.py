@@ -18,6 +18,7 @@ from stable_baselines3.common.utils import get_device
 from agents import ALGOS, NonFiniteError
 from envs import make_vec_env
 from envs.atomic import write_error
+from envs.conformance import EnvBreakError
 from envs.imports import ImportPathError, load_object
 from envs.rules import VERBOSITY, Flag, one_line, short, shown
 from experiments.config import ConfigError, RunConfig, reread
@@ -225,6 +226,8 @@ def _train_locked(config: RunConfig, run: RunDirectory, resume: bool, progress_b
                         reset_num_timesteps=loaded is None)
         except NonFiniteError as error:
             raise NonFiniteError(f"{error}; {run.checkpoint_note()}") from error
+        except EnvBreakError as error:
+            raise EnvBreakError(f"{error}; {run.checkpoint_note()}", error.problem) from error
         model.logger.close()  # tensorboard's events on disk now: a write that fails fails here, not unseen at exit
     else:  # the checkpoint resumed from reaches the budget: the run ends there, and it holds that checkpoint
         notify(f"{str(run.path)!r}: its newest checkpoint ({model.num_timesteps} steps) reaches "

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,41 @@ def check_video_path(path: str | Path) -> Path:
     return path
 
 
+def rgb_frames(frames: Sequence[Any]) -> list[np.ndarray]:
+    """`frames`, as an env's `render()` gives them, as `H × W × 3` uint8 images of one size.
+
+    A grey image (`H × W` or `H × W × 1`) is repeated over the channels, an alpha channel dropped, channels first
+    (`C × H × W`, C of 1, 3 or 4) moved last, bools and floats in [0, 1] (over all frames) scaled to [0, 255],
+    and values clipped to [0, 255]. Frames smaller than the largest are centred on a black canvas of its size.
+    `ValueError` naming the first frame that is no image (no numbers, another number of axes, no pixels)."""
+    images = [_channels_last(frame, index) for index, frame in enumerate(frames)]
+    unit = all(image.dtype.kind in "bf" and np.nan_to_num(image).max(initial=0) <= 1 for image in images)
+    scaled = [np.nan_to_num(image.astype(np.float64)) * (255 if unit else 1) for image in images]
+    height, width = max(image.shape[0] for image in images), max(image.shape[1] for image in images)
+    canvases = []
+    for image in scaled:
+        canvas = np.zeros((height, width, 3), dtype=np.uint8)
+        top, left = (height - image.shape[0]) // 2, (width - image.shape[1]) // 2
+        canvas[top:top + image.shape[0], left:left + image.shape[1]] = np.clip(np.rint(image), 0, 255)
+        canvases.append(canvas)
+    return canvases
+
+
+def _channels_last(frame: Any, index: int) -> np.ndarray:
+    """One frame as an `H × W × 3` array of its own dtype (`rgb_frames`)."""
+    image = np.asarray(frame) if frame is not None else None
+    if image is not None and image.dtype.kind in "biuf":
+        if image.ndim == 3 and image.shape[-1] not in (1, 3, 4) and image.shape[0] in (1, 3, 4):
+            image = np.moveaxis(image, 0, -1)
+        if image.ndim == 2:
+            image = image[..., None]
+        if image.ndim == 3 and image.shape[-1] in (1, 3, 4) and min(image.shape[:2]) > 0:
+            return np.repeat(image, 3, axis=-1) if image.shape[-1] == 1 else image[..., :3]
+    given = "None" if image is None else f"an array of shape {image.shape} and dtype {image.dtype}"
+    raise ValueError(f"render() gave {given} for frame {index}; expected an image: H × W × 3 (RGB), H × W × 4 "
+                     "(RGBA), H × W (grey) or channels first, of numbers")
+
+
 def upscale(frame: np.ndarray, min_side: int = MIN_SIDE) -> np.ndarray:
     """`frame` repeated along both axes so that its shorter side reaches `min_side`; MP4 also needs even sides."""
     factor = max(1, -(-min_side // min(frame.shape[:2])))
@@ -35,16 +71,16 @@ def upscale(frame: np.ndarray, min_side: int = MIN_SIDE) -> np.ndarray:
     return np.pad(frame, pad, mode="edge")
 
 
-def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
-    """Write `frames` (`H × W × 3` uint8, one size) to the new file `path` (`.gif` loops forever), whole or not at
-    all; `FileExistsError` when `path` exists, even when another process made it meanwhile: a file is never
-    overwritten (`experiments.writable.write_new_file`)."""
+def write_video(frames: Sequence[Any], path: str | Path, fps: float) -> Path:
+    """Write `frames` (images as `rgb_frames` takes them) to the new file `path` (`.gif` loops forever), whole or
+    not at all; `FileExistsError` when `path` exists, even when another process made it meanwhile: a file is never
+    overwritten (`experiments.writable.write_new_file`); `ValueError` for a frame that is no image."""
     from experiments.writable import write_new_file
 
     path = check_video_path(path)
     if not frames:
         raise ValueError("no frames to record")
-    images = [upscale(np.asarray(frame, dtype=np.uint8)) for frame in frames]
+    images = [upscale(image) for image in rgb_frames(frames)]
     with made_folders(path.parent):  # gone again when the video does not fit
         write_new_file(path, lambda tmp: _save(images, tmp, fps))
     return path

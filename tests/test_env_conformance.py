@@ -1,5 +1,7 @@
 """An environment that breaks gymnasium's API (observations of another shape, the old four-tuple `step`, a `reset`
-without info, `reset` or `step` raising) is refused in one line before a run directory exists; the Python API
+without info, a reward that is no real number, a `terminated` that is no bool, `reset` or `step` raising) is
+refused in one line before a run directory exists; a break that shows only later (at an episode's end, after some
+steps) ends training with one line naming the env, the step and the break, also from Python; the Python API
 refuses such an env, and a space no memory policy takes, with a `ConfigError` before SB3 sees it; a folder path
 starting with `~`, which no shell expands there, is refused rather than made as a folder named `~`."""
 
@@ -17,7 +19,7 @@ from gymnasium import spaces
 import train_rl
 from agents import VMPO, MemoryPPO
 from envs import make_vec_env
-from envs.conformance import api_problem
+from envs.conformance import EnvBreakError, api_problem, step_problem
 from envs.rules import ConfigError
 
 MODULE = textwrap.dedent('''
@@ -61,6 +63,32 @@ MODULE = textwrap.dedent('''
         def step(self, action):
             raise RuntimeError("no step today")
 
+    class ArrayReward(Good):
+        def step(self, action):
+            obs, _, terminated, truncated, info = super().step(action)
+            return obs, np.array([1.0]), terminated, truncated, info
+
+    class TextTerminated(Good):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, "yes" if terminated else "no", truncated, info
+
+    class TextSuccess(Good):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, terminated, truncated, {"is_success": "yes"} if terminated else info
+
+    class LateArrayReward(Good):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, np.ones(2) if self.t == 3 else reward, terminated, truncated, info
+
+    class StepRaisesLater(Good):
+        def step(self, action):
+            if self.t == 3:
+                raise KeyError("lost the goal")
+            return super().step(action)
+
     class UnboundedActions(Good):
         action_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
 
@@ -86,6 +114,8 @@ def user_module(tmp_path, monkeypatch):
     ("ResetWithoutInfo", "reset returned no (observation, info) pair"),
     ("FourTupleStep", "step returned 4 values"),
     ("StepRaises", "step raised RuntimeError: no step today"),
+    ("ArrayReward", "step's reward is an array of shape (1,) (ndarray); expected a real number"),
+    ("TextTerminated", "step's terminated is 'no' (str); expected a bool"),
 ])
 def test_an_env_that_breaks_the_api_is_refused_before_the_run_exists(user_module, tmp_path, capsys, name, expected):
     log_dir = tmp_path / "runs"
@@ -96,6 +126,44 @@ def test_an_env_that_breaks_the_api_is_refused_before_the_run_exists(user_module
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert f"env='conformance_envs:{name}': breaks gymnasium's API: {expected}" in err, err
     assert not log_dir.exists()
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("TextSuccess", "breaks gymnasium's API at step 5 of an episode: step's info['is_success'] is 'yes' (str); "
+                    "expected a bool"),
+    ("LateArrayReward", "breaks gymnasium's API at step 3 of an episode: step's reward is an array of shape (2,)"),
+    ("StepRaisesLater", "failed at step 4 of an episode: step raised KeyError: 'lost the goal'"),
+])
+def test_a_break_during_training_ends_it_in_one_line(user_module, tmp_path, capsys, name, expected):
+    code = train_rl.main(["--env", f"conformance_envs:{name}", "-n", "64", "--n-envs", "2", "--backbone", "mlp",
+                          "--log-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"error: env='conformance_envs:{name}' {expected}" in err, err
+    assert "no checkpoint was saved before it" in err, err
+
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_the_python_api_names_a_break_during_learning(user_module, learner) -> None:
+    import conformance_envs
+
+    model = learner("MemoryPolicy", conformance_envs.StepRaisesLater(), n_steps=16, batch_size=16, seed=0,
+                    policy_kwargs={"backbone": "mlp"})
+    with pytest.raises(EnvBreakError, match=r"^env='StepRaisesLater' failed at step 4 of an episode: step raised "
+                                            r"KeyError") as raised:
+        model.learn(16)
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("result", [
+    (np.zeros(3, np.float32), np.float32(0.5), np.bool_(False), np.bool_(True), {}),
+    (np.zeros(3, np.float32), 1, 0, 1, {"is_success": np.bool_(True)}),
+    (np.zeros(3, np.float32), np.array(2.0), False, False, {"is_success": 1.0}),
+    (np.zeros(3, np.float32), 0.0, True, False, {"is_success": None}),
+])
+def test_numpy_scalars_and_zero_or_one_flags_keep_the_api(result) -> None:
+    assert step_problem(spaces.Box(-1.0, 1.0, (3,), np.float32), result) is None
 
 
 def test_a_conforming_env_has_no_problem(user_module):

@@ -1,6 +1,7 @@
 """``evaluate --render`` and ``--record`` with and without a display: the env's window where one can open, else its
 text (ansi), else a one-line refusal before anything is written; recording frames prints no stray error line of
-SDL's window-system probe."""
+SDL's window-system probe; any image an env renders (grey, channels first, RGBA, floats in [0, 1], frames of
+several sizes) is recorded as RGB, and a render that is no image is refused before anything is written."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 import train_rl
 from experiments import replay
 from experiments.cli.evaluate import render_mode
 from experiments.config import RunConfig
+from experiments.video import rgb_frames
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "CartPole-v1", "--backbone", "mlp", "--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "1",
@@ -101,3 +105,96 @@ def test_a_run_trained_with_a_render_mode_is_recorded_in_the_records_mode(tmp_pa
     assert train_rl.main(["evaluate", str(tmp_path / "CartPole-v1__ppo-mlp__0"), "--episodes", "1",
                           "--record", str(video), "--fps", "1000"]) == 0
     assert video.is_file()
+
+
+GREY = np.array([[0, 255], [128, 64]], dtype=np.uint8)
+RGB = np.repeat(GREY[..., None], 3, axis=-1)
+
+
+@pytest.mark.parametrize(("frame", "expected"), [
+    (GREY, RGB),
+    (GREY[..., None], RGB),
+    (np.moveaxis(RGB, -1, 0), RGB),  # channels first
+    (np.concatenate([RGB, np.full((2, 2, 1), 7, np.uint8)], axis=-1), RGB),  # RGBA: the alpha is dropped
+    (GREY / 255.0, RGB),  # floats in [0, 1]
+    (GREY.astype(np.float64), RGB),  # floats in [0, 255]
+    (GREY.astype(np.int64) * 4 - 300, np.repeat(np.clip(GREY.astype(np.int64) * 4 - 300, 0, 255)[..., None], 3, -1)),
+    (GREY > 100, np.repeat(np.where(GREY > 100, 255, 0)[..., None], 3, -1).astype(np.uint8)),
+])
+def test_any_rendered_image_becomes_rgb_bytes(frame, expected) -> None:
+    [image] = rgb_frames([frame])
+    assert image.dtype == np.uint8 and image.shape == (2, 2, 3)
+    np.testing.assert_array_equal(image, expected)
+
+
+def test_frames_of_several_sizes_are_centred_on_the_largest() -> None:
+    small, large = rgb_frames([np.full((2, 2, 3), 200, np.uint8), np.full((4, 6, 3), 9, np.uint8)])
+    assert small.shape == large.shape == (4, 6, 3)
+    assert (small[1:3, 2:4] == 200).all() and small.sum() == 200 * 12
+
+
+@pytest.mark.parametrize(("frame", "named"), [
+    (None, "render() gave None for frame 0"),
+    (np.zeros(5), "an array of shape (5,)"),
+    (np.array([["a", "b"]]), "dtype <U1"),
+    (np.zeros((0, 4, 3)), "an array of shape (0, 4, 3)"),
+    (np.zeros((2, 2, 2, 3)), "an array of shape (2, 2, 2, 3)"),
+])
+def test_a_render_that_is_no_image_is_named(frame, named) -> None:
+    with pytest.raises(ValueError, match="expected an image") as raised:
+        rgb_frames([frame])
+    assert named in str(raised.value)
+
+
+RENDERING = """
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class Drawn(gym.Env):
+    metadata = {"render_modes": ["rgb_array"]}
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, render_mode=None, image="grey"):
+        self.render_mode, self.image, self.t = render_mode, image, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 3, False, {}
+
+    def render(self):
+        if self.image == "grey":  # floats in [0, 1], one channel, channels first
+            return np.full((1, 20, 30), 0.5)
+        return np.zeros(7)
+"""
+
+
+@pytest.mark.parametrize("image", ["grey", "vector"])
+def test_a_users_env_records_any_image_and_is_refused_for_none(tmp_path, monkeypatch, capsys, image) -> None:
+    (tmp_path / "drawn_envs.py").write_text(RENDERING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    log_dir = tmp_path / "runs"
+    tiny = [word if word != "CartPole-v1" else "drawn_envs:Drawn" for word in TINY]
+    assert train_rl.main([*tiny, "--env-kwargs", f"image={image}", "--log-dir", str(log_dir)]) == 0
+    [run] = log_dir.iterdir()
+    before = sorted(run.iterdir())
+    video = tmp_path / "drawn.gif"
+    code = train_rl.main(["evaluate", str(run), "--episodes", "1", "--record", str(video), "--fps", "1000"])
+    err = capsys.readouterr().err
+    if image == "vector":
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "--record: env='drawn_envs:Drawn' cannot render in 'rgb_array' mode" in err
+        assert "render() gave an array of shape (7,)" in err
+        assert not video.exists() and sorted(run.iterdir()) == before
+        return
+    assert code == 0, err
+    with Image.open(video) as gif:
+        pixels = np.asarray(gif.convert("RGB"))
+    assert pixels.shape[2] == 3 and (pixels == 128).all()  # grey 0.5, not black

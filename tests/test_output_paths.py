@@ -163,6 +163,24 @@ def test_report_refuses_a_report_md_it_did_not_write_before_any_work(runs, tmp_p
         build_report(runs, out, reps=20)
 
 
+@pytest.mark.parametrize("out", [None, "run", "run/report"])
+def test_a_report_is_never_written_into_a_run_directory(runs, tmp_path, capsys, out):
+    """A training run's directory (its run.lock) reported alone: without --out, and with a --out at or inside it,
+    the report is refused in one line before any work, from the command and from Python, and the run's files are as
+    they were; a --out elsewhere takes it."""
+    run = runs / "TMaze-v0__ppo-gtrxl__0"
+    (run / "run.lock").touch()
+    before = sorted(path.name for path in run.rglob("*"))
+    given = [] if out is None else ["--out", str(tmp_path / out.replace("run", str(run.relative_to(tmp_path))))]
+    message = (f"DIR={str(run)!r} without --out: the report directory {str(run)!r} is the run directory" if out is None
+               else "inside the run directory" if "/" in out else "is the run directory")
+    refused(["report", str(run), *given], capsys, message, "a report would mix with; choose --out outside it")
+    with pytest.raises(ConfigError, match="run directory .* a report would mix with; choose out_dir outside it"):
+        build_report(run, None if out is None else given[1], reps=20)
+    assert sorted(path.name for path in run.rglob("*")) == before
+    assert run_cli(["report", str(run), "--out", str(tmp_path / "elsewhere"), *REPS], capsys)[0] == 0
+
+
 @pytest.mark.parametrize("kind", ["directory", "link to a report it wrote"])
 def test_report_refuses_a_report_md_that_is_no_file_of_its_own(kind, runs, tmp_path, capsys):
     out = tmp_path / "out"

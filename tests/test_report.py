@@ -406,3 +406,37 @@ def test_a_report_into_a_folder_whose_report_md_is_the_users_is_refused_and_keep
         build_report(tmp_path / "runs", out, reps=REPS)
     assert (out / "report.md").read_text() == "# My notes\n![holiday](photo.png)\n"
     assert (out / "photo.png").read_bytes() == b"mine"
+
+
+def test_a_report_that_fails_midway_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
+    """A figure whose write fails (a full disk) after others were drawn: the error names that figure, and every
+    file of the earlier report (report.md, figures, a task's figures that the new one would drop) is as it was,
+    with no temporary file left (mutation caught: the figures written one by one, or stale ones removed first)."""
+    from matplotlib.figure import Figure
+
+    from envs.atomic import WriteError
+
+    for env in ("TMaze-v0", "MemoryChain-v0", "RepeatFirst-v0"):
+        for seed in range(2):
+            fake_run(tmp_path / "runs", "gtrxl", seed, 0.5, env=env, curve=[0.5])
+    out = tmp_path / "report"
+    build_report(tmp_path / "runs", out, reps=REPS)
+    for run in (tmp_path / "runs").glob("MemoryChain-v0*"):
+        for file in sorted(run.rglob("*"), reverse=True):
+            file.rmdir() if file.is_dir() else file.unlink()
+        run.rmdir()
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    drawn = []
+    savefig = Figure.savefig
+
+    def full_disk_on_the_second(self, file, *args, **kwargs):
+        drawn.append(Path(file))
+        if len(drawn) == 2:
+            raise OSError(28, "No space left on device", str(file))
+        return savefig(self, file, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", full_disk_on_the_second)
+    with pytest.raises(WriteError) as raised:
+        build_report(tmp_path / "runs", out, reps=REPS)
+    assert raised.value.errno == 28 and raised.value.filename == str(out / drawn[1].name.replace(".tmp", "")[1:])
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before

@@ -117,7 +117,8 @@ def test_trials_that_keep_failing_stop_the_study(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     assert tune(tmp_path, "--trials", "5", task=("--env", "breaks_when_stepped:Env")) == 1
     assert len(load_study(tmp_path).trials) == 3
-    failure = "breaks_when_stepped-Env__ppo-mlp__0: RuntimeError: the simulator crashed"
+    failure = ("breaks_when_stepped-Env__ppo-mlp__0: env='breaks_when_stepped:Env' failed at step 2 of an episode: "
+               "step raised RuntimeError: the simulator crashed")
     assert f"3 trials in a row failed; the last: {failure}" in capsys.readouterr().err
 
 

@@ -146,6 +146,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from envs import env_family
+    from envs.rules import one_line
     from experiments.config import ConfigError
     from experiments.evaluation import StalledEvaluationError
     from experiments.footprint import check_copies_fit
@@ -198,6 +199,9 @@ def main(argv: list[str]) -> int:
         except FileExistsError:
             print(f"error: --record {str(video)!r}: made by another process meanwhile; a file is never overwritten",
                   file=sys.stderr)
+            return 2
+        except ValueError as error:  # a frame the env rendered later that is no image
+            print(f"error: --record {str(video)!r}: {one_line(error)}", file=sys.stderr)
             return 2
         print(f"  video:   {video} ({len(frames)} frames, {options.record_episodes} episode(s))")
     path = write_result(agent.directory, result_record(agent, results, episodes, seed, n_envs))  # the last write

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from experiments.cli.parser import Distinct, OneLineParser, program, real
 from experiments.config import DEFAULT_REPS
@@ -17,7 +15,8 @@ def make_parser() -> argparse.ArgumentParser:
         "Write report.md and PNG figures of a study (or of any directory of runs) from the files on disk."))
     parser.add_argument("directory", metavar="DIR", help="the study directory, e.g. runs/TMaze-v0__ppo")
     parser.add_argument("--out", metavar="DIR", help=(
-        "where to write the report (default: the study directory); a report.md there that the report did not write, "
+        "where to write the report (default: the study directory; a run directory's report needs --out); a "
+        "report.md there that the report did not write, "
         "or a figure that its earlier report there does not show, is refused and never replaced, and so is a DIR "
         "at or inside a run directory, or inside a study or tune study directory other than the one reported"))
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
@@ -30,31 +29,10 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out_place(out: str, directory: str) -> None:
-    """Refuse (`ConfigError`, one line naming `--out`, its value and the owner) a `--out` at or inside a run
-    directory, or inside a study or tune study directory other than `directory`, the one reported
-    (`experiments.run_dir.owners_of`): the report's files would mix with theirs, and a report or `plot` of the
-    owner would read them. `--out` at or below the reported directory, where a report goes by default, is its own
-    unless a run directory holds it. Changes nothing."""
-    from experiments.config import ConfigError
-    from experiments.run_dir import owners_of
-
-    path = Path(os.path.realpath(out))
-    reported = Path(os.path.realpath(directory))
-    for owner, kind, marker in owners_of(path):
-        if kind != "run directory" and owner == reported:
-            return  # the reported study's own folder (or a folder in it)
-        where = f"is the {kind}" if owner == path else f"would be inside the {kind}"
-        why = ("whose files a report would mix with" if kind == "run directory"
-               else f"which is not the directory reported ({str(directory)!r})")
-        raise ConfigError(f"--out={out!r}: the report directory {str(path)!r} {where} {str(owner)!r} ({marker}), "
-                          f"{why}; choose a --out outside it")
-
-
 def main(argv: list[str]) -> int:
     """`train_rl.py report DIRECTORY`; exit status 2 when there is no run there that a report can read, or `--out`
     (or the study directory) cannot be written, holds a file the report did not write, or is a place that belongs
-    to a run, or to another study or tune study (`check_out_place`)."""
+    to a run, or to another study or tune study (`experiments.studies.report.check_report_place`)."""
     parser = make_parser()
     options = parser.parse_args(argv)
     if options.env and options.out is None:
@@ -73,7 +51,6 @@ def main(argv: list[str]) -> int:
             Range().check("--solve-threshold", options.solve_threshold)
         if options.out is not None:
             check_output("--out", options.out, directory=True)
-            check_out_place(options.out, options.directory)
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed,
                             options.env, arguments=("DIR", "--out"))
     except (FileNotFoundError, ConfigError) as error:

@@ -44,15 +44,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from envs.atomic import made_folders, save_figure, write_atomic
+from envs.atomic import draw_figure, made_folders, write_together
 from envs.rules import ConfigError, one_line
 from experiments.config import DEFAULT_REPS
+from experiments.run_dir import owners_of
 from experiments.studies import stats
 from experiments.studies.plotting import curves_figure, group_colors, wrapped
 from experiments.studies.runs import (
@@ -757,9 +759,10 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
     `report.md` and its figures to `out_dir` (default: the study directory; required with `envs`, so
     that a report of some tasks never replaces the study's own). Returns the path of `report.md`.
 
-    A report replaces its own earlier output there (`report_target`) and no other file: `ConfigError` naming
-    the directory's argument (`arguments`: the names of `study_dir` and `out_dir` in messages) before anything is
-    written, also when the runs found are none that a report can read (`check_readable`)."""
+    A report replaces its own earlier output there (`report_target`) and no other file, and is never written into
+    a run directory, nor into another study's (`check_report_place`): `ConfigError` naming the directory's argument
+    (`arguments`: the names of `study_dir` and `out_dir` in messages) before anything is written, also when the
+    runs found are none that a report can read (`check_readable`)."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise FileNotFoundError(f"study directory {str(study_dir)!r} "
@@ -768,6 +771,7 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
         raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
     directory = Path(out_dir) if out_dir is not None else study_dir
     argument = arguments[1] if out_dir is not None else arguments[0]
+    check_report_place(out_dir, study_dir, arguments)
     report_target(directory, argument)  # before the analysis: refused at once
     found = find_runs(study_dir)
     if not found:
@@ -790,11 +794,10 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
                           f"{_elsewhere(argument)}")
     path = directory / "report.md"
     with made_folders(directory):  # gone again when nothing fits in it
+        writers = {directory / name: partial(draw_figure, figure) for name, figure in figures.items()}
+        write_together({**writers, path: lambda tmp: tmp.write_text(text)})  # report.md last: its figures are there
         for stale in before - set(figures):  # a task or backbone gone since: its figures go with it
             (directory / stale).unlink(missing_ok=True)
-        write_atomic(path, text)  # first: every figure written below is one that the report.md on disk shows
-        for name, figure in figures.items():
-            save_figure(figure, directory / name)
     return path
 
 
@@ -837,6 +840,28 @@ def _elsewhere(argument: str) -> str:
     if argument == "study":
         return "--no-report (then train_rl.py report DIR --out ELSEWHERE)"
     return "another --out DIR" if argument.startswith("-") else "--out DIR"
+
+
+def check_report_place(out_dir: str | Path | None, study_dir: str | Path,
+                       arguments: tuple[str, str] = ("study_dir", "out_dir")) -> None:
+    """Refuse (`ConfigError`, one line naming the argument, its value and the owner) a report directory `out_dir`
+    at or inside a run directory, or inside a study or tune study directory other than `study_dir`, the one
+    reported (`experiments.run_dir.owners_of`): the report's files would mix with theirs, and a report or `plot`
+    of the owner would read them. At or below the reported directory, where a report goes by default
+    (`out_dir` `None`), is its own unless a run directory holds it. `arguments` names `study_dir` and `out_dir`.
+    Changes nothing."""
+    path = Path(os.path.realpath(study_dir if out_dir is None else out_dir))
+    reported = Path(os.path.realpath(study_dir))
+    for owner, kind, marker in owners_of(path):
+        if kind != "run directory" and owner == reported:
+            return  # the reported study's own folder (or a folder in it)
+        where = f"is the {kind}" if owner == path else f"would be inside the {kind}"
+        why = ("whose files a report would mix with" if kind == "run directory"
+               else f"which is not the directory reported ({str(study_dir)!r})")
+        given = (f"{arguments[0]}={str(study_dir)!r} without {arguments[1]}" if out_dir is None
+                 else f"{arguments[1]}={str(out_dir)!r}")
+        raise ConfigError(f"{given}: the report directory {str(path)!r} {where} {str(owner)!r} ({marker}), "
+                          f"{why}; choose {arguments[1]} outside it")
 
 
 def report_target(directory: Path, argument: str) -> set[str]:
