@@ -70,11 +70,16 @@ INTEGER_LIMIT = 2**31 - 1
 hold counts in C ints, and a larger one would overflow there or run without end"""
 
 
+SCHEDULE_PROBES = (1.0, 0.5, 0.0)
+"""the progress remaining at which a schedule given as a function is checked (SB3's: 1 at the start, 0 at the end)"""
+
+
 @dataclass(frozen=True)
 class Range:
     """A finite number in an interval; `integer` for counts, `optional` to allow `None` (meaning: the
     default of the component), `schedule` to allow a schedule of the training progress (SB3's: a linear
-    `lin_<start>_<end>` must start in the interval and may end at its closed lower bound, a decay to 0)."""
+    `lin_<start>_<end>` must start in the interval and may end at its closed lower bound, a decay to 0; any other
+    function of the progress remaining must give such numbers at `SCHEDULE_PROBES`)."""
 
     low: float | None = None
     high: float | None = None
@@ -111,11 +116,26 @@ class Range:
         if callable(value):
             if not self.schedule:
                 self._fail(key, value, "not a schedule")
-            if is_linear_schedule(value):  # any other schedule is the caller's own function
+            if is_linear_schedule(value):
                 self._check_number(key, value.start, value, end=False)
                 self._check_number(key, value.end, value, end=True)
+                return
+            for progress in SCHEDULE_PROBES:  # the caller's own function, called where training starts, halves, ends
+                self._check_given(key, value, progress)
             return
         self._check_number(key, value, value, end=False)
+
+    def _check_given(self, key: str, schedule: Any, progress: float) -> None:
+        """The value of `schedule` at `progress` (remaining), checked as a number of this range."""
+        at = f"at progress_remaining={progress:g}"
+        try:
+            number = schedule(progress)
+        except Exception as error:  # the caller's function, whatever it raises
+            self._fail(key, schedule, f"at every progress: the schedule raised {type(error).__name__} {at}")
+        try:
+            self._check_number(key, number, schedule, end=progress < 1)
+        except ConfigError:
+            self._fail(key, schedule, f"at every progress: the schedule gave {shown(number)} {at}")
 
     def _check_number(self, key: str, number: Any, value: Any, end: bool) -> None:
         if not _is_number(number) or (self.integer and not isinstance(number, numbers.Integral)):

@@ -108,7 +108,9 @@ class RunConfig:
         "numpy twins)"))
     n_envs: int = _rule(COUNT, default=16, doc="parallel environment copies")
     seed: int = _rule(Range(0, SEED_LIMIT, integer=True), default=0, doc="random seed of the run")
-    total_timesteps: int = _rule(COUNT, default=100_000, doc="environment steps to train for")
+    total_timesteps: int = _rule(COUNT, default=100_000, doc=(
+        "environment steps to train for (in whole rollouts: the run ends at the first multiple of n_steps × n_envs "
+        "at or above it)"))
     device: str = _rule(Device(), default="auto", doc="torch device: auto, cpu, cuda, cuda:1, ...")
     threads: int = _rule(Threads(), default=1, doc=(
         "torch CPU threads, at most the cores this process may use; 0: every one of them. One by default: a second "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.preprocessing import is_image_space
 
 from envs.rules import short
 
@@ -105,6 +106,8 @@ def observation_problem(observation: object, space: spaces.Space) -> str | None:
 def _value_problem(array: np.ndarray, space: spaces.Space) -> str | None:
     if array.dtype.kind not in "biuf":
         return f"has dtype {array.dtype}; expected numbers for {_named(space)}"
+    if (problem := _shape_problem(array.shape, space)) is not None:
+        return problem
     if array.dtype.kind == "f":
         limit = np.finfo(space.dtype).max if isinstance(space, spaces.Box) and space.dtype.kind == "f" else np.inf
         if not (np.isfinite(array) & (np.abs(array) <= limit)).all():
@@ -121,6 +124,18 @@ def _value_problem(array: np.ndarray, space: spaces.Space) -> str | None:
         if not inside.all():
             return f"holds values outside {_named(space)}; expected {wanted}"
     return None
+
+
+def _shape_problem(shape: tuple[int, ...], space: spaces.Space) -> str | None:
+    """Why an observation of `shape` is neither one env's nor a batch's of `space`, as SB3's `predict` tells them
+    apart (an image's channels may also come last, which SB3 moves first), or `None`."""
+    shapes = [space.shape]
+    if is_image_space(space):
+        shapes.append(space.shape[1:] + space.shape[:1])
+    if any(shape == one or shape[1:] == one for one in shapes):
+        return None
+    wanted = " or ".join(f"{one} (one env's) or ({', '.join(['n_envs', *map(str, one)])}) (a batch)" for one in shapes)
+    return f"has shape {shape}; expected {wanted} for {_named(space)}"
 
 
 def _named(space: spaces.Space) -> str:

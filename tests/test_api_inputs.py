@@ -385,8 +385,15 @@ DICT = gym.spaces.Dict({"a": gym.spaces.Box(0.0, 1.0, (2,), np.float32), "b": gy
     (DICT, {"a": np.zeros(2, np.float32)}, r"has the keys a; expected a, b"),
     (DICT, {"a": np.zeros(2, np.float32), "b": 7}, r"\['b'\] holds values outside Discrete\(3\)"),
     (DICT, {"a": np.zeros((2, 2), np.float32), "b": np.array([1, 2, 0])}, r"parts of different batch sizes, \[2, 3\]"),
+    (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), np.zeros(5), r"has shape \(5,\); expected \(2,\) \(one env's\) "
+                                                               r"or \(n_envs, 2\) \(a batch\) for Box of shape"),
+    (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), np.zeros((2, 3, 2)), r"has shape \(2, 3, 2\)"),
+    (gym.spaces.Discrete(5), np.zeros((2, 1), np.int64), r"has shape \(2, 1\); expected \(\) \(one env's\) or "
+                                                          r"\(n_envs\) \(a batch\)"),
+    (DICT, {"a": np.zeros(3, np.float32), "b": 1}, r"\['a'\] has shape \(3,\)"),
 ])
 def test_predict_names_an_observation_outside_its_space(space, observation, message):
+    """Values, keys, dtypes and shapes (neither one env's nor a batch's) are named before SB3 reads them."""
     model = MemoryPPO("MemoryPolicy", Observing(space), n_steps=16, batch_size=16, segment_length=4,
                       policy_kwargs={"backbone": "gru"})
     with pytest.raises(ValueError, match=rf"^observation (.* )?{message}"):
@@ -434,3 +441,29 @@ def test_spaces_no_policy_can_take_are_refused_by_name(observation, action, mess
 
     with pytest.raises(ValueError, match=re.escape(message)):
         check_spaces(observation, action)
+
+
+@pytest.mark.parametrize(("key", "schedule", "gave"), [
+    ("learning_rate", lambda progress: float("nan"), "gave nan at progress_remaining=1"),
+    ("learning_rate", lambda progress: 1e-3 if progress > 0.2 else -1.0, "gave -1.0 at progress_remaining=0"),
+    ("learning_rate", lambda progress: None, "gave None at progress_remaining=1"),
+    ("learning_rate", lambda: 1e-3, "raised TypeError at progress_remaining=1"),
+    ("clip_range", lambda progress: 0.0, "gave 0.0 at progress_remaining=1"),  # starts above 0, may end there
+])
+def test_a_schedule_given_as_a_function_is_checked_where_training_starts_halves_and_ends(key, schedule, gave):
+    with pytest.raises(ConfigError, match=rf"^{key}=<function .*at every progress: the schedule {gave}$"):
+        MemoryPPO("MemoryPolicy", "TMaze-v0", n_steps=16, batch_size=16, policy_kwargs={"backbone": "mlp"},
+                  **{key: schedule})
+
+
+def test_a_schedule_that_decays_to_its_closed_bound_is_taken():
+    model = MemoryPPO("MemoryPolicy", "TMaze-v0", n_steps=16, batch_size=16, policy_kwargs={"backbone": "mlp"},
+                      learning_rate=lambda progress: 1e-3 * progress, clip_range=lambda progress: 0.1 + progress)
+    assert model.lr_schedule(0.0) == 0.0
+
+
+def test_predict_takes_an_image_with_its_channels_first_or_last_alone_or_batched():
+    model = MemoryPPO("MemoryPolicy", Observing(gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)), n_steps=16,
+                      batch_size=16, segment_length=4, policy_kwargs={"backbone": "gru"})
+    for shape in [(36, 36, 3), (3, 36, 36), (2, 36, 36, 3), (2, 3, 36, 36)]:
+        assert model.predict(np.zeros(shape, np.uint8))[0].shape == (() if len(shape) == 3 else (2,))

@@ -15,7 +15,7 @@ import pytest
 import train_rl
 from experiments.cli.train import config_from_args, make_parser
 from experiments.config import ConfigError
-from experiments.run_identity import RECORD_ENTRY, config_record, read_record
+from experiments.run_identity import NOT_COMPARED, RECORD_ENTRY, config_record, read_record
 from experiments.studies.study import check_consistency
 from experiments.training import train
 
@@ -121,3 +121,11 @@ def test_a_budget_behind_the_newest_checkpoint_ends_the_run_there(finished, tmp_
     assert train_rl.main([*TINY, "--log-dir", str(tmp_path / "behind"), "--resume", "-n", "32"]) == 0
     assert "already finished (64 steps of 32): nothing to resume, nothing changed" in capsys.readouterr().err
     assert digest(run) == before
+
+
+def test_the_docs_name_every_setting_a_resume_may_change():
+    """docs/run-directories.md's Resume section lists the settings `NOT_COMPARED` (mutation caught: a key added to
+    it and not to the docs)."""
+    section = (Path(__file__).resolve().parents[1] / "docs" / "run-directories.md").read_text().split("## Resume")[1]
+    paragraph = section.split("\n\n")[1]
+    assert all(f"`{key}`" in paragraph for key in NOT_COMPARED), paragraph
