@@ -7,7 +7,6 @@ import inspect
 import io
 import json
 import os
-import pickle
 import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -138,7 +137,17 @@ def model_file(path: Any, key: str = "path") -> Path:
                           f"{_MODEL_PATH}") from None
     if not data:
         raise ConfigError(f"{key}={name!r}: a zip file without the 'data' entry save writes (JSON); {_MODEL_PATH}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{key}={name!r}: its 'data' entry is {type(data).__name__}, not the mapping save writes "
+                          f"(changed since); {_MODEL_PATH}")
+    if missing := [entry for entry in SAVED_ENTRIES if entry not in data]:
+        raise ConfigError(f"{key}={name!r}: its 'data' entry lacks {', '.join(map(repr, missing))}, which save "
+                          f"writes (changed since); {_MODEL_PATH}")
     return file
+
+
+SAVED_ENTRIES = ("policy_class", "observation_space", "action_space")
+"""what SB3's `save` writes into a model's `data` and its `load` reads"""
 
 
 def _check_load_mappings(custom_objects: Any, kwargs: Mapping[str, Any]) -> None:
@@ -173,6 +182,17 @@ def _saved_data(path: str | Path) -> dict[str, Any]:
         return json.loads(archive.read("data")) if "data" in archive.namelist() else {}
 
 
+def _decoded(path: str | Path, entries: dict[str, Any]) -> dict[str, Any]:
+    """`entries` of the saved data of the model at `path` with their objects deserialised (SB3's `json_to_data`);
+    `ConfigError` naming the model and the entries for one that does not deserialise (changed since)."""
+    try:
+        return json_to_data(json.dumps(entries))
+    except Exception as error:  # base64's, cloudpickle's or a class's own words
+        names = ", ".join(map(repr, entries))
+        raise ConfigError(f"path={str(path)!r}: its saved {names} entr{'y does' if len(entries) == 1 else 'ies do'} "
+                          f"not load ({type(error).__name__}: {short(one_line(error), 120)}; changed since)") from None
+
+
 def saved_learner(path: str | Path) -> str | None:
     """The learner class that saved the model at `path` (a `.zip`), as recorded in its data
     (`learner_class`); `None` for a zip saved before learners recorded it."""
@@ -185,13 +205,22 @@ def saved_policy_class(path: str | Path) -> Any:
     data = _saved_data(path)
     if "policy_class" not in data:
         return None
-    return json_to_data(json.dumps({"policy_class": data["policy_class"]}))["policy_class"]
+    return _decoded(path, {"policy_class": data["policy_class"]})["policy_class"]
+
+
+def saved_spaces(path: str | Path) -> dict[str, Any]:
+    """The observation and action spaces of the model at `path` (those its data holds)."""
+    data = _saved_data(path)
+    return _decoded(path, {key: data[key] for key in ("observation_space", "action_space") if key in data})
 
 
 def saved_policy_kwargs(path: str | Path) -> dict[str, Any]:
     """The `policy_kwargs` of the model at `path`, with every backbone option it was trained with: a model
     saved before options were recorded whole gets the defaults of its time (`policies.registry.saved_options`)."""
-    kwargs = json_to_data(json.dumps({"policy_kwargs": _saved_data(path).get("policy_kwargs", {})}))["policy_kwargs"]
+    kwargs = _decoded(path, {"policy_kwargs": _saved_data(path).get("policy_kwargs", {})})["policy_kwargs"]
+    if not isinstance(kwargs, Mapping | None):
+        raise ConfigError(f"path={str(path)!r}: its saved policy_kwargs={shown(kwargs)}: expected a dict of the "
+                          "policy's options (changed since)")
     kwargs = dict(kwargs or {})
     backbone = kwargs.get("backbone", "gtrxl")
     kwargs["backbone_kwargs"] = saved_options(backbone, kwargs.get("backbone_kwargs") or {})
@@ -422,10 +451,18 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         for klass in reversed(cls.__mro__):
             if is_checked(init := vars(klass).get("__init__")):
                 rules.update(option_rules(init))
+        rules["n_envs"] = Range(1, integer=True)  # SB3's, from the env
         for name, value in given.items():
             if name in rules:
                 rules[name].check(name, value)
-        merged = {**_saved_data(file), **given}
+        saved = _saved_data(file)
+        for name, value in saved.items():  # as saved, unless replaced: a value changed in the file since
+            if name in rules and name not in given and not (isinstance(value, dict) and ":type:" in value):
+                try:
+                    rules[name].check(name, value)
+                except ConfigError as error:
+                    raise ConfigError(f"path={str(file)!r}: its saved {error}") from None
+        merged = {**saved, **given}
         for relation in relations(cls):
             relation.check(merged)
 
@@ -438,9 +475,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             from envs import make_vec_env
 
             env = make_vec_env(env, 1)
-        data = _saved_data(file)
-        saved = json_to_data(json.dumps({key: data[key] for key in ("observation_space", "action_space")
-                                         if key in data}))
+        saved = saved_spaces(file)
         try:
             wrapped = cls._wrap_env(env, verbose=0, monitor_wrapper=False)
         except ValueError:
@@ -538,6 +573,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 raise ConfigError(f"path={os.fspath(path)!r}: holds a model of the policy {policy_class.__name__}, "
                                   f"not a memory learner's (MemoryPolicy): load it with the learner that saved it")
             cls._check_loaded_options(file, custom_objects or {}, kwargs)
+            saved_spaces(file)  # each deserialises
             if env is not None:
                 env = cls._check_env_fits(file, env)
             custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
@@ -550,7 +586,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 _check_saved_policy_kwargs(file, given, kwargs["policy_kwargs"], custom_objects["policy_kwargs"])
             try:
                 return super().load(file, env, device, custom_objects, print_system_info, force_reset, **kwargs)
-            except (pickle.UnpicklingError, EOFError, RuntimeError) as error:  # torch's words for a damaged entry
+            except ConfigError:
+                raise
+            except Exception as error:  # torch's, pickle's or SB3's words for an entry damaged or changed since
                 raise ConfigError(f"path={os.fspath(path)!r}: {str(file)!r} does not load ({type(error).__name__}: "
                                   f"{short(one_line(error), 200)})") from None
         return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)

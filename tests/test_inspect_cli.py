@@ -159,3 +159,31 @@ def test_a_failure_after_out_was_made_leaves_no_empty_directory(runs, tmp_path, 
     with pytest.raises(RuntimeError, match="saliency failed"):
         inspect([str(runs / "TMaze-v0__ppo-ffm__0"), "--episodes", "1", "--out", str(tmp_path / "given")], capsys)
     assert (tmp_path / "given").is_dir()
+
+
+@pytest.mark.parametrize("where", ["a later episode", "inspect.json"])
+def test_an_inspect_that_fails_midway_removes_what_it_wrote(runs, tmp_path, monkeypatch, capsys, where):
+    """A failure after some episodes' figures are written (a full disk at a later figure or at inspect.json, an
+    interrupt) leaves no half output: the figures go, and the folder made for them (mutation caught: only an
+    empty folder removed)."""
+    import envs.atomic
+
+    calls = []
+    save_figure = envs.atomic.save_figure
+
+    def full_on_the_third_figure(figure, path):
+        calls.append(path)
+        if where == "a later episode" and len(calls) == 3:
+            raise OSError(28, "No space left on device", str(path))
+        save_figure(figure, path)
+
+    def full_at_the_record(path, text):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(envs.atomic, "save_figure", full_on_the_third_figure)
+    if where == "inspect.json":
+        monkeypatch.setattr(envs.atomic, "write_atomic", full_at_the_record)
+    code, _, err = inspect([str(runs / "TMaze-v0__ppo-gtrxl__0"), "--episodes", "2", "--out",
+                            str(tmp_path / "maps")], capsys)
+    assert code == 1 and "No space left on device" in err, err
+    assert len(calls) >= 2 and not (tmp_path / "maps").exists()

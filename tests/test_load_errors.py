@@ -125,3 +125,39 @@ def test_load_names_a_model_whose_weights_entry_is_damaged(saved, tmp_path):
             target.writestr(entry, b"garbage" if entry == "policy.pth" else source.read(entry))
     with pytest.raises(ConfigError, match=r"^path='.*damaged.zip': '.*damaged.zip' does not load \(UnpicklingError"):
         MemoryPPO.load(damaged)
+
+
+def _changed(saved, tmp_path, change) -> str:
+    """The saved model with its `data` entry changed by `change` (a function of the decoded JSON)."""
+    import json
+
+    changed = tmp_path / "changed.zip"
+    with zipfile.ZipFile(saved / "model.zip") as source, zipfile.ZipFile(changed, "w") as target:
+        for entry in source.namelist():
+            content = source.read(entry)
+            target.writestr(entry, json.dumps(change(json.loads(content))) if entry == "data" else content)
+    return str(changed)
+
+
+GARBLED = {":type:": "<class 'dict'>", ":serialized:": "abc"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda data: {**data, "n_steps": "abc"}, r"its saved n_steps='abc': expected an integer >= 1"),
+    (lambda data: {**data, "n_steps": -4}, r"its saved n_steps=-4: expected an integer >= 1"),
+    (lambda data: {**data, "n_envs": "x"}, r"its saved n_envs='x': expected an integer >= 1"),
+    (lambda data: {**data, "policy_kwargs": 5}, r"its saved policy_kwargs=5: expected a mapping"),
+    (lambda data: {**data, "policy_kwargs": GARBLED}, r"its saved 'policy_kwargs' entry does not load \(Error"),
+    (lambda data: {**data, "observation_space": GARBLED}, r"its saved 'observation_space', 'action_space' entries "
+                                                          r"do not load"),
+    (lambda data: {k: v for k, v in data.items() if k != "observation_space"},
+     r"its 'data' entry lacks 'observation_space', which save writes"),
+    (lambda data: {k: v for k, v in data.items() if k != "policy_class"}, r"its 'data' entry lacks 'policy_class'"),
+    (lambda data: [1, 2], r"its 'data' entry is list, not the mapping save writes"),
+])
+@pytest.mark.parametrize("with_env", [False, True])
+def test_load_names_a_saved_entry_changed_since(saved, tmp_path, env, change, message, with_env):
+    """A model whose `data` was edited after saving is refused naming the entry and why, never with the TypeError,
+    KeyError or base64 error SB3 or a cross-option check would raise on it."""
+    with pytest.raises(ConfigError, match=rf"^path='.*changed.zip': {message}"):
+        MemoryPPO.load(_changed(saved, tmp_path, change), env=env if with_env else None)

@@ -9,7 +9,8 @@ attention backbones it also draws the attention weights of every layer and head 
 **recall distance** of a step is its saliency-weighted mean of ``t − k``: how far back its decision reaches.
 Writes ``saliency_<i>.png``, ``attention_<i>.png`` and ``inspect.json`` (every map, action, reward and distance)
 into a new or empty directory: ``--out``, or ``RUN_DIR/inspect`` (``inspect-2``, ... when an earlier inspect holds
-it; an earlier output is never overwritten)::
+it; an earlier output is never overwritten). The output is whole or absent: an inspect that fails (a full disk, an
+env that breaks) or is interrupted removes what it wrote::
 
     python train_rl.py inspect runs/TMaze-v0__ppo-gtrxl__0 --episodes 4 --out inspect/gtrxl
 """
@@ -186,6 +187,10 @@ def attention_figure(maps: list[Any], marked: list[int], title: str) -> Any:
     return figure
 
 
+FIGURES = ("saliency", "attention")
+"""the figures of episode i: `saliency_i.png`, and `attention_i.png` for a backbone with attention"""
+
+
 def inspect_episode(agent: Any, episode: dict[str, Any], index: int, out: Path) -> dict[str, Any]:
     """The maps of one played episode: figures written to `out`, and the record for `inspect.json`."""
     from envs.atomic import save_figure
@@ -201,11 +206,11 @@ def inspect_episode(agent: Any, episode: dict[str, Any], index: int, out: Path) 
     reach = ("none" if not reached else f"{reached[0]:.1f}" if len(decisions) == 1
              else f"{np.mean(reached):.1f} (mean of {len(decisions)} decisions)")
     title = f"{name}, episode {index}: return {sum(rewards):.2f}, recall distance {reach}"
-    figures = {"saliency": f"saliency_{index}.png"}
+    figures = {"saliency": f"{FIGURES[0]}_{index}.png"}
     save_figure(saliency_figure(S, marked, rewards, title), out / figures["saliency"])
     maps = episode_attention(policy, episode["observations"])
     if any(m.weights is not None for m in maps):
-        figures["attention"] = f"attention_{index}.png"
+        figures["attention"] = f"{FIGURES[1]}_{index}.png"
         save_figure(attention_figure(maps, marked, f"{name} attention, episode {index}"), out / figures["attention"])
     return {"seed": episode["seed"], "length": T, "cut_at_max_steps": episode["cut"], "return": sum(rewards),
             "actions": episode["actions"].tolist(), "rewards": rewards, "events": marked,
@@ -264,7 +269,7 @@ def main(argv: list[str]) -> int:
     wanted = Path(options.out) if options.out is not None else agent.directory / "inspect"
     existed = wanted.is_dir()
     out = new_directory(wanted)
-    records = []
+    records: list[dict[str, Any]] = []
     try:
         for index in range(options.episodes):
             episode = play(agent, seed + index, not options.stochastic, options.max_steps)
@@ -272,19 +277,23 @@ def main(argv: list[str]) -> int:
             records.append(record)
             print(f"episode {index} (seed {record['seed']}): {record['length']} steps, return "
                   f"{record['return']:.2f}; {reads(record['decisions'])}")
-    except BaseException:
-        if (out != wanted or not existed) and not any(out.iterdir()):  # made here and still empty
+        summary = {"mean_recall_distance": _mean(d for r in records for d in r["recall_distance"]),
+                   "mean_recall_distance_at_decisions": _mean(d["recall_distance"] for r in records
+                                                              for d in r["decisions"])}
+        result = {"model": str(agent.model_path), "backbone": agent.config.backbone, "env": agent.config.env,
+                  "env_kwargs": agent.config.env_kwargs, "deterministic": not options.stochastic,
+                  "saliency": "S[t][k] = ||d logit(a_t) / d o_k||_2 (log-probability for continuous actions), 0 "
+                              "for k > t",
+                  "decisions": "steps whose reward is not 0 (else the last step)", "summary": summary,
+                  "episodes": records}
+        write_atomic(out / "inspect.json", json.dumps(result, indent=1))
+    except BaseException:  # the figures written so far go again: an output is whole or absent
+        for index in range(len(records) + 1):
+            for kind in FIGURES:
+                (out / f"{kind}_{index}.png").unlink(missing_ok=True)
+        if (out != wanted or not existed) and not any(out.iterdir()):  # made here and empty again
             out.rmdir()
         raise
-    summary = {"mean_recall_distance": _mean(d for r in records for d in r["recall_distance"]),
-               "mean_recall_distance_at_decisions": _mean(d["recall_distance"] for r in records
-                                                          for d in r["decisions"])}
-    result = {"model": str(agent.model_path), "backbone": agent.config.backbone, "env": agent.config.env,
-              "env_kwargs": agent.config.env_kwargs, "deterministic": not options.stochastic,
-              "saliency": "S[t][k] = ||d logit(a_t) / d o_k||_2 (log-probability for continuous actions), 0 for k > t",
-              "decisions": "steps whose reward is not 0 (else the last step)", "summary": summary,
-              "episodes": records}
-    write_atomic(out / "inspect.json", json.dumps(result, indent=1))
     print(f"{out}: inspect.json and the figures of {len(records)} episode(s); mean recall distance "
           f"{summary['mean_recall_distance']} (at decisions {summary['mean_recall_distance_at_decisions']})")
     return 0
