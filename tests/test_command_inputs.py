@@ -112,7 +112,11 @@ CASES: list[tuple[list[str], str]] = [
     (["evaluate", "RUN", "--env-kwargs", f"length={BIG}"], "env_kwargs.length=[1, 1, 1"),
     (["evaluate", "RUN", "--record", "OUT/a_file/x.gif"], "--record 'OUT/a_file/x.gif': 'OUT/a_file' is a file"),
     (["evaluate", "RUN", "--record", "OUT"], "--record 'OUT': unknown video format"),
-    (["evaluate", "RUN", "--fps", "nan"], "--fps=nan: expected a positive number"),
+    (["evaluate", "RUN", "--fps", "nan", "--record", "OUT/x.gif"], "--fps=nan: expected a positive number"),
+    (["evaluate", "RUN", "--fps", "1e9", "--record", "OUT/x.gif"], "--fps=1e+09: expected a positive number of "
+                                                                   "frames per second, at most 1000"),
+    (["evaluate", "RUN", "--fps", "3"], "--fps=3: takes effect only with --render or --record"),
+    (["evaluate", "RUN", "--record-episodes", "2"], "--record-episodes=2: takes effect only with --render or --record"),
     (["evaluate", "RUN", "--seed", "-1"], "--seed=-1: expected an integer in [0, 4294967295]"),
     (["evaluate", "OUT/corrupt.zip", "--env", "TMaze-v0"], "model 'OUT/corrupt.zip' does not load: it is not a whole "
                                                            "zip file"),

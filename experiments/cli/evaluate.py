@@ -15,13 +15,16 @@ printed and written to ``evaluate_<date>-<time>.json`` in the run directory::
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, real
+
+RECORD_EPISODES, FPS, MAX_FPS = 1, 4.0, 1000.0
+"""episodes `--render` and `--record` play, and their frames per second by default and at most (a GIF holds a
+frame at least a millisecond)"""
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -50,16 +53,17 @@ def make_parser() -> argparse.ArgumentParser:
                              "display is, else as its text (ansi; engram's tasks)")
     parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4: a new "
                                                          "file (an existing one is refused, never overwritten)")
-    parser.add_argument("--record-episodes", type=int, default=1,
-                        help="episodes shown or recorded by --render and --record (default: %(default)s)")
-    parser.add_argument("--fps", type=real, default=4.0, help="frames per second of --render and --record "
-                                                               "(default: %(default)s)")
+    parser.add_argument("--record-episodes", type=int,
+                        help=f"episodes shown or recorded by --render and --record (default: {RECORD_EPISODES})")
+    parser.add_argument("--fps", type=real, help=f"frames per second of --render and --record, at most {MAX_FPS:g} "
+                                                 f"(default: {FPS:g})")
     return parser
 
 
 def _check(options: argparse.Namespace) -> None:
     """Exit status 2, naming the flag and what is valid, for counts below one, more threads than cores, a frame rate
-    that is not a positive number, a device this machine lacks, a seed past numpy's for an episode shown
+    that is not a positive number (at most `MAX_FPS`), `--record-episodes` or `--fps` without `--render` or
+    `--record`, a device this machine lacks, a seed past numpy's for an episode shown
     (`first_seed`), an unknown video format, a video path that is empty,
     cannot be written or exists already, and environment options that are not valid (`check_env_options`)."""
     from envs.rules import Device, Range
@@ -69,11 +73,18 @@ def _check(options: argparse.Namespace) -> None:
     from experiments.writable import check_new_file, check_output
 
     Threads().check("--threads", options.threads)  # as a run's threads
+    for flag in ("record_episodes", "fps"):  # options of what --render and --record play
+        if getattr(options, flag) is not None and not (options.render or options.record):
+            raise ValueError(f"--{flag.replace('_', '-')}={getattr(options, flag):g}: takes effect only with --render "
+                             "or --record")
+    options.record_episodes = RECORD_EPISODES if options.record_episodes is None else options.record_episodes
+    options.fps = FPS if options.fps is None else options.fps
     for flag in ("episodes", "n_envs", "record_episodes"):
         if getattr(options, flag) is not None:
             Range(1, integer=True).check(f"--{flag.replace('_', '-')}", getattr(options, flag))
-    if not (options.fps > 0 and math.isfinite(options.fps)):
-        raise ValueError(f"--fps={options.fps}: expected a positive number of frames per second")
+    if not (0 < options.fps <= MAX_FPS):
+        raise ValueError(f"--fps={options.fps:g}: expected a positive number of frames per second, at most "
+                         f"{MAX_FPS:g}")
     Device().check("--device", options.device)
     if options.seed is not None:
         first_seed(options.seed, 0, shown_episodes(options), "--record-episodes")
