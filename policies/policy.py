@@ -221,12 +221,12 @@ class PolicyStep(NamedTuple):
 def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
     """`predict`'s `episode_start` as an array of one flag per env, or a `ValueError` naming the mismatch."""
     flags = np.asarray(episode_start)
-    if flags.size != n_envs:
-        raise ValueError(f"episode_start holds {flags.size} flag(s), the observation {n_envs} env(s): pass one "
-                         "per env (the dones of the last step)")
     if flags.dtype.kind not in "biuf" or not np.isin(flags, (0, 1)).all():
         raise ValueError(f"episode_start={short(repr(episode_start))}: expected one flag per env, each True/False "
                          "(or 1/0): the dones of the last step")
+    if flags.size != n_envs:
+        raise ValueError(f"episode_start holds {flags.size} flag(s), the observation {n_envs} env(s): pass one "
+                         "per env (the dones of the last step)")
     return flags
 
 

@@ -184,6 +184,7 @@ def test_load_checks_the_options_it_sets_as_the_constructor_does(custom_objects,
     ({"state": "hello"}, "^state='hello': expected None .* or the state predict returned"),
     ({"state": (1, 2)}, r"^state=\(1, 2\): expected None"),
     ({"episode_start": np.array([2, 3])}, r"^episode_start=array\(\[2, 3\]\): expected one flag per env"),
+    ({"episode_start": "x"}, r"^episode_start='x': expected one flag per env"),
 ])
 def test_predict_names_a_malformed_observation_state_or_episode_start(call, message):
     """What `predict` cannot use is a `ValueError` naming the argument, not torch's or numpy's error."""
