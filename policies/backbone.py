@@ -45,6 +45,32 @@ class MemoryBackbone(nn.Module, ABC):
     memory_length: int
     record_shape: tuple[int, ...]
     aux_loss_coefs: dict[str, float] = {}
+    input_dim: int | None = None
+    """the width `D` of the inputs (set by `policies.registry.make_backbone`; `None`: not checked)"""
+
+    def check_inputs(self, x: Tensor, state: object, episode_starts: Tensor, axes: int) -> None:
+        """`ValueError` naming what `step` (`axes=2`: `x[B, D]`, `episode_start[B]`) or `forward_sequence` (`axes=3`:
+        `x[T, B, D]`, `episode_starts[T, B]`) cannot take: `x` no float tensor of at least one step and env of width
+        `input_dim`, episode starts no tensor of one flag per step and env, or no state."""
+        if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != axes or not x.numel():
+            given = (f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor)
+                     else type(x).__name__)
+            wanted = "[B, D] (one step of B envs)" if axes == 2 else "[T, B, D] (T steps of B envs)"
+            raise ValueError(f"x is {given}; expected a float tensor {wanted}, not empty")
+        if self.input_dim is not None and x.shape[-1] != self.input_dim:
+            raise ValueError(f"x has width {x.shape[-1]} (shape {tuple(x.shape)}); this backbone takes inputs of "
+                             f"width {self.input_dim}")
+        if not isinstance(episode_starts, Tensor) or episode_starts.shape != x.shape[:-1]:
+            given = (f"of shape {tuple(episode_starts.shape)}" if isinstance(episode_starts, Tensor)
+                     else f"of type {type(episode_starts).__name__}")
+            raise ValueError(f"episode starts are {given}; expected a tensor of one flag per step and env, "
+                             f"{tuple(x.shape[:-1])}")
+        if state is None:
+            raise ValueError("state is None; expected initial_state(n_envs) or the state the last call returned")
+        valid = getattr(state, "valid", None)
+        if axes == 2 and isinstance(valid, Tensor) and valid.shape[:1] != x.shape[:1]:
+            raise ValueError(f"state holds the memory of {valid.shape[0]} env(s), x {x.shape[0]}; expected "
+                             "initial_state(B) or the state the last step of these envs returned")
 
     def invalidate_caches(self) -> None:
         """Forget what was computed from the parameters (none here); learners call it after each optimiser step."""
@@ -62,6 +88,7 @@ class MemoryBackbone(nn.Module, ABC):
     def step(self, x: Tensor, state: Window, episode_start: Tensor) -> tuple[Tensor, Window]:
         """One time step for a batch of envs: the windows of envs whose episode starts are reset,
         the step reads its window (`_read`), and its record is pushed."""
+        self.check_inputs(x, state, episode_start, 2)
         valid = reset_window(state.valid, as_bool(episode_start))
         y, record = self._read(x, state, valid)
         return y, advance_window(state.memory, valid, record)

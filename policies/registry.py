@@ -116,4 +116,6 @@ def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:
         raise ConfigError(f"{', '.join(f'{option}={shown(options[option])}' for option in unknown)}: unknown "
                           f"option(s) {', '.join(map(repr, unknown))} for backbone {name!r}; valid options: "
                           f"{', '.join(valid)}")
-    return spec.cls(input_dim, **spec.fixed, **options)
+    backbone = spec.cls(input_dim, **spec.fixed, **options)
+    backbone.input_dim = input_dim
+    return backbone

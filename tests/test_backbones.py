@@ -408,3 +408,36 @@ def test_unknown_option_names_the_valid_ones():
         make_backbone("trxl-i", 4, gate="gru")
     with pytest.raises(ValueError, match=r"gate='lstm': expected one of residual, input"):
         make_backbone("gtrxl", 4, gate="lstm")
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_step_and_forward_sequence_name_inputs_they_cannot_take(name):
+    """Used directly, every backbone names a wrong input in a `ValueError` before any arithmetic (mutation caught:
+    a backbone whose entry point skips the shared check, which raised torch's own error or ran on an empty
+    segment)."""
+    torch.manual_seed(0)
+    backbone = make_backbone(name, INPUT_DIM, **OPTIONS[name])
+    state = backbone.initial_state(3)
+    x, starts = torch.zeros(3, INPUT_DIM), torch.zeros(3, dtype=torch.bool)
+    for args, message in [
+        ((torch.zeros(3, INPUT_DIM + 1), state, starts), r"^x has width 6 \(shape \(3, 6\)\); this backbone takes "
+                                                        r"inputs of width 5$"),
+        ((x.long(), state, starts), r"^x is a torch.int64 tensor of shape \(3, 5\); expected a float tensor \[B, D\]"),
+        ((x.numpy(), state, starts), r"^x is ndarray; expected a float tensor"),
+        ((x[None], state, starts), r"^x is a torch.float32 tensor of shape \(1, 3, 5\); expected a float tensor \[B"),
+        ((x, state, starts.numpy()), r"^episode starts are of type ndarray; expected a tensor of one flag"),
+        ((x, state, starts[:2]), r"^episode starts are of shape \(2,\); expected .*\(3,\)$"),
+        ((x, None, starts), r"^state is None; expected initial_state\(n_envs\)"),
+        ((x[:2], state, starts[:2]), r"^state holds the memory of 3 env\(s\), x 2"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            backbone.step(*args)
+    segment = backbone.segment_state(state)
+    for args, message in [
+        ((torch.zeros(0, 3, INPUT_DIM), segment, torch.zeros(0, 3, dtype=torch.bool)), r"expected a float tensor "
+                                                                                        r"\[T, B, D\] .*not empty"),
+        ((torch.zeros(4, 3, INPUT_DIM), segment, torch.zeros(3, 4, dtype=torch.bool)), r"^episode starts are of "
+                                                                                        r"shape \(3, 4\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            backbone.forward_sequence(*args)

@@ -66,6 +66,7 @@ class LinearTransformer(MemoryBackbone):
 
     def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
+        self.check_inputs(x, state, episode_starts, 3)
         valid = state.valid
         y, carry = self._run(self.embed(x.transpose(0, 1)), self._carry(state, valid),
                              as_bool(episode_starts).transpose(0, 1))

@@ -46,6 +46,7 @@ class FrameStack(MemoryBackbone):
 
     def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
+        self.check_inputs(x, state, episode_starts, 3)
         T = x.shape[0]
         starts = as_bool(episode_starts).transpose(0, 1)  # [B, T]
         records = x.transpose(0, 1)  # [B, T, D]

@@ -50,6 +50,7 @@ class RecurrentMemory(MemoryBackbone):
 
     def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
+        self.check_inputs(x, state, episode_starts, 3)
         starts = as_bool(episode_starts)
         T = x.shape[0]
         bounds = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), T]

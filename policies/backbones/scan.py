@@ -95,6 +95,7 @@ class CarryMemory(MemoryBackbone):
 
     def forward_sequence(self, x: Tensor, state: Window, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
+        self.check_inputs(x, state, episode_starts, 3)
         valid = state.valid
         y, carry = self._run(x, self._carry(state, valid), as_bool(episode_starts))
         return Sequence(y, Window(carry.detach().unsqueeze(1), valid.new_ones(valid.shape)), {})

@@ -423,6 +423,7 @@ class WindowTransformer(MemoryBackbone):
 
     def forward_sequence(self, x: Tensor, state: State, episode_starts: Tensor, final_state: bool = True
                          ) -> Sequence:
+        self.check_inputs(x, state, episode_starts, 3)
         y, records, aux = self._segment(x, state, episode_starts)
         return Sequence(y, self._state_after(records, state, episode_starts) if final_state else None, aux)
 
@@ -472,6 +473,7 @@ class WindowTransformer(MemoryBackbone):
         """One rollout step `x` `[B, D_in]`: the windows of envs whose episode starts are reset, the step
         attends to its window through the state's key/value caches (rebuilt from `memory` when missing or
         stale), and its record (the input of every depth) is pushed."""
+        self.check_inputs(x, state, episode_start, 2)
         starts = episode_start if episode_start.dtype == torch.bool else episode_start != 0
         B, M = state.valid.shape
         terms = self._position_terms()
