@@ -365,6 +365,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ConfigError(f"env={short(repr(env))}: expected an env id, a gymnasium env or a VecEnv")
         if (log := kwargs.get("tensorboard_log")) is not None and not isinstance(log, str | os.PathLike):
             raise ConfigError(f"tensorboard_log={shown(log)}: expected a folder path, or None for no TensorBoard log")
+        Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
             from envs import make_env, make_vec_env
 
@@ -380,7 +381,6 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if isinstance(env, gym.Env):  # a user's env object: SB3 resets it again before learning
             _check_env_api(env, kwargs.get("seed"))
             env = _conformant(env)
-        Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         self.precision = precision
         self.batch_size = batch_size
         self.segment_length = segment_length

@@ -103,7 +103,8 @@ def reset_problem(space: gym.Space, result: Any) -> str | None:
 def step_problem(space: gym.Space, result: Any) -> str | None:
     """Why `result`, what an env's `step` returned, breaks gymnasium's API, or `None`: five values, an observation
     of the space's structure, a real reward, `terminated` and `truncated` each a bool (or 0 or 1), an info dict
-    whose `is_success`, where given, is a bool (or 0 or 1)."""
+    whose `is_success`, where given, is a bool (or 0 or 1), and whose `episode`, where given, holds an episode's
+    statistics as SB3 reads them (`{"r": return, "l": length, ...}`, as gymnasium's `RecordEpisodeStatistics`)."""
     if not (isinstance(result, tuple) and len(result) == 5):
         size = len(result) if isinstance(result, tuple) else type(result).__name__
         return (f"step returned {size} values; gymnasium's step returns 5 (observation, reward, terminated, "
@@ -120,6 +121,11 @@ def step_problem(space: gym.Space, result: Any) -> str | None:
         return f"step's info is {_described(info)}; expected a dict"
     if info.get("is_success") is not None and not _is_flag(info["is_success"]):
         return f"step's info['is_success'] is {_described(info['is_success'])}; expected a bool"
+    episode = info.get("episode")
+    if episode is not None and not (isinstance(episode, dict) and _is_real(episode.get("r"))
+                                    and _is_real(episode.get("l"))):
+        return (f"step's info['episode'] is {_described(episode)}; SB3 reads a finished episode's statistics there, "
+                "expected a dict of its return 'r' and length 'l' (or no such key)")
     return None
 
 

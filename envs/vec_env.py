@@ -6,8 +6,9 @@ This is the only module of `envs` that imports Stable-Baselines3 (which imports 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +17,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 from envs.batched import RENDER_MODES, BatchedTask, copy_seeds
+from envs.conformance import EnvBreakError
 
 
 class CopySeeding:
@@ -38,7 +40,25 @@ class SeededDummyVecEnv(CopySeeding, DummyVecEnv):
 
 
 class SeededSubprocVecEnv(CopySeeding, SubprocVecEnv):
-    """SB3's `SubprocVecEnv` seeded like the batched envs: one process per copy (`vec_env="subproc"`)."""
+    """SB3's `SubprocVecEnv` seeded like the batched envs: one process per copy (`vec_env="subproc"`). A copy whose
+    process ends (its env raised: the process prints why) is an `EnvBreakError` here, not a broken pipe."""
+
+    def step_wait(self) -> VecEnvStepReturn:
+        with self._copies_alive("a step"):
+            return super().step_wait()
+
+    def reset(self) -> Any:
+        with self._copies_alive("a reset"):
+            return super().reset()
+
+    @contextlib.contextmanager
+    def _copies_alive(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (EOFError, ConnectionError) as error:
+            self.closed = True  # its pipes are broken: `close` has nothing to tell the processes
+            problem = f"a copy's process ended in {what} (its env raised: the error is printed above)"
+            raise EnvBreakError(f"vec_env='subproc': {problem}", problem) from error
 
 
 class BatchedVecEnv(CopySeeding, VecEnv):

@@ -285,14 +285,15 @@ class RunDirectory:
 
     `checkpoint_prefix` and `checkpoint_suffix` name its checkpoints (`model_<steps>_steps.zip`; the language
     model workbench's are `lm_<step>.pt`); `log_dir_key` is how its command's messages name the folder it is in
-    (`--log-dir`; `lm train`'s `log_dir`).
+    (`--log-dir`; `lm train`'s `log_dir`); `own_reader` is the command that reads its runs (`reader`).
     """
 
     def __init__(self, path: str | Path, checkpoint_prefix: str = CHECKPOINT_PREFIX,
-                 checkpoint_suffix: str = CHECKPOINT_SUFFIX, log_dir_key: str = "--log-dir") -> None:
+                 checkpoint_suffix: str = CHECKPOINT_SUFFIX, log_dir_key: str = "--log-dir",
+                 own_reader: str = "evaluate") -> None:
         self.path = Path(path)
         self.checkpoint_prefix, self.checkpoint_suffix = checkpoint_prefix, checkpoint_suffix
-        self.log_dir_key = log_dir_key
+        self.log_dir_key, self.own_reader = log_dir_key, own_reader
         self.evaluations = EvalLog(self.path / EVALUATIONS_FILE)
 
     @classmethod
@@ -361,8 +362,13 @@ class RunDirectory:
                               f"move the file away, or choose another --seed or {self.log_dir_key}")
 
     def check_place(self) -> None:
-        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `log_dir_key`)."""
+        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `log_dir_key`), and one
+        that holds a run of another command (a language-model run where a training run goes, or the reverse)."""
         check_owner("run directory", self.path, self.log_dir_key, str(self.path.parent))
+        if (reader := self.reader()) not in (None, self.own_reader):
+            kinds = {"evaluate": "a training run", "lm eval": "a language-model run"}
+            raise ConfigError(f"run directory {str(self.path)!r} holds {kinds[reader]} (`{reader}` reads it), not "
+                              f"{kinds[self.own_reader]}; choose another {self.log_dir_key} or seed")
 
     def check_not_busy(self) -> None:
         """Raise `RunBusyError` when another process holds the lock, and `ConfigError` when the path is no
@@ -410,7 +416,9 @@ class RunDirectory:
         """Hold the lock while a run trains here, once its place is checked (`check_place`). A new run (not
         `resume`) calls `refuse` once the lock is held, for a run another process started here meanwhile (refused,
         never removed); a directory this call created is removed again when the run is refused (`ConfigError`)
-        before it trains, or when a write fails (`OSError`: a full disk) before it holds anything but its lock."""
+        before it trains (it holds its lock and `config.yaml` at most), or when a write fails (`OSError`: a full
+        disk) before it holds anything but its lock. A run that has trained keeps every file, whatever ends it (an
+        env that breaks at a later step)."""
         self.check_place()
         existed = self.path.exists()
         try:
@@ -420,7 +428,8 @@ class RunDirectory:
                     refuse()
                 yield
         except (ConfigError, OSError) as error:
-            if not existed and (isinstance(error, ConfigError) or not self.holds_run()):
+            kept = (LOCK_FILE, STATUS_FILE, CONFIG_FILE) if isinstance(error, ConfigError) else (LOCK_FILE, STATUS_FILE)
+            if not existed and self.path.is_dir() and not any(p.name not in kept for p in self.path.iterdir()):
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
 

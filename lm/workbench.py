@@ -391,7 +391,7 @@ def build_model(config: LMConfig, vocab_size: int, **option_overrides: Any) -> M
 
 def lm_run(directory: Path) -> RunDirectory:
     """The LM run directory at `directory`."""
-    return RunDirectory(directory, CHECKPOINT_PREFIX, ".pt", log_dir_key="log_dir")
+    return RunDirectory(directory, CHECKPOINT_PREFIX, ".pt", log_dir_key="log_dir", own_reader="lm eval")
 
 
 def _latest_checkpoint(run: RunDirectory) -> Path | None:

@@ -83,10 +83,24 @@ MODULE = textwrap.dedent('''
             obs, reward, terminated, truncated, info = super().step(action)
             return obs, np.ones(2) if self.t == 3 else reward, terminated, truncated, info
 
+    class EpisodeCount(Good):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, terminated, truncated, {"episode": self.t}
+
     class StepRaisesLater(Good):
         def step(self, action):
             if self.t == 3:
                 raise KeyError("lost the goal")
+            return super().step(action)
+
+    class FailsAfterACheckpoint(Good):
+        steps = 0  # over every copy and episode
+
+        def step(self, action):
+            FailsAfterACheckpoint.steps += 1
+            if FailsAfterACheckpoint.steps > 100:
+                raise RuntimeError("the simulator died")
             return super().step(action)
 
     class UnboundedActions(Good):
@@ -116,6 +130,7 @@ def user_module(tmp_path, monkeypatch):
     ("StepRaises", "step raised RuntimeError: no step today"),
     ("ArrayReward", "step's reward is an array of shape (1,) (ndarray); expected a real number"),
     ("TextTerminated", "step's terminated is 'no' (str); expected a bool"),
+    ("EpisodeCount", "step's info['episode'] is 1 (int); SB3 reads a finished episode's statistics there"),
 ])
 def test_an_env_that_breaks_the_api_is_refused_before_the_run_exists(user_module, tmp_path, capsys, name, expected):
     log_dir = tmp_path / "runs"
@@ -142,6 +157,30 @@ def test_a_break_during_training_ends_it_in_one_line(user_module, tmp_path, caps
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert f"error: env='conformance_envs:{name}' {expected}" in err, err
     assert "no checkpoint was saved before it" in err, err
+    assert (tmp_path / "runs" / f"conformance_envs-{name}__ppo-mlp__0" / "config.yaml").is_file()  # the run stays
+
+
+def test_a_break_after_a_checkpoint_keeps_the_run_and_its_checkpoint(user_module, tmp_path, capsys):
+    """The run directory of a new run that an env ends after it trained keeps its checkpoints, which the message
+    names and `--resume` continues from (mutation caught: the directory removed as a refused run's)."""
+    argv = ["--env", "conformance_envs:FailsAfterACheckpoint", "-n", "256", "--n-envs", "2", "--backbone", "mlp",
+            "--checkpoint-freq", "64", "--eval-freq", "0", "-p", "ppo.n_steps=32", "ppo.batch_size=64",
+            "--log-dir", str(tmp_path / "runs")]
+    assert train_rl.main(argv) == 2
+    err = capsys.readouterr().err
+    run = tmp_path / "runs" / "conformance_envs-FailsAfterACheckpoint__ppo-mlp__0"
+    assert f"the last checkpoint before it is '{run}/checkpoints/model_64_steps.zip' (step 64)" in err, err
+    assert (run / "checkpoints" / "model_64_steps.zip").is_file()
+
+
+def test_a_copy_whose_process_ends_ends_training_in_one_line(user_module, tmp_path, capfd):
+    """With `--vec-env subproc`, a copy's env that raises ends its process; training then ends with exit 2 and one
+    line of its own (after the copy's report), not a broken pipe's traceback, and the run stays."""
+    code = train_rl.main(["--env", "conformance_envs:StepRaisesLater", "-n", "64", "--n-envs", "2", "--backbone",
+                          "mlp", "--vec-env", "subproc", "--log-dir", str(tmp_path / "runs")])
+    last = capfd.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("error: vec_env='subproc': a copy's process ended in a step"), last
+    assert (tmp_path / "runs" / "conformance_envs-StepRaisesLater__ppo-mlp__0" / "config.yaml").is_file()
 
 
 @pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
@@ -161,6 +200,7 @@ def test_the_python_api_names_a_break_during_learning(user_module, learner) -> N
     (np.zeros(3, np.float32), 1, 0, 1, {"is_success": np.bool_(True)}),
     (np.zeros(3, np.float32), np.array(2.0), False, False, {"is_success": 1.0}),
     (np.zeros(3, np.float32), 0.0, True, False, {"is_success": None}),
+    (np.zeros(3, np.float32), 0.0, True, False, {"episode": {"r": np.float32(1.0), "l": 5, "t": 0.1}}),
 ])
 def test_numpy_scalars_and_zero_or_one_flags_keep_the_api(result) -> None:
     assert step_problem(spaces.Box(-1.0, 1.0, (3,), np.float32), result) is None
@@ -204,6 +244,12 @@ def test_the_python_api_refuses_an_env_that_breaks_the_api(user_module, learner,
                   (conformance_envs.FourTupleStep(), "env"))
     with pytest.raises(ConfigError, match=rf"^{named}: breaks gymnasium's API: step returned 4 values"):
         learner("MemoryPolicy", env, seed=0)
+
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_a_bad_seed_is_named_before_the_env_is_probed(learner) -> None:
+    with pytest.raises(ConfigError, match=r"^seed='a': expected an integer in \[0, 4294967295\]"):
+        learner("MemoryPolicy", "CartPole-v1", seed="a")
 
 
 @pytest.mark.parametrize("path", ["~/runs", "~user/runs", "~"])

@@ -119,3 +119,25 @@ def test_an_lm_run_inside_a_study_is_refused_naming_its_own_log_dir_key(root: Pa
                                   "backbone_options.n_heads=2", "backbone_options.n_layers=1"])
     assert line.startswith(f"error: log_dir={str(root / 's')!r}: the run directory ")
     assert f"would be inside the study directory {str(root / 's')!r} (study.yaml)" in line and "--log-dir" not in line
+
+
+LM = ["lm", "train", "-p", "data=copy", "steps=1", "segment_length=8", "batch_size=2", "copy_tokens=2000",
+      "backbone_options.d_model=16", "backbone_options.n_heads=2", "backbone_options.n_layers=1"]
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_of_the_other_command_in_a_runs_place_is_named_as_such(tmp_path, capsys, resume) -> None:
+    """A language-model run where `train` puts its run, and a training run where `lm train` puts its own: each is
+    refused naming what it holds and the command that reads it, new or resumed, and nothing changes (the messages
+    were a missing option or a finished run)."""
+    lm_run, training_run = tmp_path / "a" / RUN.format(0), tmp_path / "b" / "copy__lm-trxl__0"
+    for run, config in ((lm_run, "data: copy\nbackbone: trxl\n"), (training_run, "env: TMaze-v0\nalgo: ppo\n")):
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(config)
+        (run / "run.lock").touch()
+    line = refused(tmp_path, capsys, [*TINY, "--log-dir", str(tmp_path / "a"), *(["--resume"] if resume else [])])
+    assert line == (f"error: run directory {str(lm_run)!r} holds a language-model run (`lm eval` reads it), not a "
+                    "training run; choose another --log-dir or seed")
+    line = refused(tmp_path, capsys, [*LM, f"log_dir={tmp_path / 'b'}", *(["--resume"] if resume else [])])
+    assert line == (f"error: run directory {str(training_run)!r} holds a training run (`evaluate` reads it), not a "
+                    "language-model run; choose another log_dir or seed")
