@@ -440,3 +440,18 @@ def test_a_report_that_fails_midway_leaves_the_earlier_one_whole(tmp_path, monke
         build_report(tmp_path / "runs", out, reps=REPS)
     assert raised.value.errno == 28 and raised.value.filename == str(out / drawn[1].name.replace(".tmp", "")[1:])
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_task_with_long_env_kwargs_gets_figure_names_a_file_system_takes(tmp_path):
+    """env_kwargs long enough that a task's label passes 255 bytes: its figures and task folder get cut names that
+    end in a digest, so two such tasks keep two names (mutation caught: ENAMETOOLONG at the first figure)."""
+    from experiments.studies.runs import SLUG_LENGTH, slug
+
+    for value in ("a" * 300, "a" * 299 + "b"):
+        fake_run(tmp_path / "runs" / value[-1], "gtrxl", 0, 0.5, curve=[0.5], env_kwargs={"word": value})
+    build_report(tmp_path / "runs", tmp_path / "out", reps=REPS)
+    figures = [path.name for path in (tmp_path / "out").glob("*.png")]
+    assert len([name for name in figures if "word" in name]) == 4, figures
+    assert all(len(name.encode()) <= 255 for name in figures), figures
+    first, second = slug("word=" + "a" * 300), slug("word=" + "a" * 299 + "b")
+    assert len(first) == len(second) == SLUG_LENGTH and first != second

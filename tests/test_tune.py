@@ -374,3 +374,13 @@ def test_the_reason_of_the_last_failed_trial_is_given_whatever_failed(tmp_path, 
     assert tune(tmp_path, "--trials", "5") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: 3 trials in a row failed; the last: OSError: no room left"]
+
+
+def test_a_learner_and_backbone_without_a_shipped_space_are_named_with_the_shipped_ones(tmp_path, capsys):
+    code = train_rl.main(["tune", "--env", "CartPole-v1", "--algo", "vmpo", "--backbone", "mlp", "-n", "128",
+                          "--trials", "1", "--log-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: --space: no search space is shipped for algo='vmpo' nor backbone='mlp' "
+                             "(tune/vmpo, tune/mlp); give --space FILE.yaml, or one of the shipped spaces: ")
+    assert "ppo" in err[0].split("shipped spaces: ")[1] and not (tmp_path / "runs").exists()

@@ -16,6 +16,7 @@ environment id, and keeps its record in `study.yaml` (`STUDY_FILE`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -72,9 +73,17 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+SLUG_LENGTH = 200
+"""the longest slug: with a figure's prefix and suffix (`scores_….png`) a name stays within 255 bytes"""
+
+
 def slug(text: str) -> str:
-    """`text` as a file or folder name (letters, digits, dots and underscores)."""
-    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+    """`text` as a file or folder name (letters, digits, dots and underscores); a longer one than `SLUG_LENGTH` is
+    cut, and ends in a digest of the whole, so that two long texts stay two names."""
+    name = re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+    if len(name) <= SLUG_LENGTH:
+        return name
+    return f"{name[:SLUG_LENGTH - 13]}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def task_folder(config: dict[str, Any]) -> str:

@@ -594,8 +594,13 @@ def settings_from_args(args: argparse.Namespace, command: str) -> TuneSettings:
         raise ConfigError(f"the suite lists task {repeated[0]!r} twice")
     validate_all(base)
     first = base[0]
-    space = load_space([config_path(name, "tune") for name in args.space] if args.space
-                       else default_space_files(first.algo, first.backbone, SPACE_DIR))
+    defaults = default_space_files(first.algo, first.backbone, SPACE_DIR)
+    if not args.space and not defaults:
+        shipped = ", ".join(sorted(path.stem for path in SPACE_DIR.glob("*.yaml")))
+        raise ConfigError(f"--space: no search space is shipped for algo={first.algo!r} nor backbone="
+                          f"{first.backbone!r} (tune/{first.algo}, tune/{first.backbone}); give --space FILE.yaml, "
+                          f"or one of the shipped spaces: {shipped}")
+    space = load_space([config_path(name, "tune") for name in args.space] if args.space else defaults)
     space.check(base)  # a key some task uses is one the search may set
     enqueue = [enqueued(space, texts, base) for texts in args.enqueue]
     name = args.name or slug(f"{first.env}__{first.algo}-{first.backbone}")
