@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from envs.atomic import atomic_path, made_folders, write_atomic, write_error
-from envs.rules import ConfigError, one_line
+from envs.rules import ConfigError, one_line, shown
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
 from experiments.strict_yaml import load as load_yaml_text
@@ -433,10 +433,19 @@ class RunDirectory:
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
 
-    def refuse_existing(self) -> None:
-        """Raise `ConfigError` when the directory already holds a run: a run directory is never reused."""
+    def refuse_existing(self, env: str | None = None) -> None:
+        """Raise `ConfigError` when the directory already holds a run: a run directory is never reused. A run of
+        another env spec than `env` that gives the same folder name (`pkg:Env`, `pkg/Env`) is named as such."""
         if not self.holds_run():
             return
+        try:
+            config = self.config()
+        except (ConfigError, OSError, ValueError):
+            config = None
+        if env is not None and isinstance(config, dict) and "env" in config and config["env"] != env:
+            raise ConfigError(f"run directory {str(self.path)!r} holds a run of env={shown(config['env'])}, whose "
+                              f"folder name env={shown(env)} gives too; choose another {self.log_dir_key} (a run "
+                              "directory is never overwritten)")
         summary, checkpoint = self.summary(), self.latest_checkpoint()
         what = (f"a finished run ({summary.get('env_steps', '?')} steps)" if summary is not None
                 else f"an unfinished run (last checkpoint at step {checkpoint[1]})" if checkpoint is not None

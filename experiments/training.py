@@ -176,7 +176,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     try:
         run.check_not_busy()  # first: a run being written is refused as such, whatever else holds
         if not resume:
-            run.refuse_existing()
+            run.refuse_existing(config.env)
         else:
             run.check_same_run(config)
             finished = run.finished(config.total_timesteps)
@@ -184,7 +184,7 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
                 notify(f"{str(run.path)!r} already finished ({finished['env_steps']} steps of "
                        f"{config.total_timesteps}): nothing to resume, nothing changed")
                 return finished
-        with run.claimed(resume, run.refuse_existing):
+        with run.claimed(resume, lambda: run.refuse_existing(config.env)):
             return _train_locked(config, run, resume, progress_bar, verbose, extra_callback)
     except RunBusyError as error:
         raise ConfigError(str(error)) from error

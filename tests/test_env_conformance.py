@@ -111,6 +111,8 @@ MODULE = textwrap.dedent('''
 
         def _obs(self):
             return (0, 0)
+
+    gym.register("conformance_envs-Good", entry_point=Good)  # the folder name of the entry point conformance_envs:Good
 ''')
 
 
@@ -244,6 +246,26 @@ def test_the_python_api_refuses_an_env_that_breaks_the_api(user_module, learner,
                   (conformance_envs.FourTupleStep(), "env"))
     with pytest.raises(ConfigError, match=rf"^{named}: breaks gymnasium's API: step returned 4 values"):
         learner("MemoryPolicy", env, seed=0)
+
+
+def test_two_env_specs_of_one_folder_name_are_named_as_such(user_module, tmp_path, capsys):
+    """A run of `conformance_envs:Good` where `conformance_envs-Good` would put its run: refused naming both specs
+    (the message asked for --resume, which the other env then refused); in a study, the two tasks are named."""
+    tiny = ["-n", "64", "--n-envs", "2", "--backbone", "mlp", "--log-dir", str(tmp_path / "runs")]
+    assert train_rl.main(["--env", "conformance_envs:Good", *tiny]) == 0
+    capsys.readouterr()
+    assert train_rl.main(["--env", "conformance_envs-Good", "--gym-packages", "conformance_envs", *tiny]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: run directory '{tmp_path / 'runs' / 'conformance_envs-Good__ppo-mlp__0'}' holds a run of "
+        "env='conformance_envs:Good', whose folder name env='conformance_envs-Good' gives too; choose another "
+        "--log-dir (a run directory is never overwritten)")
+    study = tmp_path / "two.yaml"
+    study.write_text("tasks:\n  - {env: 'conformance_envs:Good'}\n  - {env: conformance_envs-Good}\n"
+                     "backbones: [mlp]\nseeds: [0]\nsettings: {total_timesteps: 64, n_envs: 2}\n"
+                     "gym_packages: [conformance_envs]\n")
+    assert train_rl.main(["study", str(study), "--log-dir", str(tmp_path / "studies")]) == 2
+    assert ("the env specs 'conformance_envs-Good', 'conformance_envs:Good' give one folder name"
+            in capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("learner", [MemoryPPO, VMPO])

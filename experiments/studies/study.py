@@ -270,7 +270,10 @@ class Grid:
         names = Counter(str(Path(c.log_dir) / c.run_name()) for c in configs)
         repeated = [name for name, count in names.items() if count > 1]
         if repeated:
-            raise ConfigError(f"the study lists run {repeated[0]!r} more than once{self._alike()}")
+            envs = sorted({c.env for c in configs if str(Path(c.log_dir) / c.run_name()) == repeated[0]})
+            why = (f": the env specs {', '.join(map(repr, envs))} give one folder name; list one of them once, or as "
+                   "another spec" if len(envs) > 1 else self._alike())
+            raise ConfigError(f"the study lists run {repeated[0]!r} more than once{why}")
         return directory, configs
 
     def _alike(self) -> str:
