@@ -50,7 +50,7 @@ from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.rules import ConfigError, Device, OneOf, Range, Text, one_line, shown
 from envs.tmaze import ActiveTMaze, PassiveTMaze
-from envs.wrappers import WrapperSpec, apply_wrappers, parse_env_wrapper
+from envs.wrappers import EnvWrapperError, WrapperSpec, apply_wrappers, parse_env_wrapper
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -352,7 +352,15 @@ def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str
     except ConfigError:
         env.close()
         raise
-    return Conformant(apply_wrappers(env, wrappers), env_id)
+    try:
+        return Conformant(apply_wrappers(env, wrappers), env_id)
+    except EnvWrapperError as error:
+        env.close()
+        if family != "minigrid":
+            raise
+        raise EnvWrapperError(f"{error}; engram's MiniGrid adapter encodes the observation (obs: symbolic or rgb) "
+                              "before env_wrapper runs: a wrapper of MiniGrid's own goes on the env class as an entry "
+                              f"point, --env {gym.spec(env_id).entry_point}") from None
 
 
 def _make_one(env_id: str, family: str, env_kwargs: dict[str, Any]) -> gym.Env:

@@ -224,3 +224,14 @@ def test_sb3_ppo_learns_a_few_steps_and_monitors_episodes(env_id: str, kwargs: d
     assert len(model.ep_info_buffer) > 0
     if env_id != "popgym-RepeatFirstEasy-v0":  # POPGym defines no success
         assert len(model.ep_success_buffer) > 0
+
+
+def test_a_minigrid_wrapper_on_an_adapted_id_names_the_entry_point_to_use():
+    """MiniGrid's own wrappers expect its Dict observation, which engram's adapter has already encoded: the
+    refusal says so and names the env class to give as an entry point instead."""
+    from envs import make_env
+    from envs.wrappers import EnvWrapperError
+
+    with pytest.raises(EnvWrapperError, match=r"fails on MiniGrid-Empty-5x5-v0 .*engram's MiniGrid adapter encodes "
+                                              r"the observation .*--env minigrid.envs:EmptyEnv$"):
+        make_env("MiniGrid-Empty-5x5-v0", env_wrapper="minigrid.wrappers.ImgObsWrapper")
