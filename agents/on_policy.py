@@ -485,6 +485,11 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         _check_spaces_fit(wrapped, saved["observation_space"], saved["action_space"], f"the model {str(file)!r}")
         return env
 
+    def set_random_seed(self, seed: int | None = None) -> None:
+        """SB3's `set_random_seed`, refusing (`ConfigError`) a seed numpy does not take."""
+        Range(0, 2**32 - 1, integer=True, optional=True).check("seed", seed)
+        super().set_random_seed(seed)
+
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """SB3's `set_env` (`env` also an env spec, made with this model's number of copies), refusing with
         `ConfigError` what is no env, an env that breaks gymnasium's API, another number of copies than the

@@ -467,3 +467,11 @@ def test_predict_takes_an_image_with_its_channels_first_or_last_alone_or_batched
                       batch_size=16, segment_length=4, policy_kwargs={"backbone": "gru"})
     for shape in [(36, 36, 3), (3, 36, 36), (2, 36, 36, 3), (2, 3, 36, 36)]:
         assert model.predict(np.zeros(shape, np.uint8))[0].shape == (() if len(shape) == 3 else (2,))
+
+
+@pytest.mark.parametrize("seed", ["x", -1, 2**32, 1.5])
+def test_set_random_seed_names_a_seed_numpy_does_not_take(seed):
+    model = MemoryPPO("MemoryPolicy", "TMaze-v0", n_steps=16, batch_size=16, policy_kwargs={"backbone": "mlp"})
+    with pytest.raises(ConfigError, match=r"^seed=.*: expected an integer in \[0, 4294967295\]"):
+        model.set_random_seed(seed)
+    model.set_random_seed(3)
