@@ -173,6 +173,28 @@ class Conformant(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return EnvBreakError(f"env={shown(self.name)} {what} at {where}: {problem}", problem)
 
 
+class EndsItsProcess(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """A copy in a process of its own (SB3's SubprocVecEnv): an `EnvBreakError` of its `reset` or `step` ends the
+    process with the error's one line, `error: ...` on stderr, rather than a traceback; the main process names
+    the copy that ended."""
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+
+    def reset(self, **kwargs: Any) -> Any:
+        try:
+            return self.env.reset(**kwargs)
+        except EnvBreakError as error:
+            raise SystemExit(f"error: {error}") from None
+
+    def step(self, action: Any) -> Any:
+        try:
+            return self.env.step(action)
+        except EnvBreakError as error:
+            raise SystemExit(f"error: {error}") from None
+
+
 def _raised(what: str, error: Exception) -> str:
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{what} raised {type(error).__name__}" + (f": {first}" if first else "")

@@ -43,7 +43,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from envs.adapters import MEMORY_GYM_IDS, import_memory_gym, make_memory_gym, make_minigrid, make_popgym
 from envs.batched import RENDER_MODES, BatchedTask, check_seed
-from envs.conformance import Conformant, check_render_mode, endless_problem
+from envs.conformance import Conformant, EndsItsProcess, check_render_mode, endless_problem
 from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
@@ -385,10 +385,12 @@ class EnvFactory:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     env_wrapper: Any = None
     gym_packages: tuple[str, ...] = ()
+    own_process: bool = False
+    """a copy of SubprocVecEnv: a break of gymnasium's API ends its process in one line (`EndsItsProcess`)"""
 
     def __call__(self) -> gym.Env:
-        return make_env(self.env_id, env_wrapper=self.env_wrapper, gym_packages=self.gym_packages,
-                        **self.env_kwargs)
+        env = make_env(self.env_id, env_wrapper=self.env_wrapper, gym_packages=self.gym_packages, **self.env_kwargs)
+        return EndsItsProcess(env) if self.own_process else env
 
 
 def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_wrapper: Any = None,
@@ -423,7 +425,8 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
         with _building(env_id, env_kwargs):
             venv = BatchedVecEnv(ENV_IDS[env_id](n_copies=n_envs, **kwargs), render_mode=render_mode)
     else:
-        factory = EnvFactory(env_id, env_kwargs, _plain_wrappers(wrappers), tuple(gym_packages))
+        factory = EnvFactory(env_id, env_kwargs, _plain_wrappers(wrappers), tuple(gym_packages),
+                             own_process=vec_env == "subproc")
         if vec_env == "subproc":
             factory().close()  # a copy that fails fails here, named, rather than as a broken pipe to its process
         vectorise = SeededSubprocVecEnv if vec_env == "subproc" else SeededDummyVecEnv

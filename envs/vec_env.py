@@ -57,7 +57,7 @@ class SeededSubprocVecEnv(CopySeeding, SubprocVecEnv):
             yield
         except (EOFError, ConnectionError) as error:
             self.closed = True  # its pipes are broken: `close` has nothing to tell the processes
-            problem = f"a copy's process ended in {what} (its env raised: the error is printed above)"
+            problem = f"a copy's process ended in {what} (the copy's error is printed above)"
             raise EnvBreakError(f"vec_env='subproc': {problem}", problem) from error
 
 

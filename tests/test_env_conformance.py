@@ -176,12 +176,16 @@ def test_a_break_after_a_checkpoint_keeps_the_run_and_its_checkpoint(user_module
 
 
 def test_a_copy_whose_process_ends_ends_training_in_one_line(user_module, tmp_path, capfd):
-    """With `--vec-env subproc`, a copy's env that raises ends its process; training then ends with exit 2 and one
-    line of its own (after the copy's report), not a broken pipe's traceback, and the run stays."""
+    """With `--vec-env subproc`, a copy's env that raises ends its process with the error's one line, and training
+    then ends with exit 2 and one line of its own, not tracebacks of the copy and of a broken pipe; the run stays."""
     code = train_rl.main(["--env", "conformance_envs:StepRaisesLater", "-n", "64", "--n-envs", "2", "--backbone",
                           "mlp", "--vec-env", "subproc", "--log-dir", str(tmp_path / "runs")])
-    last = capfd.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and last.startswith("error: vec_env='subproc': a copy's process ended in a step"), last
+    err = capfd.readouterr().err
+    *copies, last = err.strip().splitlines()
+    assert code == 2 and last.startswith("error: vec_env='subproc': a copy's process ended in a step"), err
+    assert "Traceback" not in err and copies and all(
+        line == "error: env='conformance_envs:StepRaisesLater' failed at step 4 of an episode: step raised KeyError: "
+                "'lost the goal'" for line in copies), err
     assert (tmp_path / "runs" / "conformance_envs-StepRaisesLater__ppo-mlp__0" / "config.yaml").is_file()
 
 
