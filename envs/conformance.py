@@ -74,7 +74,7 @@ def shape_problem(space: gym.Space, value: Any, where: str = "observation") -> s
             if (problem := shape_problem(sub, value[key], f"{where}[{key!r}]")) is not None:
                 return problem
         return None
-    if space.shape is not None and np.shape(value) != space.shape:
+    if space.shape is not None and getattr(value, "shape", None) != space.shape and np.shape(value) != space.shape:
         return f"{where} has shape {np.shape(value)}, its space {space.shape}"
     return None
 
@@ -85,12 +85,16 @@ def _described(value: Any) -> str:
     return f"{shown(value)} ({type(value).__name__})"
 
 
+REALS = (bool, int, float, np.bool_, np.integer, np.floating)
+"""the types of a real number an env returns as a scalar, checked first: each step checks several"""
+
+
 def _is_real(value: Any) -> bool:
-    return np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf"
+    return isinstance(value, REALS) or (np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf")
 
 
 def _is_flag(value: Any) -> bool:
-    return _is_real(value) and value in (0, 1)
+    return isinstance(value, bool | np.bool_) or (_is_real(value) and value in (0, 1))
 
 
 def reset_problem(space: gym.Space, result: Any) -> str | None:
@@ -119,6 +123,8 @@ def step_problem(space: gym.Space, result: Any) -> str | None:
             return f"step's {name} is {_described(flag)}; expected a bool"
     if not isinstance(info, dict):
         return f"step's info is {_described(info)}; expected a dict"
+    if not info:
+        return None
     if info.get("is_success") is not None and not _is_flag(info["is_success"]):
         return f"step's info['is_success'] is {_described(info['is_success'])}; expected a bool"
     episode = info.get("episode")
@@ -147,24 +153,29 @@ class Conformant(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
         self.name = name
         self.t = 0
+        self.space = env.observation_space  # read once: a wrapper's property walks the stack at each read
 
     def reset(self, **kwargs: Any) -> Any:
         self.t = 0
-        return self._checked(reset_problem, self.env.reset, **kwargs)
-
-    def step(self, action: Any) -> Any:
-        self.t += 1
-        return self._checked(step_problem, self.env.step, action)
-
-    def _checked(self, problem_of: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
-        what = "reset" if problem_of is reset_problem else "step"
         try:
-            result = call(*args, **kwargs)
+            result = self.env.reset(**kwargs)
         except EnvBreakError:
             raise
         except Exception as error:  # the env's own failure, named with its type and first line
-            raise self._break("failed", _raised(what, error)) from error
-        if (problem := problem_of(self.observation_space, result)) is not None:
+            raise self._break("failed", _raised("reset", error)) from error
+        if (problem := reset_problem(self.space, result)) is not None:
+            raise self._break("breaks gymnasium's API", problem)
+        return result
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        try:
+            result = self.env.step(action)
+        except EnvBreakError:
+            raise
+        except Exception as error:  # the env's own failure, named with its type and first line
+            raise self._break("failed", _raised("step", error)) from error
+        if (problem := step_problem(self.space, result)) is not None:
             raise self._break("breaks gymnasium's API", problem)
         return result
 
