@@ -112,7 +112,8 @@ MODULE = textwrap.dedent('''
         def _obs(self):
             return (0, 0)
 
-    gym.register("conformance_envs-Good", entry_point=Good)  # the folder name of the entry point conformance_envs:Good
+    if "conformance_envs-Good" not in gym.registry:  # the folder name of the entry point conformance_envs:Good
+        gym.register("conformance_envs-Good", entry_point=Good)
 ''')
 
 
