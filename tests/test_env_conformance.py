@@ -254,8 +254,8 @@ def test_the_python_api_refuses_an_env_that_breaks_the_api(user_module, learner,
 
 
 def test_two_env_specs_of_one_folder_name_are_named_as_such(user_module, tmp_path, capsys):
-    """A run of `conformance_envs:Good` where `conformance_envs-Good` would put its run: refused naming both specs
-    (the message asked for --resume, which the other env then refused); in a study, the two tasks are named."""
+    """A run of `conformance_envs:Good` where `conformance_envs-Good` would put its run: refused naming both specs,
+    not asking for --resume, which the other env would refuse; in a study, the two tasks are named."""
     tiny = ["-n", "64", "--n-envs", "2", "--backbone", "mlp", "--log-dir", str(tmp_path / "runs")]
     assert train_rl.main(["--env", "conformance_envs:Good", *tiny]) == 0
     capsys.readouterr()

@@ -128,8 +128,8 @@ LM = ["lm", "train", "-p", "data=copy", "steps=1", "segment_length=8", "batch_si
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_run_of_the_other_command_in_a_runs_place_is_named_as_such(tmp_path, capsys, resume) -> None:
     """A language-model run where `train` puts its run, and a training run where `lm train` puts its own: each is
-    refused naming what it holds and the command that reads it, new or resumed, and nothing changes (the messages
-    were a missing option or a finished run)."""
+    refused naming what it holds and the command that reads it, new or resumed, and nothing changes (mutation
+    caught: a missing option or a finished run named instead)."""
     lm_run, training_run = tmp_path / "a" / RUN.format(0), tmp_path / "b" / "copy__lm-trxl__0"
     for run, config in ((lm_run, "data: copy\nbackbone: trxl\n"), (training_run, "env: TMaze-v0\nalgo: ppo\n")):
         run.mkdir(parents=True)
