@@ -16,6 +16,7 @@ action would play it. `check_render_mode` refuses a render mode the env does not
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -157,25 +158,20 @@ class Conformant(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def reset(self, **kwargs: Any) -> Any:
         self.t = 0
-        try:
-            result = self.env.reset(**kwargs)
-        except EnvBreakError:
-            raise
-        except Exception as error:  # the env's own failure, named with its type and first line
-            raise self._break("failed", _raised("reset", error)) from error
-        if (problem := reset_problem(self.space, result)) is not None:
-            raise self._break("breaks gymnasium's API", problem)
-        return result
+        return self._checked("reset", reset_problem, lambda: self.env.reset(**kwargs))
 
     def step(self, action: Any) -> Any:
         self.t += 1
+        return self._checked("step", step_problem, lambda: self.env.step(action))
+
+    def _checked(self, what: str, problem_of: Callable[[gym.Space, Any], str | None], call: Callable[[], Any]) -> Any:
         try:
-            result = self.env.step(action)
+            result = call()
         except EnvBreakError:
             raise
         except Exception as error:  # the env's own failure, named with its type and first line
-            raise self._break("failed", _raised("step", error)) from error
-        if (problem := step_problem(self.space, result)) is not None:
+            raise self._break("failed", _raised(what, error)) from error
+        if (problem := problem_of(self.space, result)) is not None:
             raise self._break("breaks gymnasium's API", problem)
         return result
 
