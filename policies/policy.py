@@ -218,8 +218,21 @@ class PolicyStep(NamedTuple):
     distribution: Distribution  # SB3's may be reused: read it before the policy runs again
 
 
+def draw_categorical(logits: Tensor, deterministic: bool) -> Tensor:
+    """Actions `[B, 1]` from a categorical head's logits `l` `[B, n]` without `torch.distributions`: `argmax l`, or
+    `a ~ softmax(l)` (the draws of its `Categorical` on the same logits)."""
+    if deterministic:
+        return logits.argmax(dim=-1, keepdim=True)
+    return torch.multinomial(logits.softmax(dim=-1), 1, True)
+
+
+def as_numpy(tensor: Tensor) -> np.ndarray:
+    """A tensor at SB3's `predict` boundary as a NumPy array (sharing memory when it is on the CPU)."""
+    return (tensor if tensor.device.type == "cpu" else tensor.cpu()).numpy()
+
+
 def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
-    """`predict`'s `episode_start` as an array of one flag per env, or a `ValueError` naming the mismatch."""
+    """`predict`'s `episode_start` as a boolean array of one flag per env, or a `ValueError` naming the mismatch."""
     flags = np.asarray(episode_start)
     if flags.dtype.kind not in "biuf" or not np.isin(flags, (0, 1)).all():
         raise ValueError(f"episode_start={short(repr(episode_start))}: expected one flag per env, each True/False "
@@ -227,7 +240,7 @@ def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
     if flags.size != n_envs:
         raise ValueError(f"episode_start holds {flags.size} flag(s), the observation {n_envs} env(s): pass one "
                          "per env (the dones of the last step)")
-    return flags
+    return flags.astype(bool, copy=False).reshape(n_envs)
 
 
 def check_optimizer(optimizer_class: Any, optimizer_kwargs: Mapping[str, Any]) -> None:
@@ -432,18 +445,11 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             actions = distribution.get_actions(deterministic=deterministic)
             return PolicyStep(actions.reshape((-1, *self.action_space.shape)), values, distribution.log_prob(actions),
                               new_state, distribution)
-        actions, log_pmf = self._sample_categorical(latent_pi, deterministic)  # [B, 1], [B, n]
+        logits = self.action_net(latent_pi)
+        log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)  # log π = l − logsumexp(l), [B, n]
+        actions = draw_categorical(log_pmf, deterministic)  # [B, 1]
         return PolicyStep(actions.view(-1), values, log_pmf.gather(-1, actions).view(-1), new_state,
                           LazyCategorical(log_pmf.shape[-1], log_pmf))
-
-    def _sample_categorical(self, latent_pi: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
-        """Actions `[B, 1]` drawn from the action head's logits without `torch.distributions` (the same draws as
-        its `Categorical`: `a ~ softmax(log π)`, `log π = l − logsumexp(l)`), and `log π` `[B, n]`."""
-        logits = self.action_net(latent_pi)
-        log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)  # [B, n]
-        if deterministic:
-            return log_pmf.argmax(dim=-1, keepdim=True), log_pmf
-        return torch.multinomial(log_pmf.softmax(dim=-1), 1, True), log_pmf
 
     def distribution_params(self, distribution: Distribution) -> Tensor:
         """All parameters of an action distribution as one `[B, P]` tensor: logits (categorical,
@@ -560,21 +566,19 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         with torch.inference_mode():
             torch_state = self.state_of(state, n_envs, ": pass the state predict returned for these envs (or None "
                                                      "to start)")
-            starts = torch.zeros(n_envs, dtype=torch.bool, device=self.device) if episode_start is None else \
-                torch.as_tensor(_one_per_env(episode_start, n_envs), device=self.device).bool().reshape(n_envs)
+            starts = self._as_tensor(np.zeros(n_envs, dtype=bool) if episode_start is None
+                                     else _one_per_env(episode_start, n_envs))
             latent_pi, _, new_state = self._latents_step(obs, torch_state, starts, critic=False)
             if isinstance(self.action_dist, CategoricalDistribution):
-                actions = self._sample_categorical(latent_pi, deterministic)[0].view(-1).cpu().numpy()
+                actions = as_numpy(draw_categorical(self.action_net(latent_pi), deterministic))
             else:
-                distribution = self._get_action_dist_from_latent(latent_pi)
-                actions = distribution.get_actions(deterministic=deterministic).cpu().numpy()
+                actions = as_numpy(self._get_action_dist_from_latent(latent_pi).get_actions(deterministic))
         actions = actions.reshape((-1, *self.action_space.shape))
         if isinstance(self.action_space, spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         if not vectorized:
             actions = actions.squeeze(axis=0)
-        return actions, {name: s.as_dict(lambda v: (v if v.device.type == "cpu" else v.cpu()).numpy())
-                         for name, s in new_state.backbones().items()}
+        return actions, {name: s.as_dict(as_numpy) for name, s in new_state.backbones().items()}
 
     def state_of(self, state: Any, n_envs: int, advice: str = "") -> PolicyState:
         """`state` for `n_envs` envs as the library holds it (`None`: new episodes), or a `ValueError` naming a state

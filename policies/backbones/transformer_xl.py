@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
@@ -478,7 +479,7 @@ class WindowTransformer(MemoryBackbone):
         B, M = state.valid.shape
         terms = self._position_terms()
         valid = state.valid & ~starts.view(B, 1)  # [B, M]: the window, reset at episode starts
-        keys = torch.cat([valid, valid.new_ones(B, 1)], dim=1)  # [B, M + 1]: the keys the step sees
+        keys = F.pad(valid, (0, 1), value=True)  # [B, M + 1]: the keys the step sees, itself last
         clock = state.clock
         if clock is not None:  # 0 at an episode's first step (its window is empty)
             clock = torch.where(valid.any(dim=1), clock, 0)
