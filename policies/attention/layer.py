@@ -483,7 +483,7 @@ class MultiHeadAttention(HeadProjections):
         if r.shape[1] != K:  # distances K-1, ..., 0; beyond max_distance clamped (masked anyway)
             r = r[:, (r.shape[1] - K + torch.arange(K, device=h.device)).clamp(min=0)]
         ac = (q + self.position.u.unsqueeze(1)) @ k.transpose(-2, -1)  # (a) + (c): [B, H, T, K]
-        bd = (q + self.position.position_bias.unsqueeze(1)) @ r.transpose(-2, -1)  # (b) + (d): [B, H, T, K]
+        bd = torch.einsum("bhtd,hkd->bhtk", q + self.position.position_bias.unsqueeze(1), r)  # (b) + (d)
         if T > 1:
             bd = rel_shift(bd)  # column j: key j, at distance K - T + i - j from query i
         scores = torch.where(mask, (ac + bd) * self.scale, float("-inf"))  # [B, H, T, K]
