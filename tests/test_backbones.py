@@ -335,6 +335,25 @@ def test_casting_the_backbone_makes_its_caches_stale():
     torch.testing.assert_close(cached, rebuilt, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("name", ATTENDING)
+def test_a_state_another_backbone_stepped_is_read_with_its_own_keys_and_values(name):
+    """Two backbones of one shape and different parameters: a state the first filled with key/value caches, given
+    to the second, is read through the second's own keys and values (mutation caught: generations counted from 0
+    in every backbone, so the second read the first one's caches)."""
+    first = build(name)
+    torch.manual_seed(1)
+    second = make_backbone(CASES[name][0], INPUT_DIM, **CASES[name][1])
+    B, T = 2, MEMORY + 2
+    x = torch.randn(T + 1, B, INPUT_DIM)
+    starts = torch.zeros(T + 1, B, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(first, x[:T], first.initial_state(B), starts[:T])
+    with torch.no_grad():
+        cached, _ = second.step(x[T], state, starts[T])
+        own, _ = second.step(x[T], strip_cache(state), starts[T])
+    torch.testing.assert_close(cached, own, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("name", list(BACKBONES))
 def test_initial_state_names_an_n_envs_that_is_no_count(name):
     backbone = build(name)

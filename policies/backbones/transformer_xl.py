@@ -28,6 +28,7 @@ episode window and its mask) it is the whole of a GTrXL forward pass, rollout st
 from __future__ import annotations
 
 import math
+import os
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -302,6 +303,11 @@ def _invalidate_after_load(module: WindowTransformer, keys: Any) -> None:
     module.invalidate_caches()
 
 
+def new_generation() -> int:
+    """62 random bits: a cache generation no other backbone holds, in this process or another."""
+    return int.from_bytes(os.urandom(8), "little") >> 2
+
+
 class WindowTransformer(MemoryBackbone):
     """Base of the Transformer memories: input projection, memory, masks and caches. A subclass defines the depth
     computation (`_depth`: a stack of distinct blocks, or one shared block applied with ACT halting) and
@@ -309,9 +315,9 @@ class WindowTransformer(MemoryBackbone):
 
     The state's `memory` is `[B, M, n_depth, d_model]` (the input of every depth at each of the last `M`
     steps), with `clock` `[B]` when the backbone keeps an episode clock. `step` adds a `KeyValueCache`, rolled
-    with the window, stamped with the `generation` of the parameters it was computed with. The learner
-    calls `invalidate_caches` after each optimiser step (loading a state dict does too), which drops the
-    position terms computed once per rollout and makes every state's cache stale.
+    with the window, stamped with the `generation` of the parameters it was computed with (`new_generation`:
+    unique to this backbone). The learner calls `invalidate_caches` after each optimiser step (loading a state
+    dict does too), which drops the position terms computed once per rollout and makes every state's cache stale.
     """
 
     @checked(HEADS_DIVIDE_D_MODEL)
@@ -329,14 +335,14 @@ class WindowTransformer(MemoryBackbone):
         self.max_episode_time = max_episode_time
         self.time_encoding = (None if episode_time == "none"
                               else ABSOLUTE_ENCODINGS[episode_time](d_model, max_episode_time))
-        self.generation = 0
+        self.generation = new_generation()
         self._terms: list[Tensor | None] | None = None
         self._terms_like: tuple[torch.device, torch.dtype] | None = None
         self.register_load_state_dict_post_hook(_invalidate_after_load)
 
     def invalidate_caches(self) -> None:
         """Forget what was computed from the parameters: the position terms and every state's key/value caches."""
-        self.generation += 1
+        self.generation = new_generation()
         self._terms = None
 
     @property
