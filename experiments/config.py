@@ -114,7 +114,7 @@ class RunConfig:
     device: str = _rule(Device(), default="auto", doc="torch device: auto, cpu, cuda, cuda:1, ...")
     threads: int = _rule(Threads(), default=1, doc=(
         "torch CPU threads, at most the cores this process may use; 0: every one of them. One by default: a second "
-        "thread gains at most 1.45x on an idle machine and loses several times that once another process holds a core "
+        "thread gains little on an idle machine and loses several times over once another process holds a core "
         "(docs/notes/threads.md)"))
     precision: str = _rule(OneOf(registry("agents", "PRECISIONS")), default="fp32", doc=(
         "compute dtype of the update's forward pass: fp32, or bf16 (autocast; see docs/benchmarks/speed.md)"))

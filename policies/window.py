@@ -35,9 +35,8 @@ import torch
 from torch import Tensor
 
 SHARED_RECORDS_MIN = 6.0
-"""the fewest window slots per distinct record at which `shared_windows` hands shared records:
-gathering projected records paid at 11 slots per record (1.6-1.9x faster updates) and cost at 2.9
-(0.73-0.87x) in `benchmarks/results/update_cost.md`"""
+"""the fewest window slots per distinct record at which `shared_windows` hands shared records; with fewer,
+projecting every window costs less than gathering the projected records (`benchmarks/results/update_cost.md`)"""
 
 
 class KeyValueCache(NamedTuple):
