@@ -715,10 +715,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             with torch.inference_mode():
                 step = self.policy(obs, state, starts)
                 actions, log_probs, extras = self._act(step)
+            with torch.no_grad():  # not inference mode: the env's own tensors stay ones its reset may change in place
                 new_obs, rewards, dones, infos = env.step(actions)
-                if env.can_truncate:
+            if env.can_truncate:
+                with torch.inference_mode():
                     values = self.policy.predict_values(env.terminal_obs, step.state, torch.zeros_like(dones))
-                    rewards = rewards + self.gamma * values.flatten() * env.truncated
+                rewards = rewards + self.gamma * values.flatten() * env.truncated
             self.num_timesteps += env.num_envs
             callback.update_locals(locals())
             if not callback.on_step():

@@ -79,12 +79,14 @@ class Window(NamedTuple):
     @classmethod
     def from_dict(cls, entries: Mapping[str, Any], lift: Callable[[Any], Tensor] = lambda t: t) -> Window:
         """The state `as_dict` gave, each array passed through `lift` (the inverse of its `convert`); a cache whose
-        envs hold different generations is dropped, to be rebuilt. The generations are compared as given, so a
-        NumPy state is checked without a tensor operation."""
+        envs hold different generations, or that lacks the keys or the values of a depth, is dropped, to be rebuilt.
+        The generations are compared as given, so a NumPy state is checked without a tensor operation."""
         cache = None
         generation = entries.get("cache_generation")
-        if generation is not None and len(generation) and bool((generation == generation[0]).all()):
-            depths = sum(1 for name in entries if name.startswith("cache_keys_"))
+        depths = sum(1 for name in entries if name.startswith("cache_keys_"))
+        complete = all(f"cache_keys_{n}" in entries and f"cache_values_{n}" in entries for n in range(depths)) and \
+            depths == sum(1 for name in entries if name.startswith("cache_values_"))
+        if complete and generation is not None and len(generation) and bool((generation == generation[0]).all()):
             cache = KeyValueCache(tuple(lift(entries[f"cache_keys_{n}"]) for n in range(depths)),
                                   tuple(lift(entries[f"cache_values_{n}"]) for n in range(depths)),
                                   int(generation[0]))

@@ -354,6 +354,29 @@ def test_a_state_another_backbone_stepped_is_read_with_its_own_keys_and_values(n
     torch.testing.assert_close(cached, own, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("name", ATTENDING)
+def test_a_cache_that_does_not_fit_the_window_is_rebuilt(name):
+    """A state whose cached keys and values are not the window's (other slots, heads or width, another dtype, a
+    depth missing) is stepped as if it had no cache (mutation caught: the generation alone was trusted, and the
+    attention raised torch's size error)."""
+    backbone = build(name)
+    B, T = 2, MEMORY + 2
+    x = torch.randn(T + 1, B, INPUT_DIM)
+    starts = torch.zeros(T + 1, B, dtype=torch.bool)
+    starts[0] = True
+    _, state = run_steps(backbone, x[:T], backbone.initial_state(B), starts[:T])
+    keys, values, generation = state.cache
+    broken = {"fewer slots": (tuple(k[:, :, 1:] for k in keys), values),
+              "wider heads": (tuple(torch.cat([k, k], dim=-1) for k in keys), values),
+              "float64": (tuple(k.double() for k in keys), values),
+              "a depth missing": (keys[:-1], values[:-1])}
+    with torch.no_grad():
+        rebuilt, _ = backbone.step(x[T], strip_cache(state), starts[T])
+        for case, (k, v) in broken.items():
+            y, _ = backbone.step(x[T], state._replace(cache=KeyValueCache(k, v, generation)), starts[T])
+            torch.testing.assert_close(y, rebuilt, atol=1e-6, rtol=0, msg=case)
+
+
 @pytest.mark.parametrize("name", list(BACKBONES))
 def test_initial_state_names_an_n_envs_that_is_no_count(name):
     backbone = build(name)

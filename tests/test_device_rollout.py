@@ -34,3 +34,14 @@ def test_device_rollouts_train_as_numpy_rollouts(backbone, algo, env_id, kwargs)
         assert device_logged[key] == pytest.approx(logged[key], abs=1e-6), key
     assert [e["l"] for e in torch_model.ep_info_buffer] == [e["l"] for e in numpy_model.ep_info_buffer]
     assert list(torch_model.ep_success_buffer) == list(numpy_model.ep_success_buffer)
+
+
+def test_a_torch_env_resets_and_trains_again_after_learn():
+    """A second ``learn`` (which resets the env) and a plain ``reset`` after training work on a torch env as on a
+    numpy one (mutation caught: the env stepped inside inference mode, so its reset could not change its own running
+    tensors in place)."""
+    model = small_model("gru", make_torch_vec_env("TMaze-v0", 4, seed=0, length=3))
+    model.learn(2 * 16 * 4)
+    model.learn(2 * 16 * 4)
+    obs = model.get_env().reset()
+    assert obs.shape[0] == 4

@@ -96,3 +96,5 @@ def test_a_state_crosses_the_predict_boundary_as_a_dict_and_back():
     assert Window.from_dict(arrays, torch.from_numpy).cache.generation == state.cache.generation
     arrays["cache_generation"] = mixed["cache_generation"].numpy()
     assert Window.from_dict(arrays, torch.from_numpy).cache is None
+    for dropped in ("cache_keys_0", "cache_values_1"):  # a depth's keys without its values, or values without keys
+        assert Window.from_dict({k: v for k, v in entries.items() if k != dropped}).cache is None, dropped

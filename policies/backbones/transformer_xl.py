@@ -476,6 +476,16 @@ class WindowTransformer(MemoryBackbone):
         return [(SharedRecords(keys[0].transpose(0, 1), slots), SharedRecords(values[0].transpose(0, 1), slots))
                 for keys, values in projected]
 
+    def _cache_fits(self, cache: KeyValueCache | None, B: int, M: int) -> bool:
+        """Whether `cache` holds what this backbone's current parameters give for a window of `B` envs × `M` slots:
+        its generation, and keys and values `[B, H, M, d_head]` of every depth in the parameters' dtype and device."""
+        if cache is None or cache.generation != self.generation:
+            return False
+        like, shape = self.embed.weight, (B, self.n_heads, M, self.d_head)
+        parts = (*cache.keys, *cache.values)
+        return len(parts) == 2 * len(self.memory_blocks) and all(
+            t.shape == shape and t.dtype == like.dtype and t.device == like.device for t in parts)
+
     def step(self, x: Tensor, state: Window, episode_start: Tensor) -> tuple[Tensor, Window]:
         """One rollout step `x` `[B, D_in]`: the windows of envs whose episode starts are reset, the step
         attends to its window through the state's key/value caches (rebuilt from `memory` when missing or
@@ -489,7 +499,7 @@ class WindowTransformer(MemoryBackbone):
         clock = state.clock
         if clock is not None:  # 0 at an episode's first step (its window is empty)
             clock = torch.where(valid.any(dim=1), clock, 0)
-        if state.cache is not None and state.cache.generation == self.generation:
+        if self._cache_fits(state.cache, B, M):
             memory_kv = list(zip(state.cache.keys, state.cache.values, strict=True))
         else:
             with torch.no_grad():
