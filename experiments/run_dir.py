@@ -31,6 +31,7 @@ import socket
 import struct
 import sys
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +89,18 @@ def owners_of(path: str | Path) -> list[tuple[Path, str, str]]:
     return [(folder, *kind) for folder in (path, *path.parents) if (kind := kind_of(folder)) is not None]
 
 
+TUNING: ContextVar[Path | None] = ContextVar("TUNING", default=None)
+"""the tune study directory whose trial this process (or thread) trains now, set by the tune's trial runner"""
+
+
 def belongs(path: Path, owner: Path, kind: str) -> bool:
     """Whether the run directory `path`, below `owner`, is one of its runs: listed in the study's `study.yaml`,
-    or in a trial folder of the tune study."""
+    or in a trial folder of the tune study while that study's trial runner trains it (`TUNING`)."""
     relative = path.relative_to(owner)
     if kind == "tune study directory":
-        return bool(TRIAL_FOLDER.fullmatch(relative.parts[0]))
+        tuning = TUNING.get()
+        return bool(TRIAL_FOLDER.fullmatch(relative.parts[0])) and tuning is not None and \
+            os.path.realpath(tuning) == os.path.realpath(owner)
     try:
         record = load_yaml_text((owner / STUDY_RECORD).read_text()) or {}
     except (ConfigError, OSError, ValueError):
@@ -106,8 +113,9 @@ def check_owner(what: str, path: str | Path, option: str, value: Any, name_optio
     directory`) `path` inside a run, study or tune study directory it does not belong to, at any depth, or where
     another kind of directory is: their files would mix, and reports would count the wrong runs. `path` being a
     directory of its own kind is its own (a resume); a run belongs to the study that lists it and to the tune
-    study whose trial folder holds it. `option` and `value` place it (`--log-dir`); `name_option` names it, when
-    a name of its own (`--study`) makes it another kind of directory. Changes nothing."""
+    study whose trial folder holds it while that tune trains it (`TUNING`). `option` and `value` place it
+    (`--log-dir`); `name_option` names it, when a name of its own (`--study`) makes it another kind of directory.
+    Changes nothing."""
     path = Path(os.path.abspath(path))
     for owner, kind, marker in owners_of(path):
         if owner == path:

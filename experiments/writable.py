@@ -24,15 +24,20 @@ from pathlib import Path
 from envs.atomic import WriteError, sync_directory, write_error
 from experiments.config import ConfigError
 from experiments.rules import PathName, check_name_lengths, creation_error, nearest_existing
+from experiments.run_dir import owners_of
 
 
 def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
-    """Refuse (`ConfigError`, one line naming `flag`, the path and the errno) an output `path` that cannot
-    be written: the empty path (`PathName`), a file asked for where a directory is (or, with `directory`, a
-    directory asked for where a file is), a folder on the way that is a file, or a folder in which no file can be
-    created now."""
+    """Refuse (`ConfigError`, one line naming `flag`, the path and the errno or the owner) an output `path` that
+    cannot be written: the empty path (`PathName`), a path at or inside a run directory (whose files it would mix
+    with), a file asked for where a directory is (or, with `directory`, a directory asked for where a file is), a
+    folder on the way that is a file, or a folder in which no file can be created now."""
     PathName().check(flag, path)
     check_name_lengths(flag, str(path))
+    for owner, kind, marker in owners_of(os.path.realpath(path)):
+        if kind == "run directory":
+            raise ConfigError(f"{flag} {str(path)!r}: would be inside the run directory {str(owner)!r} ({marker}), "
+                              "whose files it would mix with; choose a path outside it")
     path = Path(path)
     if not directory and path.is_dir():
         raise ConfigError(f"{flag} {str(path)!r}: is a directory; expected a file to write")

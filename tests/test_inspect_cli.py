@@ -92,7 +92,8 @@ def test_a_decision_that_reads_no_earlier_step_is_said_so():
 
 def test_an_earlier_inspect_is_never_overwritten_nor_mixed(runs, tmp_path, capsys):
     """A second inspect of a run goes to `inspect-2` (the first's four figures stay beside their own JSON, not
-    mixed with a later one's two); an `--out` that holds files is refused before anything is written."""
+    mixed with a later one's two); an `--out` that holds files, or lies in a run directory, is refused before
+    anything is written."""
     run = runs / "TMaze-v0__ppo-ffm__0"
     first = run / "inspect"
     if not (first / "inspect.json").exists():
@@ -102,9 +103,15 @@ def test_an_earlier_inspect_is_never_overwritten_nor_mixed(runs, tmp_path, capsy
     assert code == 0 and "inspect-2: inspect.json" in out
     assert {path.name: path.read_bytes() for path in first.iterdir()} == before
     assert len(json.loads((run / "inspect-2" / "inspect.json").read_text())["episodes"]) == 2
-    code, _, err = inspect([str(run), "--out", str(first)], capsys)
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("x")
+    code, _, err = inspect([str(run), "--out", str(full)], capsys)
     assert code == 2 and "already holds files" in err and len(err.strip().splitlines()) == 1
+    code, _, err = inspect([str(run), "--out", str(first)], capsys)  # a path the user names is never in a run
+    assert code == 2 and "would be inside the run directory" in err and len(err.strip().splitlines()) == 1
     assert {path.name: path.read_bytes() for path in first.iterdir()} == before
+    assert (full / "mine.txt").read_text() == "x" and len(list(full.iterdir())) == 1
 
 
 BOX_ACTIONS = """import gymnasium as gym

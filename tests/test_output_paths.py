@@ -118,6 +118,21 @@ def test_evaluate_refuses_a_record_file_that_exists_before_loading_the_model(tmp
     assert video.read_bytes() == b"mine"
 
 
+@pytest.mark.parametrize("inside", ["", "checkpoints"])
+def test_plot_and_record_refuse_a_path_in_a_run_directory_before_any_work(runs, capsys, inside):
+    """`plot --out` and `evaluate --record` are refused at any depth of a run directory, whose files they would mix
+    with, and nothing is written (mutation caught: both wrote into the run, its checkpoints folder too)."""
+    run = runs / "TMaze-v0__ppo-gtrxl__0"
+    (run / "run.lock").write_text("123 host\n")
+    (run / "checkpoints").mkdir()
+    before = sorted(run.rglob("*"))
+    for argv, flag, name in ((["plot", str(runs)], "--out", "c.png"), (["evaluate", str(run)], "--record", "v.gif")):
+        path = run / inside / name
+        refused([*argv, flag, str(path)], capsys, f"{flag} {str(path)!r}: would be inside the run directory "
+                                                  f"{str(run)!r} (run.lock)")
+    assert sorted(run.rglob("*")) == before
+
+
 def test_the_python_writers_of_plot_and_record_never_replace_a_file(runs, tmp_path):
     """The API twins: `write_video` and `plot_curves` raise `FileExistsError` and leave the file as it was."""
     frames = [np.zeros((8, 8, 3), dtype=np.uint8)] * 2

@@ -5,6 +5,7 @@ naming `--out`, its value and the owner, before anything is written."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from pathlib import Path
@@ -105,6 +106,25 @@ def test_a_run_the_report_cannot_read_is_counted_and_named_unreadable(tmp_path: 
     assert f"| {damaged} | unreadable |" in report_text.split("## Runs")[1]
     err = capsys.readouterr().err
     assert f"skipping run {str(study / damaged)!r}: {why}" in err
+
+
+@pytest.mark.parametrize("column", ["mean_return", "success_rate", "stochastic_success_rate", "timesteps"])
+def test_an_evaluation_that_is_no_number_names_its_run_unreadable_in_any_column(tmp_path: Path, capsys,
+                                                                                column: str) -> None:
+    """Every column the report reads is parsed by the check, not the plotted score's only (mutation caught: a mean
+    return that is no number, on a task scored by its success rate, ended the report in a traceback)."""
+    study = make_study(tmp_path)
+    damaged = RUN.format(env="TMaze-v0", seed=1)
+    path = study / damaged / "evaluations.csv"
+    rows = list(csv.DictReader(path.open()))
+    rows[0][column] = "abc"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert report(study, "--out", tmp_path / "out") == 0
+    assert f"3 runs: 2 finished, 1 unreadable ({damaged}: ValueError: " in (tmp_path / "out" / "report.md").read_text()
+    assert f"skipping run {str(study / damaged)!r}: ValueError: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["evaluations.csv", "summary.json", "config.yaml"])

@@ -12,7 +12,7 @@ import pytest
 
 import train_rl
 from experiments.config import ConfigError, build_config
-from experiments.run_dir import check_owner, owners_of
+from experiments.run_dir import TUNING, check_owner, owners_of
 from experiments.training import train
 
 RUN = "TMaze-v0__ppo-mlp__{}"
@@ -110,6 +110,26 @@ def test_a_study_run_belongs_to_its_study(made: Path) -> None:
     check_owner("run directory", made / "s" / RUN.format(0), "--log-dir", str(made / "s"))
     with pytest.raises(ConfigError, match="which it does not belong to"):
         check_owner("run directory", made / "s" / RUN.format(9), "--log-dir", str(made / "s"))
+
+
+def test_a_trial_folder_holds_only_the_runs_its_tune_trains(tmp_path: Path, capsys) -> None:
+    """A run made in a tune study's trial folder by `train` or `lm train` is refused; the tune's own trial runner
+    (`TUNING`) makes its runs there (mutation caught: any run under a trial folder was taken for the tune's, and the
+    tune's next trial then found a finished run in its place)."""
+    tune = tmp_path / "tune" / "t"
+    tune.mkdir(parents=True)
+    (tune / "search.json").write_text("{}")
+    trial = tune / "trial_0008"
+    err = refused(tmp_path, capsys, [*TINY, "--log-dir", str(trial)])
+    assert err.startswith(f"error: --log-dir={str(trial)!r}: the run directory ") and \
+        f"would be inside the tune study directory {str(tune)!r} (search.json)" in err
+    err = refused(tmp_path, capsys, ["lm", "train", "-p", "data=copy", "steps=2", f"log_dir={trial}"])
+    assert f"would be inside the tune study directory {str(tune)!r}" in err
+    token = TUNING.set(tune)
+    try:
+        check_owner("run directory", trial / RUN.format(0), "--log-dir", str(trial))
+    finally:
+        TUNING.reset(token)
 
 
 def test_an_lm_run_inside_a_study_is_refused_naming_its_own_log_dir_key(root: Path, capsys) -> None:

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
                      "not replace the study's own report")
     from envs.rules import Range
     from experiments.config import ConfigError
-    from experiments.studies.report import build_report
+    from experiments.studies.report import build_report, check_report_place
     from experiments.validation import check_cli_options
     from experiments.writable import check_output
 
@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
         if options.solve_threshold is not None:
             Range().check("--solve-threshold", options.solve_threshold)
         if options.out is not None:
+            check_report_place(options.out, options.directory, ("DIR", "--out"))  # names the owner the report's way
             check_output("--out", options.out, directory=True)
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed,
                             options.env, arguments=("DIR", "--out"))

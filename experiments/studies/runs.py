@@ -235,8 +235,8 @@ class Run:
             if (summary := self.files.summary()) is not None and (problem := summary_problem(summary)) is not None:
                 return f"{SUMMARY_FILE} {problem}"
             success = self.has_success()
-            for stochastic in (False, True):
-                steps, _ = self.curve(success, stochastic)
+            for column in ((rate, stochastic) for rate in (True, False) for stochastic in (False, True)):
+                steps, _ = self.curve(*column)  # every score column a report or plot reads, not the plotted one only
                 back = np.flatnonzero(np.diff(steps) <= 0)
                 if back.size:
                     return (f"evaluations.csv repeats or rewinds its steps ({steps[back[0]]} then "

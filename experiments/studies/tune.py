@@ -72,7 +72,7 @@ from experiments.config_files import config_path, shipped_dir
 from experiments.exits import advise_on_signal
 from experiments.hyperparams import applied_line
 from experiments.rules import FolderName, Threads, nearest_existing
-from experiments.run_dir import TUNE_FOLDER, TUNE_RECORD, EvalLog, RunDirectory, check_owner
+from experiments.run_dir import TUNE_FOLDER, TUNE_RECORD, TUNING, EvalLog, RunDirectory, check_owner
 from experiments.run_identity import config_record
 from experiments.studies.pruning import RunningMedianPruner
 from experiments.studies.runs import slug, task_folder, task_label
@@ -203,6 +203,7 @@ def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
     (`stop_on_failures` then stops the search). The trial records the process that runs it (`WORKER`), so that a
     later command fails it at once when that process is gone (`fail_dead_workers`)."""
     trial.storage.set_trial_system_attr(trial._trial_id, WORKER, worker_identity())
+    tuning = TUNING.set(settings.directory)  # its runs belong in its trial folders, no other command's do
     try:
         return _run_trial(trial, settings)
     except optuna.TrialPruned:
@@ -215,6 +216,8 @@ def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
             trial.set_user_attr("error", " ".join(str(error).split()) if isinstance(error, ConfigError)
                                 else cause(error))
         raise
+    finally:
+        TUNING.reset(tuning)
 
 
 def _run_trial(trial: optuna.Trial, settings: TuneSettings) -> float:
