@@ -50,7 +50,7 @@ LOCK_FILE = "run.lock"
 BEST_MODEL, BEST_RECORD = "best_model.zip", "best_model.json"
 """the model of the best evaluation, and that evaluation's step and mean return"""
 CHECKPOINTS, CHECKPOINT_PREFIX, CHECKPOINT_SUFFIX = "checkpoints", "model_", "_steps.zip"
-EVENT_GLOB = "*/events.out.tfevents.*"
+EVENT_FILES = "events.out.tfevents.*"
 EVAL_COLUMNS = ["timesteps", "mean_return", "std_return", "mean_length", "success_rate", "wall_seconds",
                 "stochastic_mean_return", "stochastic_success_rate"]
 
@@ -248,13 +248,14 @@ def read_records(path: Path) -> list[bytes]:
 
 
 def rewind_tensorboard(directory: Path, steps: int) -> None:
-    """Keep only the events at `step ≤ steps` in every tensorboard event file under `directory`. A file left
-    without a summary is removed, and so is a folder left empty (SB3 then reuses its name)."""
+    """Keep only the events at `step ≤ steps` in every tensorboard event file in `directory` or below it (SB3 logs
+    in a folder of its own, `lm train` in the run directory). A file left without a summary is removed, and so is
+    a folder below `directory` left empty (SB3 then reuses its name)."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.record_writer import RecordWriter
 
     emptied = set()
-    for path in sorted(directory.glob(EVENT_GLOB)):
+    for path in sorted(directory.rglob(EVENT_FILES)):
         records = read_records(path)
         events = [(record, Event.FromString(record)) for record in records]
         kept = [(record, event) for record, event in events if not event.HasField("summary") or event.step <= steps]
@@ -269,7 +270,7 @@ def rewind_tensorboard(directory: Path, steps: int) -> None:
             for record, _ in kept:
                 writer.write(record)
             writer.flush()
-    for folder in emptied:
+    for folder in emptied - {directory}:
         if not any(folder.iterdir()):
             folder.rmdir()
 

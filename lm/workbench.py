@@ -60,6 +60,7 @@ from experiments.run_dir import (
     RunBusyError,
     RunDirectory,
     notify,
+    rewind_tensorboard,
 )
 from experiments.training import torch_threads
 from lm.data import (
@@ -695,6 +696,7 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
         torch.set_rng_state(saved["rng"])
     rows = _evaluation_rows(run / EVALUATIONS_FILE, step)
     _write_evaluations(run, rows)
+    rewind_tensorboard(run.path, step)  # a resume logs the steps after its checkpoint again
     writer = SummaryWriter(str(run.path))
     batches = segments(train, config.batch_size, config.segment_length, first=step)
     started, losses, first = time.time(), [], step

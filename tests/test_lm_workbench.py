@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.compat.proto.event_pb2 import Event
 
 import train_rl
 from experiments.config import ConfigError
+from experiments.run_dir import CHECKPOINTS, SUMMARY_FILE, read_records
 from lm.data import copy_task, python_corpus, python_sources, segments
 from lm.workbench import bits_per_token, build_lm_config, load_run, train_lm
 
@@ -196,3 +198,18 @@ def test_an_lm_run_has_the_run_cores_guarantees(tmp_path, monkeypatch):
                                           r"-p log_dir=\.\.\. or seed=\.\.\.$"):
         train_lm(config)
     assert {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()} == before
+
+
+def test_a_resume_logs_each_step_to_tensorboard_once(tmp_path):
+    """Steps logged after the checkpoint a resume starts from are dropped before they are logged again (mutation
+    caught: `lm train --resume` left every such step's scalars twice in tensorboard)."""
+    config = copy_config(tmp_path, 4, steps=20, checkpoint_every=10, eval_every=10)
+    train_lm(config)
+    run = config.directory()
+    checkpoints = sorted((run / CHECKPOINTS).iterdir())
+    checkpoints[-1].unlink()  # as if killed after step 20 was logged, before its checkpoint was written
+    (run / SUMMARY_FILE).unlink()
+    train_lm(config, resume=True)
+    logged = [(event.step, value.tag) for path in run.rglob("events.out.tfevents.*") for record in read_records(path)
+              if (event := Event.FromString(record)).HasField("summary") for value in event.summary.value]
+    assert len(logged) == len(set(logged)) and (20, "train/loss") in logged
