@@ -38,7 +38,7 @@ from agents.buffer import (
     MemoryRolloutBuffer,
 )
 from agents.exploration import FINITE, check_action_space, uniform_kl
-from envs.atomic import atomic_path, made_folders
+from envs.atomic import atomic_path, creation_error, made_folders, nearest_existing
 from envs.conformance import Conformant, api_problem
 from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, one_line, short, shown
 from policies.backbone import Aux
@@ -363,8 +363,14 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                               f"without one: {type(self).__name__}.load)")
         if env is not None and not isinstance(env, str | gym.Env | VecEnv):
             raise ConfigError(f"env={short(repr(env))}: expected an env id, a gymnasium env or a VecEnv")
-        if (log := kwargs.get("tensorboard_log")) is not None and not isinstance(log, str | os.PathLike):
-            raise ConfigError(f"tensorboard_log={shown(log)}: expected a folder path, or None for no TensorBoard log")
+        if (log := kwargs.get("tensorboard_log")) is not None:
+            if not isinstance(log, str | os.PathLike):
+                raise ConfigError(f"tensorboard_log={shown(log)}: expected a folder path, or None for no TensorBoard "
+                                  "log")
+            folder = nearest_existing(Path(log).absolute())
+            if (error := creation_error(folder) if folder.is_dir() else NotADirectoryError(20, "Not a directory")):
+                raise ConfigError(f"tensorboard_log={str(log)!r}: cannot write in {str(folder)!r}: [Errno "
+                                  f"{error.errno}] {error.strerror}; expected a folder path, or None")
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
         if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
             from envs import make_env, make_vec_env

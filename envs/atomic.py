@@ -4,7 +4,8 @@ Each file is written to a hidden temporary name in its own directory (`.summary.
 (`fsync`), renamed over its real name (`os.replace`, atomic on POSIX) and the directory is flushed too: a
 process killed at any moment, or a machine that loses power, leaves either the previous version or the new one.
 A write that fails (a full disk, a read-only file system, an immutable file, no permission) removes its temporary
-file and raises `WriteError`, which names the file meant, not its temporary name, with the errno.
+file and raises `WriteError`, which names the file meant, not its temporary name, with the errno. Whether a file
+can be created in a folder at all is asked before any work (`creation_error`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -215,3 +217,26 @@ def _remove_empty(folders: list[Path], leftovers: tuple[str, ...]) -> None:
                 for name in leftovers:
                     (folder / name).unlink(missing_ok=True)
                 folder.rmdir()
+
+
+def creation_error(folder: Path) -> OSError | None:
+    """The error that creating a file in the existing `folder` gives (`None`: one can be created); nothing is left
+    there. A read-only file system, an immutable directory, a missing permission, a folder of the system's (`/proc`)
+    refuse it."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return error
+    return None
+
+
+def nearest_existing(path: Path) -> Path:
+    """`path` or its nearest ancestor that exists (a name too long to look up counts as missing)."""
+    for folder in (path, *path.parents):
+        try:
+            if folder.exists():
+                return folder
+        except OSError:
+            continue
+    return Path(path.anchor or ".")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.atomic import creation_error, nearest_existing
 from envs.rules import ConfigError, Range, Text, short, shown
 
 
@@ -40,18 +40,6 @@ class SavedModel:
 
         if (why := damage(model)) is not None:
             raise ConfigError(f"{key}={shown(value)}: {str(model)!r} does not load: {why}; expected {self.describe()}")
-
-
-def creation_error(folder: Path) -> OSError | None:
-    """The error that creating a file in the existing `folder` gives (`None`: one can be created); nothing is left
-    there. A read-only file system, an immutable directory, a missing permission, a folder of the system's (`/proc`)
-    refuse it."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        return error
-    return None
 
 
 @dataclass(frozen=True)
@@ -146,17 +134,6 @@ def check_name_lengths(key: str, value: str) -> None:
     if len(os.fsencode(str(path))) >= path_max:
         raise ConfigError(f"{key}={shown(value)}: the path is {len(os.fsencode(str(path)))} bytes; expected fewer "
                           f"than {path_max}")
-
-
-def nearest_existing(path: Path) -> Path:
-    """`path` or its nearest ancestor that exists (a name too long to look up counts as missing)."""
-    for folder in (path, *path.parents):
-        try:
-            if folder.exists():
-                return folder
-        except OSError:
-            continue
-    return Path(path.anchor or ".")
 
 
 def _limit(folder: Path, name: str, default: int) -> int:

@@ -21,9 +21,9 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from envs.atomic import WriteError, sync_directory, write_error
+from envs.atomic import WriteError, creation_error, nearest_existing, sync_directory, write_error
 from experiments.config import ConfigError
-from experiments.rules import PathName, check_name_lengths, creation_error, nearest_existing
+from experiments.rules import PathName, check_name_lengths
 from experiments.run_dir import owners_of
 
 

@@ -287,6 +287,17 @@ def test_learn_refuses_arguments_sb3_would_fail_on_or_misread(arguments, message
     assert model.num_timesteps == 0
 
 
+def test_a_tensorboard_log_that_cannot_be_written_is_named_when_the_model_is_built(tmp_path):
+    """A log folder under a file, or where no file can be made, is a `ValueError` naming `tensorboard_log` at once
+    (mutation caught: the model was built, and `learn` raised a bare `NotADirectoryError` or `FileNotFoundError`)."""
+    (tmp_path / "a.txt").write_text("x")
+    for log, where in ((tmp_path / "a.txt" / "tb", tmp_path / "a.txt"), ("/proc/nope/tb", "/proc")):
+        with pytest.raises(ValueError, match=f"^tensorboard_log={re.escape(repr(str(log)))}: cannot write in "
+                                             f"{re.escape(repr(str(where)))}: \\[Errno "):
+            MemoryPPO("MemoryPolicy", "CartPole-v1", tensorboard_log=str(log))
+    MemoryPPO("MemoryPolicy", "CartPole-v1", tensorboard_log=str(tmp_path / "new" / "tb"))  # made when it logs
+
+
 def test_the_constructor_and_predict_name_an_argument_of_the_wrong_kind():
     with pytest.raises(ConfigError, match=r"^env=3: expected an env id, a gymnasium env or a VecEnv"):
         MemoryPPO("MemoryPolicy", 3)

@@ -70,11 +70,11 @@ from typing import Any, TextIO
 import yaml
 
 from agents import NonFiniteError
-from envs.atomic import made_folders, write_atomic
+from envs.atomic import made_folders, nearest_existing, write_atomic
 from envs.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
-from experiments.rules import Directory, FolderName, nearest_existing
+from experiments.rules import Directory, FolderName
 from experiments.run_dir import STUDY_LOCK, RunDirectory, check_owner
 from experiments.run_identity import config_record
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch

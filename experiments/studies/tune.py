@@ -53,7 +53,7 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import NonFiniteError
-from envs.atomic import WriteError, atomic_path, made_folders, write_atomic
+from envs.atomic import WriteError, atomic_path, made_folders, nearest_existing, write_atomic
 from envs.imports import cause
 from envs.registry import VEC_ENVS
 from envs.rules import Range, Rule, Text, shown
@@ -71,7 +71,7 @@ from experiments.config import (
 from experiments.config_files import config_path, shipped_dir
 from experiments.exits import advise_on_signal
 from experiments.hyperparams import applied_line
-from experiments.rules import FolderName, Threads, nearest_existing
+from experiments.rules import FolderName, Threads
 from experiments.run_dir import TUNE_FOLDER, TUNE_RECORD, TUNING, EvalLog, RunDirectory, check_owner
 from experiments.run_identity import config_record
 from experiments.studies.pruning import RunningMedianPruner
