@@ -384,3 +384,25 @@ def test_a_learner_and_backbone_without_a_shipped_space_are_named_with_the_shipp
     assert err[0].startswith("error: --space: no search space is shipped for algo='vmpo' nor backbone='mlp' "
                              "(tune/vmpo, tune/mlp); give --space FILE.yaml, or one of the shipped spaces: ")
     assert "ppo" in err[0].split("shipped spaces: ")[1] and not (tmp_path / "runs").exists()
+
+
+def test_an_interrupted_trial_is_no_failure_and_its_values_run_again(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in a trial (exit 130) neither counts as a failed trial nor loses its values: the rerun trains them
+    first (mutation caught: three interrupted trials stopped the study as three failures in a row, exit 1, and
+    their values were never trained)."""
+    import experiments.studies.tune as tuning
+
+    trained = tuning._run_trial
+
+    def interrupted(trial, settings):
+        settings.space.suggest(trial)  # as a trial does first
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuning, "_run_trial", interrupted)
+    for _ in range(3):
+        assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1") == 130
+    values = load_study(tmp_path).trials[0].params
+    monkeypatch.setattr(tuning, "_run_trial", trained)
+    assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1") == 0
+    complete = [t.params for t in load_study(tmp_path).trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 2 and values in complete

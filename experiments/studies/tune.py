@@ -197,6 +197,16 @@ def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Pat
     return configs
 
 
+INTERRUPTED = "interrupted"
+"""the user attribute of a trial stopped by Ctrl-C or SIGTERM: not a failure, and its values are queued again"""
+
+
+def failures_in_a_row(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial] | None:
+    """The last `MAX_FAILURES` trials that were not interrupted, when every one of them failed; else `None`."""
+    last = [t for t in trials if not t.user_attrs.get(INTERRUPTED)][-MAX_FAILURES:]
+    return last if len(last) == MAX_FAILURES and all(t.state == optuna.trial.TrialState.FAIL for t in last) else None
+
+
 def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
     """Train the trial's runs one after another; the aggregate of their final scores. A trial that fails records
     why, on one line, as its `error`; one whose runs report no success rate for `--metric success` is also `fatal`
@@ -207,6 +217,10 @@ def objective(trial: optuna.Trial, settings: TuneSettings) -> float:
     try:
         return _run_trial(trial, settings)
     except optuna.TrialPruned:
+        raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no failure of the values; the next command tries them again
+        trial.set_user_attr(INTERRUPTED, True)
+        trial.study.enqueue_trial(trial.params, skip_if_exists=False)
         raise
     except MetricError:
         trial.set_user_attr("fatal", True)
@@ -405,11 +419,9 @@ def work_process(settings: TuneSettings, worker: int, faults: Any) -> None:
 
 
 def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """Stop the study once `MAX_FAILURES` trials in a row have failed (a setting that no sampled value
-    can fix, rather than one bad draw), or at once after a `fatal` trial (`objective`)."""
-    last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
-    if trial.user_attrs.get("fatal") or (len(last) == MAX_FAILURES
-                                         and all(t.state == optuna.trial.TrialState.FAIL for t in last)):
+    """Stop the study once `MAX_FAILURES` trials in a row have failed, interrupted ones aside (a setting that no
+    sampled value can fix, rather than one bad draw), or at once after a `fatal` trial (`objective`)."""
+    if trial.user_attrs.get("fatal") or failures_in_a_row(study.get_trials(deepcopy=False)):
         study.stop()
 
 
@@ -750,9 +762,8 @@ def fatal_error(settings: TuneSettings) -> str | None:
 
 def failing(settings: TuneSettings) -> bool:
     """Whether the study stopped on failures (then the last error is printed, on one line)."""
-    study = open_study(settings)
-    last = study.get_trials(deepcopy=False)[-MAX_FAILURES:]
-    if len(last) < MAX_FAILURES or any(t.state != optuna.trial.TrialState.FAIL for t in last):
+    last = failures_in_a_row(open_study(settings).get_trials(deepcopy=False))
+    if last is None:
         return False
     reason = last[-1].user_attrs.get("error", "its worker stopped before it recorded why (it was killed or lost)")
     print(f"error: {MAX_FAILURES} trials in a row failed; the last: {reason}", file=sys.stderr)
