@@ -21,8 +21,9 @@ from test_study import alive
 
 import experiments.studies.study
 import train_rl
+from envs.atomic import WriteError
 from experiments.cli import train as train_cli
-from experiments.studies.launchers import Lost, launch
+from experiments.studies.launchers import LauncherError, Lost, launch
 from experiments.studies.runs import FAILED, FINISHED, RUNNING, Run, write_status
 from experiments.studies.study import RunTask, plan, wait_for_lost_worker
 
@@ -45,6 +46,23 @@ def test_a_lost_local_worker_is_retried_while_the_others_finish():
     losses = [(i, lost.losses, lost.retried) for i, lost in events if isinstance(lost, Lost)]
     assert losses == [(1, 1, True), (2, 1, True), (2, 2, False)]
     assert all("killed by SIGKILL" in lost.reason for _, lost in events if isinstance(lost, Lost))
+
+
+def fill_the_disk(item: int) -> int:
+    """A worker function whose write fails as on a full disk, and one whose code fails."""
+    if item:
+        raise WriteError(28, "No space left on device", f"/runs/{item}/status.json")
+    raise ValueError("a bug")
+
+
+def test_a_full_disk_in_a_worker_is_raised_as_itself_and_a_bug_names_its_item():
+    """A machine fault in a worker reaches the command as the same `WriteError`, so a study prints the line a single
+    run prints (mutation caught: `item 1 raised in its worker: WriteError: cannot write …`)."""
+    with pytest.raises(WriteError) as raised:
+        list(launch(fill_the_disk, [1], "local", workers=1, poll=1, max_retries=0))
+    assert str(raised.value) == "cannot write '/runs/1/status.json': [Errno 28] No space left on device"
+    with pytest.raises(LauncherError, match=r"^item 0 raised in its worker: ValueError: a bug$"):
+        list(launch(fill_the_disk, [0], "local", workers=1, poll=1, max_retries=0))
 
 
 def test_ray_is_imported_only_by_the_ray_launcher():

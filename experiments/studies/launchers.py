@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from experiments.exits import is_fault
+
 LAUNCHERS = ("local", "ray")
 RAY_HINT = "the ray launcher needs Ray: pip install '.[ray]' (or pip install 'ray>=2.40')"
 DEFAULT_MAX_RETRIES = 3
@@ -111,13 +113,13 @@ def _exit_with_parent(parent: int) -> None:
 
 def _serve(connection: Connection, parent: int, fn: Callable[[Any], Any]) -> None:
     """A local worker's loop: receive an item, send back `(True, fn(item))` (or `(False,
-    message)` when `fn` raised); stop on `None`."""
+    message)` when `fn` raised, the error itself for a machine fault); stop on `None`."""
     _exit_with_parent(parent)
     while (item := connection.recv()) is not None:
         try:
             reply = (True, fn(item))
         except Exception as error:  # sent to the driver, which stops the launch
-            reply = (False, f"{type(error).__name__}: {error}")
+            reply = (False, error if is_fault(error) else f"{type(error).__name__}: {error}")
         connection.send(reply)
 
 
@@ -192,6 +194,8 @@ def local_launch(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, p
                 if isinstance(reply, tuple):
                     ok, value = reply
                     if not ok:
+                        if isinstance(value, OSError):  # a full disk: named as in a single run, exit status 1
+                            raise value
                         raise LauncherError(f"item {index} raised in its worker: {value}")
                     yield index, value
                     continue
@@ -231,6 +235,8 @@ def ray_launch(fn: Callable[[Any], Any], items: Sequence[Any], address: str | No
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:  # fn raised: a bug, not a lost worker
+                    if is_fault(cause := getattr(error, "cause", None) or error):  # a full disk, as a single run
+                        raise cause from None
                     raise LauncherError(f"item {index} raised in its Ray worker: {error}") from error
                 except ray.exceptions.RayError as error:  # its worker or node was lost
                     lost = retries.lost(index, f"{type(error).__name__}: {_first_sentences(str(error))}")
