@@ -337,7 +337,10 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
                 apply(config, f"{head}.{sub}", sub_value)
             return
         if rest not in valid:
-            raise ConfigError(f"unknown option {shown(rest)} for {head}; valid options: {', '.join(valid)}")
+            option, _, sub = rest.partition(".")
+            whole = (f": an option is set whole, so a mapping option takes {head}.{option}={{{sub}: {shown(value)}}}"
+                     if sub and option in valid else "")  # a key inside an option
+            raise ConfigError(f"unknown option {shown(rest)} for {head}{whole}; valid options: {', '.join(valid)}")
         config.options.setdefault(head, {})[rest] = coerce(key, value, valid[rest])
         return
     raise ConfigError(f"unknown configuration key {shown(head)}; valid keys: {', '.join(_valid_top_level())}")

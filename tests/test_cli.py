@@ -36,6 +36,9 @@ TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "4", "--eva
     (["-p", "ppo.n_steps=many"], "ppo.n_steps='many': expected an integer"),
     (["-p", "gtrxl.gate=lstm"], "gtrxl.gate='lstm': expected one of residual, input"),
     (["-p", "gtrxl.memory_len=8"], "unknown option 'memory_len' for gtrxl; valid options: d_model"),
+    (["-p", "gtrxl.attention_options.top_k=2"], "unknown option 'attention_options.top_k' for gtrxl: an option is "
+                                                "set whole, so a mapping option takes "
+                                                "gtrxl.attention_options={top_k: 2}; valid options: d_model"),
     (["-p", "colour=blue"], "unknown configuration key 'colour'; valid keys: algo"),
     (["-p", "seed"], "not of the form dotted.key=value"),
     (["-p", "ppo.batch_size=30"], "ppo.batch_size=30: expected a multiple of the training segment, "
