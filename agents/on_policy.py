@@ -26,7 +26,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import json_to_data
 from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
 from stable_baselines3.common.utils import check_for_correct_spaces, obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import Tensor
 
 from agents.advantages import SUSTAINED_ROLLOUTS, normalized, sustained_scale
@@ -308,6 +308,15 @@ def _conformant(env: gym.Env) -> gym.Env:
     return Conformant(env, env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
 
 
+def _check_copies(env: VecEnv) -> None:
+    """Check every reset and step of the copies of a user's `DummyVecEnv` (under any `VecEnvWrapper`) as an env
+    object's are (`_conformant`); copies in other processes are stepped as they are."""
+    while isinstance(env, VecEnvWrapper):
+        env = env.venv
+    if isinstance(env, DummyVecEnv):
+        env.envs = [_conformant(copy) for copy in env.envs]
+
+
 class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     """An SB3 on-policy algorithm whose policy carries an episode memory.
 
@@ -387,6 +396,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if isinstance(env, gym.Env):  # a user's env object: SB3 resets it again before learning
             _check_env_api(env, kwargs.get("seed"))
             env = _conformant(env)
+        elif isinstance(env, VecEnv):
+            _check_copies(env)
         self.precision = precision
         self.batch_size = batch_size
         self.segment_length = segment_length
@@ -510,6 +521,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if isinstance(env, gym.Env):
             _check_env_api(env, None)
             env = _conformant(env)
+        else:
+            _check_copies(env)
         wrapped = self._wrap_env(env, verbose=0)
         if wrapped.num_envs != self.n_envs:
             raise ConfigError(f"env: {wrapped.num_envs} cop{'y' if wrapped.num_envs == 1 else 'ies'}; this model "

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import train_rl
 from agents import VMPO, MemoryPPO
@@ -211,6 +212,21 @@ def test_the_python_api_names_a_break_during_learning(user_module, learner) -> N
 ])
 def test_numpy_scalars_and_zero_or_one_flags_keep_the_api(result) -> None:
     assert step_problem(spaces.Box(-1.0, 1.0, (3,), np.float32), result) is None
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_the_copies_of_a_users_dummy_vec_env_are_checked_at_every_step(user_module, wrapped) -> None:
+    """A `DummyVecEnv` the user builds (under a `VecEnvWrapper` too) has each copy checked as an env object is
+    (mutation caught: a reward array in a copy's fourth step ended in numpy's `setting an array element with a
+    sequence`, naming no env)."""
+    import conformance_envs
+
+    env = DummyVecEnv([conformance_envs.LateArrayReward] * 2)
+    model = MemoryPPO("MemoryPolicy", VecNormalize(env) if wrapped else env, n_steps=16, batch_size=32, seed=0,
+                      policy_kwargs={"backbone": "mlp"})
+    with pytest.raises(EnvBreakError, match=r"^env='LateArrayReward' breaks gymnasium's API at step 3 of an episode: "
+                                            r"step's reward is an array of shape \(2,\)"):
+        model.learn(32)
 
 
 def test_a_conforming_env_has_no_problem(user_module):
