@@ -269,13 +269,16 @@ def declared_render_modes(env_id: str, family: str) -> list[str] | None:
     return None if modes is None else list(modes)
 
 
-def check_kwarg_types(env_id: str, kwargs: dict[str, Any]) -> None:
-    """`ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a bool,
-    an integer for an int, a finite number for a float (a keyword whose default is anything else takes any value
-    but NaN, and no text that reads as NaN or an infinity, as `float()` would)."""
-    defaults = keywords(env_id).named
+def typed_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with a whole number for an int keyword as that int (`4.0` → `4`, as an option is read); `ConfigError`
+    naming a keyword argument whose value is not of its default's type: true or false for a bool, an integer for an
+    int, a finite number for a float (a keyword whose default is anything else takes any value but NaN, and no text
+    that reads as NaN or an infinity, as `float()` would)."""
+    defaults, typed = keywords(env_id).named, dict(kwargs)
     for name, value in kwargs.items():
         default, number = defaults.get(name), isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+        if type(default) is int and number and math.isfinite(value) and float(value).is_integer():
+            value = typed[name] = int(value)
         expected = ("true or false" if isinstance(default, bool) and not isinstance(value, bool | np.bool_) else
                     "an integer" if type(default) is int and not (number and isinstance(value, numbers.Integral)) else
                     "a number" if isinstance(default, float) and not number else
@@ -284,6 +287,7 @@ def check_kwarg_types(env_id: str, kwargs: dict[str, Any]) -> None:
                     "a finite number" if isinstance(value, str) and _non_finite_text(value) else None)
         if expected is not None:
             raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected {expected}")
+    return typed
 
 
 def _non_finite_text(text: str) -> bool:
@@ -305,8 +309,9 @@ def _from_entry_point(spec: str, env_kwargs: dict[str, Any]) -> gym.Env:
 
 
 def _checked_spec(env_id: str, env_wrapper: Any, gym_packages: Sequence[str],
-                  env_kwargs: dict[str, Any]) -> tuple[str, list[WrapperSpec]]:
-    """The family of `env_id` and the parsed `env_wrapper`, after importing `gym_packages`; `ConfigError`
+                  env_kwargs: dict[str, Any]) -> tuple[str, list[WrapperSpec], dict[str, Any]]:
+    """The family of `env_id`, the parsed `env_wrapper` and the `typed_kwargs`, after importing `gym_packages`;
+    `ConfigError`
     naming the argument that is wrong (`EnvKwargsError` for a keyword argument the env does not take); the
     `ImportError` of an optional package the env needs is left as it is (how to install it is its message)."""
     try:
@@ -319,9 +324,9 @@ def _checked_spec(env_id: str, env_wrapper: Any, gym_packages: Sequence[str],
         check_kwargs(env_id, env_kwargs)
     except TypeError as error:
         raise EnvKwargsError(f"env_kwargs: {one_line(error)}") from None
-    check_kwarg_types(env_id, env_kwargs)
+    typed = typed_kwargs(env_id, env_kwargs)
     check_render_mode(env_kwargs.get("render_mode"), declared_render_modes(env_id, family))
-    return family, wrappers
+    return family, wrappers, typed
 
 
 @contextmanager
@@ -343,7 +348,7 @@ def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str
     checks every reset and step against gymnasium's API (`EnvBreakError`); `ConfigError` naming a bad
     argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword; a `render_mode` the env does not list,
     `envs.conformance.check_render_mode`)."""
-    family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
+    family, wrappers, env_kwargs = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
     with _building(env_id, env_kwargs), warnings.catch_warnings():
         warnings.filterwarnings("ignore", "(?s).*render_mode.*not in the possible render_modes")  # refused below
         env = _make_one(env_id, family, env_kwargs)
@@ -413,7 +418,7 @@ def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, *, env_w
     check_seed(seed)
     OneOf(lambda: VEC_ENVS).check("vec_env", vec_env)
     Device().check("device", device)
-    family, wrappers = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
+    family, wrappers, env_kwargs = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
     if vec_env == "torch":
         return _make_torch_vec_env(env_id, n_envs, seed, wrappers, device, env_kwargs)
     from envs.vec_env import BatchedVecEnv, EpisodeMonitor, SeededDummyVecEnv, SeededSubprocVecEnv

@@ -291,13 +291,12 @@ def _parse_number(value: Any) -> int | float | None:
     if isinstance(value, numbers.Real):
         return float(value)
     if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
+        for read in (int, lambda text: int(text, 0), float):  # 17, 0x11 / 0o21 / 0b10001, 1.7e1
             try:
-                return float(value)
+                return read(value)
             except ValueError:
-                return None
+                continue
+        return None
     return None
 
 

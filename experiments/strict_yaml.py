@@ -12,6 +12,7 @@ model configurations, a run's own `config.yaml`, and values given on the command
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -21,6 +22,8 @@ from experiments.rules import beyond_float
 MAX_VALUES = 100_000
 """the most values (scalars, lists and mappings, each alias counted as what it stands for) a document may hold"""
 MERGE_TAG = "tag:yaml.org,2002:merge"
+OCTAL_1_1 = re.compile(r"[-+]?0[0-7]+")
+"""YAML 1.1's octal integers (`017`), which engram reads in base 10 as Python's `int` and YAML 1.2 do"""
 
 
 class StrictYAMLError(yaml.MarkedYAMLError):
@@ -30,9 +33,22 @@ class StrictYAMLError(yaml.MarkedYAMLError):
 class StrictLoader(yaml.SafeLoader):
     """PyYAML's `SafeLoader` whose documents are checked (`check_node`) before they are constructed."""
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        """An integer as Python and the command line read it: `017` is 17, not YAML 1.1's octal 15, and
+        `12:30:00` is that text, not YAML 1.1's base-60 number 45000, so a setting refuses it as no number."""
+        text = node.value.replace("_", "")
+        if ":" in text:
+            return node.value
+        if OCTAL_1_1.fullmatch(text):
+            return int(text)
+        return super().construct_yaml_int(node)
+
     def construct_yaml_float(self, node: yaml.ScalarNode) -> Any:
-        """A float, or the text as written where it is too large for one (`1.0e+999`): a message shows it."""
-        return node.value if beyond_float(node.value) else super().construct_yaml_float(node)
+        """A float; the text as written where it is base 60 (`1:30.5`) or too large for one (`1.0e+999`), for a
+        message to show."""
+        if ":" in node.value or beyond_float(node.value):
+            return node.value
+        return super().construct_yaml_float(node)
 
     def get_single_data(self) -> Any:
         node = self.get_single_node()
@@ -42,6 +58,7 @@ class StrictLoader(yaml.SafeLoader):
         return self.construct_document(node)
 
 
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
 
 

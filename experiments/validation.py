@@ -20,7 +20,6 @@ entry (`experiments.hyperparams.named_source`). `docs/validation.md` lists the r
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from agents.on_policy import check_batch_size
 from envs import env_family, make_env, make_vec_env
 from envs.conformance import api_problem
 from envs.imports import ImportPathError, cause, import_packages
-from envs.registry import check_kwargs, keywords
+from envs.registry import check_kwargs
 from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, shown
 from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, algo_settings, coerce, is_section, plain, reread, section_defaults
@@ -194,18 +193,12 @@ def check_env(config: RunConfig) -> Any:
     except ImportPathError as error:
         raise ConfigError(f"gym_packages={shown(config.gym_packages)}: {error}") from None
     try:
-        accepted = keywords(config.env)
         check_kwargs(config.env, config.env_kwargs)
     except (ValueError, ImportError, gym.error.Error) as error:  # gymnasium's own: a missing optional package
         raise ConfigError(f"env={shown(config.env)}: {one_line(error).replace(repr(config.env), shown(config.env))}"
                           ) from None
     except TypeError as error:
         raise ConfigError(f"env_kwargs: {one_line(error)}") from None
-    for name, value in config.env_kwargs.items():
-        if accepted.named.get(name) is not None:
-            number = coerce(f"env_kwargs.{name}", value, accepted.named[name], schedules=False)
-            if isinstance(number, float) and math.isnan(number):  # an env's own keywords have no range rule here
-                raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected a number, not NaN")
     try:
         probe = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
                          **config.env_kwargs)  # a render mode the env does not list is refused there

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -222,3 +223,42 @@ def test_a_babyai_id_is_known_in_a_fresh_process_and_refused_for_its_mission_unt
     assert "minigrid.wrappers.FlatObsWrapper encodes it" in error and not (tmp_path / "runs").exists()
     env = envs.make_vec_env("BabyAI-GoToRedBall-v0", 1, 0, env_wrapper="minigrid.wrappers.FlatObsWrapper")
     assert env.observation_space.shape is not None and len(env.observation_space.shape) == 1
+
+
+class Sized(gym.Env):
+    """An env whose int keyword `size` must be an int, as `range` needs."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, size: int = 3) -> None:
+        self.cells = range(size)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action: int) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        return 0, 0.0, True, False, {}
+
+
+gym.register("SizedInt-v0", entry_point=Sized, max_episode_steps=5)
+
+
+@pytest.mark.parametrize("value", [4.0, np.float32(4.0), np.int64(4)])
+def test_a_whole_number_for_an_int_keyword_reaches_the_env_as_that_int(value: Any) -> None:
+    env = envs.make_env("SizedInt-v0", size=value)
+    venv = envs.make_vec_env("SizedInt-v0", n_envs=1, size=value)
+    try:
+        assert env.unwrapped.cells == venv.get_attr("cells")[0] == range(4)
+    finally:
+        env.close()
+        venv.close()
+
+
+def test_a_whole_number_for_an_int_keyword_trains_from_the_command_line(tmp_path: Path) -> None:
+    assert train_rl.main(["train", "--env", "TMaze-v0", "--env-kwargs", "length=3.0", *SMALL,
+                          "--log-dir", str(tmp_path)]) == 0
+    assert train_rl.main(["train", "--env", "TMaze-v0", "--env-kwargs", "length=3.5", *SMALL,
+                          "--log-dir", str(tmp_path / "refused")]) == 2
+    assert not (tmp_path / "refused").exists()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from experiments import strict_yaml
-from experiments.config import ConfigError, load_yaml, parse_value
+from experiments.config import ConfigError, build_config, load_yaml, parse_value
 from experiments.studies.runs import Run
 from experiments.studies.study import Grid
 from experiments.studies.tune_space import load_space
@@ -81,3 +81,25 @@ def test_a_runs_own_files_and_command_line_values_are_read_strictly(tmp_path: Pa
     assert "repeats the one at line 1" in Run(tmp_path).problem()
     with pytest.raises(ConfigError, match=r"^'\{n_steps: 1, n_steps: 2\}': key 'n_steps' repeats the one at line 1"):
         parse_value("{n_steps: 1, n_steps: 2}")
+
+
+@pytest.mark.parametrize("text, read", [
+    ("12:30:00", "12:30:00"), ("-1:30", "-1:30"), ("1:30.5", "1:30.5"),  # YAML 1.1's base 60: the text, no number
+    ("017", 17), ("-017", -17), ("00", 0),  # YAML 1.1's octal: base 10, as Python's int and YAML 1.2 read it
+    ("0x10", 16), ("1_000", 1000), ("0.5", 0.5),
+])
+def test_a_number_in_a_file_is_the_number_the_command_line_reads(text, read):
+    assert strict_yaml.load(f"a: {text}") == {"a": read}
+
+
+@pytest.mark.parametrize("text", ["12:30:00", "017", "0o17", "0x10", "4.0", "1e3", "1:30.5"])
+def test_a_setting_in_a_file_and_on_the_command_line_is_one_value_or_one_refusal(text, tmp_path):
+    file = tmp_path / "run.yaml"
+    file.write_text(f"seed: {text}\n")
+    outcomes = []
+    for door in (lambda: build_config(file), lambda: build_config(overrides=[f"seed={text}"])):
+        try:
+            outcomes.append(door().seed)
+        except ConfigError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]
