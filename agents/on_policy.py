@@ -80,6 +80,14 @@ def default_batch_size(default: int, n_steps: int, n_envs: int) -> int:
     return min(default, n_steps * n_envs)
 
 
+def check_aux_coefs(aux_coefs: Mapping[str, float] | None, policy: MemoryActorCriticPolicy, prefix: str = "") -> None:
+    """`ValueError` naming a key of `aux_coefs` that is no auxiliary loss of `policy`'s backbone."""
+    losses = policy.backbone.aux_loss_coefs
+    if unknown := sorted(set(aux_coefs or {}) - set(losses)):
+        raise ValueError(f"{prefix}aux_coefs: {unknown[0]!r} is not an auxiliary loss of backbone "
+                         f"{policy.backbone_name!r}; its losses: {', '.join(losses) or 'none'}")
+
+
 def check_batch_size(batch_size: int, n_steps: int, n_envs: int, prefix: str = "") -> None:
     """Refuse (`ConfigError`) a minibatch larger than the rollout of `n_steps` × `n_envs` steps, which SB3 would
     train on as one minibatch; `prefix` names the learner's options in the message (`ppo.`). The one rule of the
@@ -638,12 +646,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                             f"got {type(self.policy).__name__}")
         # saved with the model: every memory option, so that a later default cannot change how it loads
         self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
-        losses = self.policy.backbone.aux_loss_coefs
+        check_aux_coefs(self.aux_coefs, self.policy)
         if self.aux_coefs is None:
-            self.aux_coefs = dict(losses)
-        elif unknown := sorted(set(self.aux_coefs) - set(losses)):
-            raise ValueError(f"aux_coefs: {unknown[0]!r} is not an auxiliary loss of backbone "
-                             f"{self.policy.backbone_name!r}; its losses: {', '.join(losses) or 'none'}")
+            self.aux_coefs = dict(self.policy.backbone.aux_loss_coefs)
         if self.uniform_kl_coef is None:
             self.uniform_kl_coef = DEFAULT_UNIFORM_KL if isinstance(self.action_space, FINITE) else 0.0
         if self.uniform_kl_coef:

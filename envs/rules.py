@@ -175,19 +175,22 @@ class OneOf:
 
 @dataclass(frozen=True)
 class Text:
-    """A non-empty string (`empty_ok`: the empty string too)."""
+    """A non-empty string (`empty_ok`: the empty string too; `optional`: or `None`, the component's default)."""
 
     empty_ok: bool = False
     note: str = ""
     forbidden: str = ""
     """characters the string may not hold"""
+    optional: bool = False
 
     def describe(self) -> str:
         return (("a string" if self.empty_ok else "a non-empty string")
                 + (f" without {' or '.join(map(repr, self.forbidden))}" if self.forbidden else "")
-                + (f" ({self.note})" if self.note else ""))
+                + (f" ({self.note})" if self.note else "") + (" (or null for the default)" if self.optional else ""))
 
     def check(self, key: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
         if (not isinstance(value, str) or not (value or self.empty_ok)
                 or any(c in value for c in "\0" + self.forbidden)):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")

@@ -205,6 +205,14 @@ def section_defaults(name: str) -> dict[str, Any]:
     return backbones()[name].options()
 
 
+def section_rules(name: str) -> dict[str, Rule]:
+    """The rule of each option of the algorithm or backbone `name`, from its constructor's annotations."""
+    from policies.options import option_rules
+
+    cls = algos()[name] if name in algos() else backbones()[name].cls
+    return option_rules(cls.__init__)
+
+
 def parse_value(text: str) -> Any:
     """A command-line value: a Python literal (`1e-3`, `[64, 64]`, `{'a': 1}`), a YAML
     scalar (`true`, `null`) or flow collection (`{top_k: 8}`), or else the string itself.
@@ -227,9 +235,16 @@ def parse_value(text: str) -> Any:
     return value if isinstance(value, bool | type(None)) or flow_collection else text
 
 
-def coerce(key: str, value: Any, default: Any, schedules: bool = True) -> Any:
-    """Check `value` against the type of `default`; numbers written as strings are converted; a `lin_` schedule
-    only with `schedules` (a learner's options, not an env's keyword arguments)."""
+def coerce(key: str, value: Any, default: Any, schedules: bool = True, rule: Rule | None = None) -> Any:
+    """Check `value` against the type of `default`, or against `rule` where the option's constructor annotates one
+    (`read_number` for a `Range`: an integer option takes `2.0` and `1e3` as the integers they are, whatever its
+    default); numbers written as strings are converted; a `lin_` schedule only with `schedules` (a learner's options,
+    not an env's keyword arguments)."""
+    if value is None and getattr(rule, "optional", False):
+        return None
+    if isinstance(rule, Range):
+        number = read_number(key, value, rule, schedules)
+        return float(number) if isinstance(default, float) and isinstance(number, int) else number
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -267,6 +282,26 @@ def coerce(key: str, value: Any, default: Any, schedules: bool = True) -> Any:
 
 
 _LARGEST_FLOAT = sys.float_info.max
+
+
+def read_number(key: str, value: Any, rule: Range, schedules: bool = True) -> Any:
+    """`value` as the number `rule` takes: text read as a number (an int stays one), a whole number as an int for an
+    integer rule, `lin_<start>[_<end>]` as a schedule; `ConfigError` with the rule's description for
+    anything else. The range itself is the rule's to check (`Range.check`)."""
+    if isinstance(value, str) and value.startswith("lin_") and schedules:  # refused by `Range.check` where no schedule
+        return _linear_schedule(key, value)
+    if callable(value):
+        return value  # a schedule given as a function: `Range.check` calls it
+    if isinstance(value, str) and beyond_float(value):
+        raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
+    number = _parse_number(value)
+    if rule.integer and isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if number is None or (rule.integer and not isinstance(number, int)):
+        raise ConfigError(f"{key}={shown(value)}: expected {rule.describe()}")
+    if not rule.integer and abs(number) > _LARGEST_FLOAT:
+        raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
+    return number
 
 
 def _linear_schedule(key: str, text: str) -> Any:
@@ -318,7 +353,7 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
                 if rest not in POLICY_OPTIONS:
                     raise ConfigError(f"unknown policy option {shown(rest)}; valid options: "
                                       f"{', '.join(POLICY_OPTIONS)}")
-                if POLICY_OPTIONS[rest] is not None:
+                if POLICY_OPTIONS[rest] is not None and value is not None:  # null: the policy's own default
                     value = coerce(key, value, POLICY_OPTIONS[rest])
             _set_nested(getattr(config, head), rest, value)
             return
@@ -340,7 +375,7 @@ def apply(config: RunConfig, key: str, value: Any) -> None:
             whole = (f": an option is set whole, so a mapping option takes {head}.{option}={{{sub}: {shown(value)}}}"
                      if sub and option in valid else "")  # a key inside an option
             raise ConfigError(f"unknown option {shown(rest)} for {head}{whole}; valid options: {', '.join(valid)}")
-        config.options.setdefault(head, {})[rest] = coerce(key, value, valid[rest])
+        config.options.setdefault(head, {})[rest] = coerce(key, value, valid[rest], rule=section_rules(head).get(rest))
         return
     raise ConfigError(f"unknown configuration key {shown(head)}; valid keys: {', '.join(_valid_top_level())}")
 

@@ -59,7 +59,7 @@ def policy_kwargs(config: RunConfig) -> dict[str, Any]:
     options = dict(config.policy)
     if "activation_fn" in options:
         options["activation_fn"] = ACTIVATIONS[options["activation_fn"]]
-    if "features_extractor_class" in options:
+    if options.get("features_extractor_class") is not None:
         options["features_extractor_class"] = _features_extractor(options["features_extractor_class"])
     return {"backbone": config.backbone, "backbone_kwargs": config.backbone_options(), **options}
 

@@ -30,7 +30,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from agents import ALGOS
 from agents.exploration import check_action_space
-from agents.on_policy import check_batch_size
+from agents.on_policy import check_aux_coefs, check_batch_size
 from envs import env_family, make_env, make_vec_env
 from envs.conformance import api_problem
 from envs.imports import ImportPathError, cause, import_packages
@@ -142,12 +142,8 @@ def _check_sections(config: RunConfig) -> None:
 
 
 def _components(section: str, options: dict[str, Any]) -> list[tuple[str, Catalogue, str, dict[str, Any] | None]]:
-    """The attention and position a backbone's `options` choose, each with its options and the key naming them;
-    a position scheme named as the attention means the full window with it (as
-    `policies.attention.layer.make_attention` reads it)."""
+    """The attention and position a backbone's `options` choose, each with its options and the key naming them."""
     attention, position = options["attention"], options.get("position")
-    if attention in POSITIONS and attention not in ATTENTIONS and position is None:
-        return [(f"{section}.attention_options", POSITIONS, attention, options.get("attention_options"))]
     chosen = [(f"{section}.attention_options", ATTENTIONS, attention, options.get("attention_options"))]
     if position is not None:
         chosen.append((f"{section}.position_options", POSITIONS, position, options.get("position_options")))
@@ -161,7 +157,7 @@ def _check_component_options(key: str, catalogue: Catalogue, name: str, options:
             raise ConfigError(f"{key}.{option}: unknown option of {catalogue.kind} {name!r}; valid options: "
                               f"{', '.join(valid) or 'none'}")
         if valid[option] is not None:
-            coerce(f"{key}.{option}", value, valid[option])
+            coerce(f"{key}.{option}", value, valid[option], rule=option_rules(catalogue[name].cls.__init__).get(option))
     check_options(catalogue[name].cls.__init__, options or {}, prefix=f"{key}.")
 
 
@@ -319,6 +315,10 @@ def _validate(config: RunConfig) -> None:
     try:  # make_vec_env has refused an id without a time limit whose episodes need not end
         _check_action_space(config, env.action_space)
         policy = _build_policy_on_meta(config, env)
+        try:
+            check_aux_coefs(config.algo_options().get("aux_coefs"), policy, prefix=f"{config.algo}.")
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if config.init_from:
             check_policy_fits(policy, saved_policy_weights(config.init_from), config.init_from)
         check_fits(config, estimate(config, env.observation_space, env.action_space, policy, env_family(config.env)))

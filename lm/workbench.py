@@ -46,7 +46,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
 from envs.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
-from experiments.cli.parser import Distinct, OneLineParser, program, real
+from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
 from experiments.exits import advise_on_signal
@@ -878,19 +878,19 @@ def make_parser() -> argparse.ArgumentParser:
     train.add_argument("--progress", action="store_true", help="show a progress bar")
     evaluate = commands.add_parser("eval", help="bits per token on the validation split")
     evaluate.add_argument("run", help="run directory")
-    evaluate.add_argument("--memory-length", type=int, nargs="+", action=Distinct, default=[],
+    evaluate.add_argument("--memory-length", type=whole, nargs="+", action=Distinct, default=[],
                           help="evaluate with these memory lengths (default: the training one)")
-    evaluate.add_argument("--segments", type=int, default=None, help="validation segments (default: eval_segments)")
+    evaluate.add_argument("--segments", type=whole, default=None, help="validation segments (default: eval_segments)")
     evaluate.add_argument("--knn-weight", type=real, nargs="+", action=Distinct, default=[],
                           help="kNN-LM: also evaluate the mixture with these weights λ (Khandelwal et al. 2020)")
-    evaluate.add_argument("--knn-k", type=int, default=None,
+    evaluate.add_argument("--knn-k", type=whole, default=None,
                           help=f"kNN-LM and SPALM: neighbours retrieved per token (default: {EVAL_DEFAULTS['knn_k']}; "
                                "needs --knn-weight or --spalm-steps)")
-    evaluate.add_argument("--datastore-segments", type=int, default=None,
+    evaluate.add_argument("--datastore-segments", type=whole, default=None,
                           help="kNN-LM and SPALM: training segments whose (hidden state, next token) pairs fill the "
                                f"datastore (default: {EVAL_DEFAULTS['datastore_segments']}; needs --knn-weight or "
                                "--spalm-steps)")
-    evaluate.add_argument("--spalm-steps", type=int, default=0,
+    evaluate.add_argument("--spalm-steps", type=whole, default=0,
                           help="SPALM: train its retrieval gate for this many training segments after the "
                                "datastore's (LM frozen), then evaluate it (Yogatama et al. 2021; uses --knn-k)")
     evaluate.add_argument("--spalm-lr", type=real, default=0.01, help="SPALM: the gate's Adam learning rate")
@@ -904,7 +904,7 @@ def make_parser() -> argparse.ArgumentParser:
     sample = commands.add_parser("sample", help="continue a prompt (byte-level data)")
     sample.add_argument("run", help="run directory")
     sample.add_argument("--prompt", default="def ", help="text to continue")
-    sample.add_argument("-n", type=int, default=200, help="tokens to generate")
+    sample.add_argument("-n", type=whole, default=200, help="tokens to generate")
     sample.add_argument("--temperature", type=real, default=0.8)
     return parser
 

@@ -331,7 +331,14 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         self.critic_backbone_name = options["critic_backbone"]
         self.critic_backbone_kwargs = options["critic_backbone_kwargs"]
         self.popart, self.popart_beta = popart, popart_beta
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+        try:
+            super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+        except (RuntimeError, MemoryError) as error:
+            if isinstance(error, RuntimeError) and "allocate" not in str(error):
+                raise
+            raise ConfigError(f"policy_kwargs: the policy's parameters do not fit in this machine's memory "
+                             f"({short(one_line(error), 160)}); choose smaller net_arch or backbone_kwargs sizes"
+                             ) from None
 
     @classmethod
     def resolve_kwargs(cls, policy_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -353,6 +360,11 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
             ExtractorMismatchError: naming the observation space and the extractor.
         """
         extractor = self.features_extractor_class
+        try:
+            inspect.signature(extractor).bind(self.observation_space, **self.features_extractor_kwargs)
+        except TypeError as error:
+            raise ConfigError(f"features_extractor_kwargs={self.features_extractor_kwargs!r}: {extractor.__name__} "
+                             f"does not take them ({error})") from None
         try:
             return super().make_features_extractor()
         except Exception as error:

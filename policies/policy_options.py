@@ -37,7 +37,7 @@ class ActorCriticOptions(TypedDict, total=False):
     features_extractor_class: Annotated[
         type[BaseFeaturesExtractor] | None,
         Subclass(BaseFeaturesExtractor, "SB3's BaseFeaturesExtractor", optional=True),
-        Spelled(Text(note="an import path, e.g. stable_baselines3.common.torch_layers.NatureCNN"))]
+        Spelled(Text(note="an import path, e.g. stable_baselines3.common.torch_layers.NatureCNN", optional=True))]
     features_extractor_kwargs: OptionalMapping
     share_features_extractor: Switch
     normalize_images: Switch

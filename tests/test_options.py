@@ -5,6 +5,7 @@ command line, the checks and the docs read from it without any other file changi
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from agents import MemoryPPO
 from envs import make_vec_env
 from envs.rules import ConfigError, Range
 from experiments.cli import listing
-from experiments.config import build_config
+from experiments.config import build_config, section_rules
 from experiments.validation import validate
 from policies import ATTENTIONS, make_backbone
 from policies.options import Relation, checked, is_checked, option_rules, relations
@@ -293,3 +294,56 @@ def test_a_new_attention_member_is_one_module(new_member, tmp_path, capsys, monk
     assert "| `attention_options.hop` | attention " in hooks.option_rules()
     assert set(ATTENTIONS.options("scratch-hops")) == set(option_rules(new_member.__init__)) == {"window", "hop"}
     assert is_checked(new_member.__init__)
+
+
+@pytest.mark.parametrize(("override", "read"), [
+    ("ppo.n_steps=32.0", 32), ("gtrxl.d_head=8.0", 8), ("gtrxl.d_inner=3e1", 30), ("seed=1e3", 1000),
+    ("gtrxl.d_head=null", None), ("policy.share_backbone=null", None), ("policy.features_extractor_class=null", None),
+])
+def test_an_option_reads_a_value_by_its_constructors_rule_whatever_its_default(override, read):
+    """A whole number is the integer an integer option takes, and null the default an optional option takes,
+    whether the option's default is a number or unset."""
+    config = build_config(overrides=[override])
+    key, _, _ = override.partition("=")
+    head, _, option = key.partition(".")
+    value = config.options.get(head, config.policy)[option] if option else config.seed
+    assert value == read and type(value) is type(read)
+
+
+def test_a_schedule_is_read_wherever_the_rule_takes_one():
+    config = build_config(overrides=["ppo.clip_range_vf=lin_0.5"])
+    assert isinstance(config.options["ppo"]["clip_range_vf"], LinearSchedule)
+    validate(config)
+
+
+@pytest.mark.parametrize(("override", "keyword"), [
+    ("ppo.n_steps=32.5", {"n_steps": 32.5}), ("gtrxl.d_head='x'", None), ("ppo.gae_lambda=x", {"gae_lambda": "x"}),
+])
+def test_a_value_no_rule_reads_is_refused_with_the_rules_own_words(override, keyword):
+    with pytest.raises(ConfigError) as refused:
+        build_config(overrides=[override])
+    section, _, option = override.partition("=")[0].partition(".")
+    rule = section_rules(section)[option]
+    assert f": expected {rule.describe()}" in str(refused.value)
+    if keyword is not None:
+        with pytest.raises(ValueError, match=f": expected {re.escape(rule.describe())}"):
+            MemoryPPO("MemoryPolicy", make_vec_env("TMaze-v0", 2, 0, length=3), **keyword)
+
+
+@pytest.mark.parametrize("flag", [["--seed", "1e3"], ["--n-envs", "2.0"], ["--eval-freq", "1e3"]])
+def test_a_count_flag_reads_a_whole_number_as_its_option_does(flag, tmp_path):
+    assert train_rl.main([*SMALL, *flag, "-n", "16", "--log-dir", str(tmp_path)]) == 0
+
+
+def test_a_policy_built_from_options_it_cannot_take_is_a_value_error():
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    with pytest.raises(ValueError, match=r"features_extractor_kwargs=\{'bogus': 1\}: FlattenExtractor does not take"):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"features_extractor_kwargs": {"bogus": 1}})
+    with pytest.raises(ValueError, match="do not fit in this machine's memory"):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "mlp", "net_arch": [2**40]})
+
+
+def test_an_auxiliary_loss_the_backbone_lacks_is_refused_before_anything_is_made(tmp_path, capsys):
+    assert train_rl.main([*SMALL, "-p", "ppo.aux_coefs={a: 1}", "--log-dir", str(tmp_path / "runs")]) == 2
+    assert "ppo.aux_coefs: 'a' is not an auxiliary loss of backbone 'gtrxl'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, real
+from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, real, whole
 
 RECORD_EPISODES, FPS, MAX_FPS = 1, 4.0, 1000.0
 """episodes `--render` and `--record` play, and their frames per second by default and at most (a GIF holds a
@@ -33,27 +33,27 @@ def make_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
                         help="a run directory (its final model.zip) or a saved .zip (best_model.zip, a checkpoint)")
-    parser.add_argument("--episodes", "-n", type=int, help="episodes per policy (default: the run's n_eval_episodes)")
+    parser.add_argument("--episodes", "-n", type=whole, help="episodes per policy (default: the run's n_eval_episodes)")
     policy = parser.add_mutually_exclusive_group()
     for name, text in (("deterministic", "the most probable action (the default; the run's score)"),
                        ("stochastic", "actions sampled from the policy, as in training"),
                        ("both", "the deterministic policy, then the stochastic one")):
         policy.add_argument(f"--{name}", dest="policy", action="store_const", const=name, help=text)
     add_env_options(parser, "score on")
-    parser.add_argument("--seed", type=int, help="seed of the environment copies and of sampled actions, and of "
+    parser.add_argument("--seed", type=whole, help="seed of the environment copies and of sampled actions, and of "
                                                  "the episodes --render and --record play (the i-th: seed + i), at "
                                                  "most 2**32 - K with --record-episodes K (default: the run's "
                                                  "evaluation seed, its seed + 10000)")
-    parser.add_argument("--n-envs", type=int, help="parallel environment copies (default: the run's n_eval_envs)")
+    parser.add_argument("--n-envs", type=whole, help="parallel environment copies (default: the run's n_eval_envs)")
     parser.add_argument("--device", default="auto", help="torch device (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=whole, default=1,
                         help="torch CPU threads, 0: every core (default: %(default)s)")
     parser.add_argument("--render", action="store_true",
                         help="show episodes as they are played: in the env's window (render mode human) where a "
                              "display is, else as its text (ansi; engram's tasks)")
     parser.add_argument("--record", metavar="FILE", help="record episodes to a video, FILE.gif or FILE.mp4: a new "
                                                          "file (an existing one is refused, never overwritten)")
-    parser.add_argument("--record-episodes", type=int,
+    parser.add_argument("--record-episodes", type=whole,
                         help=f"episodes shown or recorded by --render and --record (default: {RECORD_EPISODES})")
     parser.add_argument("--fps", type=real, help=f"frames per second of --render and --record, at most {MAX_FPS:g} "
                                                  f"(default: {FPS:g})")

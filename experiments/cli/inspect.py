@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program
+from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, whole
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -36,16 +36,16 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("path", metavar="RUN_DIR_OR_MODEL",
                         help="a run directory (its final model.zip) or a saved .zip (with --env when no run's "
                              "config.yaml is beside it)")
-    parser.add_argument("--episodes", "-n", type=int, default=4, help="episodes to play (default: %(default)s)")
+    parser.add_argument("--episodes", "-n", type=whole, default=4, help="episodes to play (default: %(default)s)")
     parser.add_argument("--out", "-o", help="a new or empty directory to write to (default: RUN_DIR/inspect, or "
                                             "inspect-2, inspect-3, ... when an earlier inspect holds it)")
-    parser.add_argument("--seed", type=int, help="seed of the first episode, the next ones counting up, at most "
+    parser.add_argument("--seed", type=whole, help="seed of the first episode, the next ones counting up, at most "
                                                  "2**32 - N with --episodes N (default: the run's evaluation seed, "
                                                  "its seed + 10000)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the most probable")
-    parser.add_argument("--max-steps", type=int, default=500,
+    parser.add_argument("--max-steps", type=whole, default=500,
                         help="steps an episode is cut at (the saliency map grows as its square; default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=whole, default=1,
                         help="torch CPU threads, 0: every core (default: %(default)s)")
     add_env_options(parser, "play on")
     return parser

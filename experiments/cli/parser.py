@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,22 @@ def plain_text(text: str) -> str:
     """Docstring markup as terminal text: `x` → x, `B` → B, `a.f` → a.f, a closing `::` → `:`."""
     text = RST_ROLE.sub(lambda m: m.group(2).split(".")[-1] if m.group(1) else m.group(2), text)
     return re.sub(r"(?<=\S)::$", ":", text.replace("``", ""), flags=re.MULTILINE)
+
+
+def whole(text: str) -> int:
+    """The `type` of a count flag: the integer `text` writes, also as a whole float (`1e3`, `2.0`), as `-p` and a
+    configuration file read it; refused with the text as typed otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not number.is_integer():
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
+    return int(number)
 
 
 def real(text: str) -> float:

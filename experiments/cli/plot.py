@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from experiments.cli.parser import Distinct, OneLineParser, program
+from experiments.cli.parser import Distinct, OneLineParser, program, whole
 from experiments.config import DEFAULT_REPS, ConfigError
 from experiments.studies.runs import Run, counted, find_runs, readable, task_label
 
@@ -43,9 +43,9 @@ def make_parser() -> argparse.ArgumentParser:
                              f"(default: those of {', '.join(DEFAULT_GROUPING)} that differ between the runs)")
     parser.add_argument("--stochastic", action="store_true", help="plot the stochastic policy's evaluations")
     parser.add_argument("--title", help="figure title (default: the runs' task when they share one)")
-    parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
+    parser.add_argument("--reps", type=whole, default=DEFAULT_REPS,
                         help="bootstrap resamples of the band (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
+    parser.add_argument("--seed", type=whole, default=0, help="seed of the bootstrap (default: %(default)s)")
     return parser
 
 

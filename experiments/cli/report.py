@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.cli.parser import Distinct, OneLineParser, program, real
+from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import DEFAULT_REPS
 
 
@@ -19,11 +19,11 @@ def make_parser() -> argparse.ArgumentParser:
         "report.md there that the report did not write, "
         "or a figure that its earlier report there does not show, is refused and never replaced, and so is a DIR "
         "at or inside a run directory, or inside a study or tune study directory other than the one reported"))
-    parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
+    parser.add_argument("--reps", type=whole, default=DEFAULT_REPS,
                         help="bootstrap resamples (default: %(default)s)")
     parser.add_argument("--solve-threshold", type=real,
                         help="score that counts as solving a task (default: the runs' success_threshold)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
+    parser.add_argument("--seed", type=whole, default=0, help="seed of the bootstrap (default: %(default)s)")
     parser.add_argument("--env", nargs="+", action=Distinct, metavar="PATTERN", help=(
         "report only the runs of these env ids (shell patterns, e.g. 'popgym-*'); needs --out"))
     return parser

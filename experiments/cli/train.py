@@ -28,7 +28,7 @@ import shlex
 import sys
 from typing import Any
 
-from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real
+from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real, whole
 from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
@@ -64,19 +64,19 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--gym-packages": ("gym_packages", {"nargs": "+", "action": Distinct, "metavar": "MODULE"}),
     "--env-wrapper": ("env_wrapper", {"nargs": "+", "action": Distinct, "type": literal, "metavar": "WRAPPER"}),
     "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc,torch}"}),
-    "--seed": ("seed", {"type": int, "nargs": "+", "action": Distinct}),
+    "--seed": ("seed", {"type": whole, "nargs": "+", "action": Distinct}),
     "--total-timesteps": ("total_timesteps", {"type": real}),
-    "--n-envs": ("n_envs", {"type": int}),
+    "--n-envs": ("n_envs", {"type": whole}),
     "--device": ("device", {}),
-    "--threads": ("threads", {"type": int}),
+    "--threads": ("threads", {"type": whole}),
     "--precision": ("precision", {"type": RegistryKey("agents", "PRECISIONS"), "metavar": "PRECISION"}),
     "--log-dir": ("log_dir", {}),
-    "--eval-freq": ("eval_freq", {"type": int}),
-    "--n-eval-episodes": ("n_eval_episodes", {"type": int}),
-    "--checkpoint-freq": ("checkpoint_freq", {"type": int}),
-    "--stop-when-solved": ("stop_when_solved", {"type": int}),
+    "--eval-freq": ("eval_freq", {"type": whole}),
+    "--n-eval-episodes": ("n_eval_episodes", {"type": whole}),
+    "--checkpoint-freq": ("checkpoint_freq", {"type": whole}),
+    "--stop-when-solved": ("stop_when_solved", {"type": whole}),
     "--solved-lr-factor": ("solved_lr_factor", {"type": real}),
-    "--solved-lr-streak": ("solved_lr_streak", {"type": int}),
+    "--solved-lr-streak": ("solved_lr_streak", {"type": whole}),
     "--hyperparams": ("hyperparams", {"metavar": "FILE|none"}),
 }
 LISTED = {"algo": "learners", "backbone": "backbones", "env": "envs", "hyperparams": "hyperparams"}
@@ -106,21 +106,21 @@ def make_parser(study_file: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--progress", "-P", action="store_true",
                         help="show a progress bar also when the output is not a terminal (on a terminal it shows "
                              "by default; not in CI, logs or studies)")
-    parser.add_argument("--verbose", "-v", type=int, default=0, help="SB3 verbosity (0, 1, 2)")
+    parser.add_argument("--verbose", "-v", type=whole, default=0, help="SB3 verbosity (0, 1, 2)")
     study = parser.add_argument_group("seed studies (several backbones or seeds, --study, or a study file)")
     study.add_argument("--study", help="study name: runs go to {log_dir}/{study}/ (default: {env}__{algo}, or "
                                        "the study file's name)")
-    study.add_argument("--workers", type=int, help="parallel runs of the local launcher, one torch thread each "
+    study.add_argument("--workers", type=whole, help="parallel runs of the local launcher, one torch thread each "
                                                    "(default: one per run, at most one per CPU core)")
     study.add_argument("--launcher", choices=LAUNCHERS, default="local",
                        help="local: a process pool on this machine; ray: Ray tasks (pip install '.[ray]')")
     study.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local Ray)")
     study.add_argument("--retry-failed", action="store_true", help="rerun runs that diverged or failed")
-    study.add_argument("--max-retries", type=int, default=DEFAULT_MAX_RETRIES,
+    study.add_argument("--max-retries", type=whole, default=DEFAULT_MAX_RETRIES,
                        help="times a run whose worker or node is lost is retried from its last checkpoint, "
                             "0 or more (default: %(default)s)")
     study.add_argument("--no-report", dest="report", action="store_false", help="skip the report at the end")
-    study.add_argument("--reps", type=int, default=DEFAULT_REPS,
+    study.add_argument("--reps", type=whole, default=DEFAULT_REPS,
                        help=f"bootstrap resamples of the report (default: {DEFAULT_REPS})")
     parser.set_defaults(study_actions=[action for action in study._group_actions if action.dest != "study"])
     return parser

@@ -57,7 +57,7 @@ from envs.atomic import WriteError, atomic_path, made_folders, nearest_existing,
 from envs.imports import cause
 from envs.registry import VEC_ENVS
 from envs.rules import Range, Rule, Text, shown
-from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real
+from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real, whole
 from experiments.config import (
     SEED_LIMIT,
     ConfigError,
@@ -537,9 +537,9 @@ def make_parser() -> argparse.ArgumentParser:
                       help="modules to import first, as for training")
     base.add_argument("--vec-env", choices=VEC_ENVS, help="dummy, subproc or torch, as for training")
     base.add_argument("--total-timesteps", "-n", type=real, help="env steps per run of a trial")
-    base.add_argument("--eval-freq", type=int, help="evaluate (and report to the pruner) every this many steps")
-    base.add_argument("--n-eval-episodes", type=int, help="episodes per evaluation")
-    base.add_argument("--threads", type=int, default=1, help="torch threads per worker (default: %(default)s)")
+    base.add_argument("--eval-freq", type=whole, help="evaluate (and report to the pruner) every this many steps")
+    base.add_argument("--n-eval-episodes", type=whole, help="episodes per evaluation")
+    base.add_argument("--threads", type=whole, default=1, help="torch threads per worker (default: %(default)s)")
     base.add_argument("--log-dir", help="the study goes to {log_dir}/tune/{name}/ (default: the config's, runs)")
     base.add_argument("--hyperparams", metavar="FILE|none",
                       help="the hyper-parameter entry the base configuration starts from, as for training (default: "
@@ -558,17 +558,17 @@ def make_parser() -> argparse.ArgumentParser:
                            "lin_1e-3); repeat the flag for several")
     tune.add_argument("--suite", help="a study file, or the name of a shipped one, whose tasks all enter the "
                                       "objective (its seeds are not used)")
-    tune.add_argument("--trials", type=int, default=20, help="trials in the study, finished or pruned (default: "
+    tune.add_argument("--trials", type=whole, default=20, help="trials in the study, finished or pruned (default: "
                                                              "%(default)s); rerun with more to extend it")
-    tune.add_argument("--tune-seeds", type=int, default=2, help="seeds per task in each trial (default: %(default)s)")
-    tune.add_argument("--workers", type=int, default=1, help="processes sharing the study (default: %(default)s)")
+    tune.add_argument("--tune-seeds", type=whole, default=2, help="seeds per task in each trial (default: %(default)s)")
+    tune.add_argument("--workers", type=whole, default=1, help="processes sharing the study (default: %(default)s)")
     tune.add_argument("--metric", choices=METRICS, default="auto",
                       help="run score: auto (success rate where reported, else mean return), success or return")
     tune.add_argument("--aggregate", choices=list(AGGREGATES), default="mean", help="over runs (default: mean)")
     tune.add_argument("--pruner", choices=PRUNERS, default="median")
-    tune.add_argument("--startup-trials", type=int, default=5, help="random trials before TPE, and before pruning")
+    tune.add_argument("--startup-trials", type=whole, default=5, help="random trials before TPE, and before pruning")
     tune.add_argument("--timeout", type=real, help="stop starting trials after this many seconds")
-    tune.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: %(default)s)")
+    tune.add_argument("--seed", type=whole, default=0, help="seed of the sampler (default: %(default)s)")
     return parser
 
 
