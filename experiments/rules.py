@@ -54,17 +54,12 @@ class Directory:
         Text().check(key, value)
         check_name_lengths(key, value)
         path = Path(value)
-        if path.parts and path.parts[0].startswith("~"):  # no shell expands it here: a folder named '~' would be made
-            raise ConfigError(f"{key}={shown(value)}: '~' is not expanded here; expected {self.describe()} written "
-                              f"out, such as {os.path.expanduser(value)!r}")
+        if (problem := unwritten_name(path)) is not None:
+            raise ConfigError(f"{key}={shown(value)}: {problem}; expected {self.describe()} written out")
         folder = nearest_existing(path)  # it must be a directory
         if not folder.is_dir():
             where = "is a file" if folder == path else f"{str(folder)!r} on its way is a file"
             raise ConfigError(f"{key}={shown(value)}: {where}; expected {self.describe()}")
-        for name in path.absolute().relative_to(folder.absolute()).parts:  # the folders it would make
-            if name != name.strip():
-                raise ConfigError(f"{key}={shown(value)}: the folder {name!r} it would make begins or ends with white "
-                                  f"space; expected {self.describe()} whose new names do not")
 
     def check_writable(self, key: str, value: Any) -> None:
         """`check`, then refuse a path in whose nearest existing folder no file can be created now
@@ -76,6 +71,20 @@ class Directory:
         if (error := creation_error(folder)) is not None:
             raise ConfigError(f"{key}={shown(value)}: cannot write in {str(folder)!r}: [Errno {error.errno}] "
                               f"{error.strerror}; expected {self.describe()} where files can be written")
+
+
+def unwritten_name(path: Path) -> str | None:
+    """Why a command would not make `path` as the user meant it, or `None`: a leading '~' that no shell expanded
+    here (a folder named '~' would be made), or a folder or file it would make whose name begins or ends with white
+    space (a stray space of a copy-paste)."""
+    if path.parts and path.parts[0].startswith("~"):
+        return (f"'~' is not expanded here (a folder named {path.parts[0]!r} would be made; write "
+                f"{os.path.expanduser(str(path))!r})")
+    folder = nearest_existing(path)
+    for name in path.absolute().relative_to(folder.absolute()).parts:  # the names it would make
+        if name != name.strip():
+            return f"the name {name!r} it would make begins or ends with white space"
+    return None
 
 
 @dataclass(frozen=True)

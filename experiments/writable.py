@@ -23,17 +23,20 @@ from pathlib import Path
 
 from envs.atomic import WriteError, creation_error, nearest_existing, sync_directory, write_error
 from experiments.config import ConfigError
-from experiments.rules import PathName, check_name_lengths
+from experiments.rules import PathName, check_name_lengths, unwritten_name
 from experiments.run_dir import owners_of
 
 
 def check_output(flag: str, path: str | Path, directory: bool = False) -> None:
     """Refuse (`ConfigError`, one line naming `flag`, the path and the errno or the owner) an output `path` that
-    cannot be written: the empty path (`PathName`), a path at or inside a run directory (whose files it would mix
+    cannot be written: the empty path (`PathName`), a name it would make that is not as meant (`unwritten_name`: an
+    unexpanded '~', white space around a name), a path at or inside a run directory (whose files it would mix
     with), a file asked for where a directory is (or, with `directory`, a directory asked for where a file is), a
     folder on the way that is a file, or a folder in which no file can be created now."""
     PathName().check(flag, path)
     check_name_lengths(flag, str(path))
+    if (problem := unwritten_name(Path(path))) is not None:
+        raise ConfigError(f"{flag} {str(path)!r}: {problem}; expected a path written out")
     for owner, kind, marker in owners_of(os.path.realpath(path)):
         if kind == "run directory":
             raise ConfigError(f"{flag} {str(path)!r}: would be inside the run directory {str(owner)!r} ({marker}), "

@@ -79,7 +79,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*TINY, "--log-dir", "OUT/" + "a" * 300], "the name 'aaaaaaaaaaaaaaaaaaaaaaa…' is 300 bytes; expected names of at "
                                               "most 255 bytes"),
     ([*TINY, "--log-dir", "OUT" + "/abcdefgh" * 500], "the path is "),
-    ([*TINY, "--log-dir", "OUT/ /x"], "the folder ' ' it would make begins or ends with white space"),
+    ([*TINY, "--log-dir", "OUT/ /x"], "the name ' ' it would make begins or ends with white space"),
     ([*TINY, "--seed", "0", "1", "--study", "b" * 300], "at most 255 bytes) (the study directory under --log-dir)"),
     (["plot", "RUN", "--out", "OUT/" + "c" * 300 + ".png"], "--out='OUT/cccc"),
     (["evaluate", "RUN", "--record", "OUT/" + "d" * 300 + ".gif"], "expected names of at most 255 bytes"),

@@ -294,3 +294,17 @@ def test_a_study_whose_folder_holds_the_users_report_md_is_refused_before_any_ru
     assert "--no-report" in err[0] and sorted(path.name for path in folder.iterdir()) == ["report.md"]
     assert train_rl.main([*argv, "--no-report"]) == 0
     assert (folder / "report.md").read_text() == "# my notes\n"
+
+
+@pytest.mark.parametrize("name", ["~/out", "new /out", " new/out"])
+def test_every_output_path_refuses_a_name_not_as_meant_before_any_work(name, runs, tmp_path, capsys, monkeypatch):
+    """An unexpanded '~' or a folder name with white space around it is refused by every command's output path, as
+    `--log-dir` refuses it, and nothing is made (mutation caught: `plot`, `report`, `inspect` and `evaluate` made
+    a folder named '~')."""
+    monkeypatch.chdir(tmp_path)
+    run = runs / "TMaze-v0__ppo-gtrxl__0"
+    for argv, flag, leaf in ((["plot", str(runs)], "--out", "c.png"), (["report", str(runs)], "--out", ""),
+                             (["evaluate", str(run)], "--record", "v.gif"), (["inspect", str(run)], "--out", "")):
+        path = f"{name}/{leaf}".rstrip("/")
+        refused([*argv, flag, path], capsys, f"{flag} {path!r}: ")
+    assert sorted(tmp_path.iterdir()) == [runs]
