@@ -182,8 +182,8 @@ def _time_limit(env: gym.Env, max_episode_steps: int | None) -> gym.Env:
 
 def make_minigrid(env_id: str, obs: str = "symbolic", agent_view_size: int = 7, tile_size: int | None = None,
                   max_episode_steps: int | None = None, actions: str = "all",
-                  render_mode: str | None = None) -> gym.Env:
-    """A MiniGrid env for SB3.
+                  render_mode: str | None = None, **env_kwargs: Any) -> gym.Env:
+    """A MiniGrid env for SB3; `env_kwargs` go to the MiniGrid class (e.g. `max_steps`, `size`, `agent_start_pos`).
 
     `obs="symbolic"` (default): `SymbolicView`, `agent_view_size**2 * 20` float32.
     `obs="rgb"`: the egocentric RGB image (`RGBImgPartialObsWrapper` + `ImgObsWrapper`),
@@ -205,7 +205,8 @@ def make_minigrid(env_id: str, obs: str = "symbolic", agent_view_size: int = 7, 
     if actions not in MINIGRID_ACTION_SETS:
         raise ValueError(f"actions must be one of {tuple(MINIGRID_ACTION_SETS)}, got {actions!r}")
     tile_size = 84 // agent_view_size if tile_size is None else tile_size
-    env = gym.make(env_id, agent_view_size=agent_view_size, tile_size=tile_size, render_mode=render_mode)
+    env = gym.make(env_id, agent_view_size=agent_view_size, tile_size=tile_size, render_mode=render_mode,
+                   **env_kwargs)
     env = ImgObsWrapper(RGBImgPartialObsWrapper(env, tile_size=tile_size)) if obs == "rgb" else SymbolicView(env)
     if actions != "all":
         env = ActionSubset(env, MINIGRID_ACTION_SETS[actions])

@@ -178,6 +178,10 @@ def _registered_id(env_id: str) -> str:
     return env_id
 
 
+MINIGRID_SET_BY_TASK = ("mission_space", "grid_size", "width", "height", "render_mode")
+"""`MiniGridEnv` keywords a MiniGrid task sets itself (from its `size`), or the adapter does, not the user"""
+
+
 class Keywords(NamedTuple):
     """The keyword arguments a callable takes: named ones with their defaults (`None` where the signature gives
     none), and whether it also takes any other name (`**kwargs`, checked only when it is called)."""
@@ -212,19 +216,24 @@ def keywords(env_id: str) -> Keywords:
     family = env_family(env_id)
     if family == "engram":
         return Keywords({**_keywords(ENV_IDS[env_id], skip=("n_copies",)).named, "render_mode": None})
-    if family == "minigrid":
-        return _keywords(make_minigrid, skip=("env_id",))
     if family == "entry_point":
         own = _keywords(_entry_point(env_id))
         return Keywords({**own.named, TIME_LIMIT: own.named.get(TIME_LIMIT)}, own.open)
     if family == "memory_gym":
         import_memory_gym(env_id)
+    if family == "minigrid":
+        import minigrid  # noqa: F401  (registers the MiniGrid-* and BabyAI-* ids)
     spec = gym.spec(_registered_id(env_id))
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     own = _keywords(creator, skip=("render_mode",))
-    factory = {"memory_gym": make_memory_gym, "popgym": make_popgym}.get(family)
+    factory = {"memory_gym": make_memory_gym, "popgym": make_popgym, "minigrid": make_minigrid}.get(family)
     forwarded = ({TIME_LIMIT: spec.max_episode_steps, "render_mode": None} if factory is None
                  else _keywords(factory, skip=("env_id",)).named)
+    if family == "minigrid" and own.open:  # a MiniGrid task hands its **kwargs to MiniGridEnv, whose names are known
+        from minigrid.minigrid_env import MiniGridEnv
+
+        base = _keywords(MiniGridEnv, skip=MINIGRID_SET_BY_TASK).named
+        own = Keywords({**{name: value for name, value in base.items() if name not in forwarded}, **own.named})
     return Keywords({**forwarded, **own.named, **spec.kwargs}, own.open)
 
 

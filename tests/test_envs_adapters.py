@@ -235,3 +235,11 @@ def test_a_minigrid_wrapper_on_an_adapted_id_names_the_entry_point_to_use():
     with pytest.raises(EnvWrapperError, match=r"fails on MiniGrid-Empty-5x5-v0 .*engram's MiniGrid adapter encodes "
                                               r"the observation .*--env minigrid.envs:EmptyEnv$"):
         make_env("MiniGrid-Empty-5x5-v0", env_wrapper="minigrid.wrappers.ImgObsWrapper")
+
+
+def test_a_minigrid_tasks_own_keywords_reach_it_and_a_misspelt_one_is_named() -> None:
+    env = envs.make_env("MiniGrid-Empty-5x5-v0", max_steps=20, agent_start_pos=(2, 2), highlight=False)
+    assert (env.unwrapped.max_steps, env.unwrapped.agent_start_pos, env.unwrapped.highlight) == (20, (2, 2), False)
+    env.close()
+    with pytest.raises(TypeError, match="'max_step' \\(did you mean 'max_steps'\\?\\)"):
+        envs.make_env("MiniGrid-MemoryS9-v0", max_step=20)
