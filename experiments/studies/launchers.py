@@ -12,11 +12,15 @@ checkpoint. Only the lost item is retried: the other workers go on. An item lost
   `workers` at a time, each serving one item after another. A worker that dies is replaced by
   a new one. Each worker watches its parent and exits as soon as it is gone, so killing the
   study, even with SIGKILL, leaves no orphan training on. When the caller stops early (an
-  exception, Ctrl-C), the workers are terminated.
+  exception, Ctrl-C), the workers are terminated. A worker interrupted by Ctrl-C (a terminal sends
+  it to the whole process group) lets the interrupt unwind its run as in a single run, then exits
+  with status 130 without a traceback; a Ctrl-C while it starts up waits until it can do so.
 - `ray`: Ray tasks (`num_cpus=1`) on an existing cluster (`address`) or on a local instance
-  started by `ray.init()`. Ray is imported only here, only when asked for. A task whose worker
-  or node dies fails with a system error (not the task's own exception), and is resubmitted;
-  Ray schedules it on any live node with a free CPU.
+  started by `ray.init()`. Ray is imported only here, only when asked for. `connect` checks that
+  the launcher can start (Ray is installed and the cluster answers, within about 25 s), so that a
+  caller can check it before creating anything; `launch` connects too when that was not done. A
+  task whose worker or node dies fails with a system error (not the task's own exception), and is
+  resubmitted; Ray schedules it on any live node with a free CPU.
 
 `fn` must be importable by name in the workers (a module-level function of an installed
 package) and return a picklable value; it should catch its own errors (an exception it raises
@@ -47,6 +51,15 @@ RAY_HINT = "the ray launcher needs Ray: pip install '.[ray]' (or pip install 'ra
 DEFAULT_MAX_RETRIES = 3
 PARENT_POLL_SECONDS = 1.0
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""the exit status of a local worker interrupted by Ctrl-C"""
+RAY_CONNECT_SETTINGS = {
+    "RAY_gcs_rpc_server_connect_timeout_s": "3",
+    "RAY_py_gcs_connect_timeout_s": "5",
+    "RAY_gcs_server_port_wait_time_s": "2",
+}
+"""Ray's settings (unless the environment sets them) that bound connecting to a cluster address that nobody
+answers: two tries of about 12 s each, then `ray.init` raises (else it retries for many minutes)"""
 
 
 @dataclass(frozen=True)
@@ -113,14 +126,30 @@ def _exit_with_parent(parent: int) -> None:
 
 def _serve(connection: Connection, parent: int, fn: Callable[[Any], Any]) -> None:
     """A local worker's loop: receive an item, send back `(True, fn(item))` (or `(False,
-    message)` when `fn` raised, the error itself for a machine fault); stop on `None`."""
-    _exit_with_parent(parent)
-    while (item := connection.recv()) is not None:
-        try:
-            reply = (True, fn(item))
-        except Exception as error:  # sent to the driver, which stops the launch
-            reply = (False, error if is_fault(error) else f"{type(error).__name__}: {error}")
-        connection.send(reply)
+    message)` when `fn` raised, the error itself for a machine fault); stop on `None`.
+
+    The worker starts with SIGINT blocked (`_Worker`) and unblocks it here, so a Ctrl-C received while
+    it started raises now. A Ctrl-C unwinds `fn` (its run ends as an interrupted single run does), then
+    the worker exits with `EXIT_INTERRUPTED`, quietly: the driver, interrupted too, reports it."""
+    try:
+        _block_sigint(False)
+        _exit_with_parent(parent)
+        while (item := connection.recv()) is not None:
+            try:
+                reply = (True, fn(item))
+            except Exception as error:  # sent to the driver, which stops the launch
+                reply = (False, error if is_fault(error) else f"{type(error).__name__}: {error}")
+            connection.send(reply)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not interrupt the exit
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _block_sigint(block: bool) -> None:
+    """Block (or unblock) SIGINT in this thread: a blocked signal waits, it is not lost, and a process
+    started meanwhile starts with it blocked (on platforms with signal masks)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK if block else signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class _Worker:
@@ -129,7 +158,16 @@ class _Worker:
     def __init__(self, context: Any, fn: Callable[[Any], Any]) -> None:
         self.connection, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, os.getpid(), fn))  # not daemonic: a run may fork
-        self.process.start()
+        _block_sigint(True)  # the worker starts with SIGINT blocked, until `_serve` handles it
+        try:
+            self.process.start()
+        finally:
+            try:
+                _block_sigint(False)  # a Ctrl-C received meanwhile raises here
+            except KeyboardInterrupt:
+                if self.process.pid is not None:  # started, but the caller holds no handle on it to stop it
+                    self.process.terminate()
+                raise
         child.close()
         self.index: int | None = None
         """the item it runs (``None``: idle)"""
@@ -216,13 +254,48 @@ def _first_sentences(text: str, count: int = 2) -> str:
     return ". ".join(text.strip().splitlines()[0].split(". ")[:count]).rstrip(".")
 
 
+@contextlib.contextmanager
+def _ray_connect_settings(apply: bool) -> Iterator[None]:
+    """While the block runs (if `apply`), the `RAY_CONNECT_SETTINGS` that the environment does not set are set
+    there; they are removed after it, so that the processes of a Ray started later have Ray's defaults."""
+    added = [name for name in RAY_CONNECT_SETTINGS if apply and name not in os.environ]
+    os.environ.update({name: RAY_CONNECT_SETTINGS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def connect(launcher: str, address: str | None = None) -> None:
+    """Check that `launcher` can start, so that a caller can do it before creating anything: for `ray`,
+    that Ray is installed, then connect to the cluster at `address` (else start a local Ray). Raises
+    `LauncherError`, one line naming `--ray-address` and the cause, when it cannot."""
+    if launcher not in LAUNCHERS:
+        raise LauncherError(f"unknown launcher {launcher!r}; valid launchers: {', '.join(LAUNCHERS)}")
+    if launcher != "ray":
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise LauncherError(RAY_HINT)
+    with _ray_connect_settings(address is not None):  # Ray reads most of them when it is first imported
+        import ray
+
+        if ray.is_initialized():
+            return
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except Exception as error:  # ConnectionError, RuntimeError, or ValueError for a malformed address
+            what = f"connect to the Ray cluster at --ray-address {address}" if address else "start a local Ray"
+            raise LauncherError(f"cannot {what}: {_first_sentences(str(error), 1)}") from None
+
+
 def ray_launch(fn: Callable[[Any], Any], items: Sequence[Any], address: str | None, poll: float,
                retries: Retries) -> Iterator[Result]:
-    """Run `fn` over `items` as Ray tasks of one CPU each (on `address`, else a local Ray);
-    a task lost with its worker or node is submitted again."""
+    """Run `fn` over `items` as Ray tasks of one CPU each (on `address`, else a local Ray; connected to
+    first unless `connect` did it); a task lost with its worker or node is submitted again."""
     import ray
 
-    ray.init(address=address, ignore_reinit_error=True, log_to_driver=True)
+    connect("ray", address)
     remote = ray.remote(num_cpus=1, max_retries=0)(fn)
     refs = {remote.remote(item): i for i, item in enumerate(items)}
     try:
@@ -257,10 +330,7 @@ def launch(fn: Callable[[Any], Any], items: Sequence[Any], launcher: str = "loca
     """Dispatch to `local_launch` or `ray_launch`; a lost item runs again (`renew(item)`)
     up to `max_retries` times."""
     retries = Retries(items, max_retries, renew)
-    if launcher == "local":
-        return local_launch(fn, items, workers or default_workers(len(items)), poll, retries)
+    connect(launcher, address)
     if launcher == "ray":
-        if importlib.util.find_spec("ray") is None:
-            raise LauncherError(RAY_HINT)
         return ray_launch(fn, items, address, poll, retries)
-    raise LauncherError(f"unknown launcher {launcher!r}; valid launchers: {', '.join(LAUNCHERS)}")
+    return local_launch(fn, items, workers or default_workers(len(items)), poll, retries)

@@ -77,7 +77,7 @@ from experiments.hyperparams import applied_line
 from experiments.rules import Directory, FolderName
 from experiments.run_dir import STUDY_LOCK, RunDirectory, check_owner
 from experiments.run_identity import config_record
-from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, launch
+from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, connect, launch
 from experiments.studies.report import DEFAULT_REPS, build_report, report_target, trained_nothing
 from experiments.studies.runs import (
     DIVERGED,
@@ -554,6 +554,7 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
         print(line, file=stream, flush=True)
     if report:  # a report.md the study did not write is refused before any run, not after them all
         report_target(directory, "study")
+    connect(launcher, address)  # a launcher that cannot start is refused before anything is created
     with _study_lock(directory):
         check_consistency(configs)
         for config in configs:
