@@ -77,6 +77,29 @@ def write_results(name: str, result: dict[str, Any], markdown: str | Callable[[d
     print(f"wrote {out / name}.json and {out / name}.md", file=sys.stderr)
 
 
+def results_target(quick: bool, name: str | None, out: Path | None, default: str) -> tuple[str, Path] | None:
+    """The results file name and directory of a benchmark (defaults: ``default`` in ``RESULTS``), or ``None`` for a
+    ``--quick`` smoke run given neither ``--name`` nor ``--out``: it writes nothing, so the committed results stay."""
+    if quick and name is None and out is None:
+        return None
+    return name or default, out or RESULTS
+
+
+def print_results(result: dict[str, Any], markdown: Callable[[dict[str, Any]], str]) -> None:
+    """Print the Markdown of ``result`` (the load at the end added to the machine) instead of writing any file."""
+    result.setdefault("machine", {})["load_average_at_end"] = list(os.getloadavg())
+    print(markdown(result))
+
+
+def publish(target: tuple[str, Path] | None, result: dict[str, Any], markdown: Callable[[dict[str, Any]], str]) -> None:
+    """Write the results to ``target`` (name, directory), or print their Markdown where there is none (``--quick``)."""
+    if target is None:
+        print_results(result, markdown)
+    else:
+        name, out = target
+        write_results(name, result, markdown, out)
+
+
 def _load(loads: list[float]) -> str:
     return "/".join(f"{x:.1f}" for x in loads)
 

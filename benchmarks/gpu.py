@@ -14,7 +14,8 @@ Usage (the repository and its installed requirements only; under 10 minutes on o
 
     python benchmarks/gpu.py                       # device: cuda when available, else cpu
     python benchmarks/gpu.py --graph               # plus the CUDA-graph rollout step
-    python benchmarks/gpu.py --device cpu --quick  # smoke run without a GPU: 1 and 4 envs, one rollout
+    python benchmarks/gpu.py --device cpu --quick  # smoke run without a GPU: 1 and 4 envs, one rollout; prints
+                                                   # its results and writes none (unless --name or --out)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
+from common import heading, machine_info, machine_line, print_results, provenance, results_target, write_results
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils._pytree import tree_map
 
@@ -160,9 +161,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU baseline")
     parser.add_argument("--graph", action="store_true", help="on CUDA: also the CUDA-graph rollout step")
     parser.add_argument("--quick", action="store_true", help="1 and 4 envs, 16-step rollouts, one timed rollout")
-    parser.add_argument("--name", default="gpu")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--name", help="results file name (default: gpu; --quick writes only given --name or --out)")
+    parser.add_argument("--out", type=Path, help="directory of the results files (default: benchmarks/results)")
     args = parser.parse_args(argv)
+    target = results_target(args.quick, args.name, args.out, "gpu")
     torch.set_num_threads(args.cpu_threads)
     device = torch.device(args.device)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
@@ -180,7 +182,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": []}
     for backbone, n_envs, on, graph in cells:  # the results are rewritten after each cell: a cut run keeps its rows
         result["rows"].append(measure(backbone, n_envs, on, n_steps, rollouts, graph))
-        write_results(args.name, result, render, args.out)
+        if target is not None:
+            name, out = target
+            write_results(name, result, render, out)
+    if target is None:
+        print_results(result, render)
     return result
 
 

@@ -21,7 +21,7 @@ CleanRL's PPO-TrXL is compared by ``notebooks/cleanrl_compare.py`` in a venv of 
 Usage::
 
     .venv/bin/python benchmarks/speed.py            # a few minutes on 2 cores
-    .venv/bin/python benchmarks/speed.py --quick    # about a minute: one round, fewer cases
+    .venv/bin/python benchmarks/speed.py --quick    # about a minute: one round, fewer cases; prints, writes nothing
     .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/T-Maze-20 --json /tmp/x.json
     .venv/bin/python benchmarks/speed.py --throughput-only --cases gtrxl/RepeatPreviousEasy gru/RepeatPreviousEasy \
         --batch-sizes 256 1024 --name minibatch_speed   # results/minibatch_speed.{json,md}
@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, write_results
+from common import RESULTS, heading, machine_info, machine_line, provenance, publish, results_target
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -438,9 +438,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rollout-shapes", nargs="+", metavar="ENVSxSTEPS",
                         help="with --throughput-only: each engram case at these envs × steps per rollout (e.g. 16x64 "
                              "64x16: the same rollout and minibatches, more envs stepped at once)")
-    parser.add_argument("--name", default="speed", help="results file name")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--name", help="results file name (default: speed; --quick writes only given --name or --out)")
+    parser.add_argument("--out", type=Path, help="directory of the results files (default: benchmarks/results)")
     args = parser.parse_args(argv)
+    target = results_target(args.quick, args.name, args.out, "speed")
     torch.set_num_threads(args.threads)
     names = args.cases or (QUICK_CASES if args.quick else CASES)
     rounds, rollouts = (1, 1) if args.quick else (args.rounds, args.rollouts)
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.json:
             args.json.write_text(json.dumps(result, indent=2) + "\n")
         else:
-            write_results(args.name, result, render_throughput, args.out)
+            publish(target, result, render_throughput)
         return result
     if not args.cases:
         trades = [Case("gtrxl", "T-Maze-20", n, b) for n, b in (TRADES[:2] if args.quick else TRADES)]
@@ -476,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["profile_case"] = cases[0].name
     result["profile"] = profile_split(cases[0], 1 if args.quick else 4)
     result["cleanrl"] = cleanrl_citation()
-    write_results(args.name, result, render, args.out)
+    publish(target, result, render)
     return result
 
 

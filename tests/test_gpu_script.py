@@ -83,3 +83,18 @@ def test_the_captured_rollout_step_acts_as_the_eager_one(monkeypatch):
             torch.testing.assert_close(got.state.pi.memory, want.state.pi.memory, atol=1e-5, rtol=1e-5)
             obs, _, dones, _ = env.step(want.actions)
             state, starts = want.state, dones
+
+
+def test_a_quick_run_prints_its_results_and_writes_none_unless_told_where(tmp_path, monkeypatch, capsys):
+    """``--quick`` alone leaves the committed results as they are: it prints its table, and writes no file."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop("gpu", None)
+    import common
+    import gpu
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    gpu.main(["--device", "cpu", "--quick", "--backbones", "mlp", "--sizes", "1"])
+    assert "| cpu | mlp | 1 |" in capsys.readouterr().out
+    assert not (tmp_path / "results").exists()
+    gpu.main(["--device", "cpu", "--quick", "--backbones", "mlp", "--sizes", "1", "--name", "smoke"])
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["smoke.json", "smoke.md"]
