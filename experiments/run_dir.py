@@ -166,12 +166,16 @@ SUMMARY_FIELDS = {"env_steps": ((int,), "an integer"), "final_mean_return": ((in
 
 
 def summary_problem(summary: dict[str, Any]) -> str | None:
-    """What a training run's summary lacks or holds of another type (`SUMMARY_FIELDS`), else `None`."""
+    """What a training run's summary lacks or holds of another type (`SUMMARY_FIELDS`), or a success rate outside
+    [0, 1], else `None`."""
     absent = [key for key in SUMMARY_FIELDS if key not in summary]
     if absent:
         return "has no " + ", ".join(absent)
     wrong = [f"{key}={summary[key]!r}, not {name}" for key, (kinds, name) in SUMMARY_FIELDS.items()
              if isinstance(summary[key], bool) or not isinstance(summary[key], kinds)]
+    rate = summary["final_success_rate"]
+    if not wrong and rate is not None and not 0 <= rate <= 1:  # a return may diverge; a rate is a share, or NaN
+        wrong = [f"final_success_rate={rate!r}, not a rate in [0, 1]"]
     return "holds " + "; ".join(wrong) if wrong else None
 
 

@@ -51,7 +51,8 @@ def test_a_return_scored_task_has_no_solved_outcome_unless_a_threshold_is_given(
 
 
 def test_a_success_scored_run_is_solved_as_its_own_summary_says(tmp_path):
-    """Runs of one task with their own success_threshold: each is judged by its summary's `solved`."""
+    """Runs of one task with their own success_threshold: each is judged by its summary's `solved`, in a row of
+    its threshold."""
     fake_run(tmp_path, "mlp", 0, 0.92, curve=[0.5, 0.92])
     run = fake_run(tmp_path, "mlp", 1, 0.92, curve=[0.5, 0.92])
     summary = json.loads((run / "summary.json").read_text())
@@ -59,7 +60,8 @@ def test_a_success_scored_run_is_solved_as_its_own_summary_says(tmp_path):
     config = yaml.safe_load((run / "config.yaml").read_text())
     (run / "config.yaml").write_text(yaml.safe_dump({**config, "success_threshold": 0.95}))
     (task,) = Study.analyse(tmp_path, reps=50).tasks
-    assert task.reliability["mlp"].solved == 1
+    assert task.reliability["mlp success_threshold=0.9"].solved == 1
+    assert task.reliability["mlp success_threshold=0.95"].solved == 0
     assert outcome(Run(run), success=True, threshold=None) == "not solved"
     assert outcome(Run(run), success=True, threshold=0.9) == "solved"  # --solve-threshold: one for every run
 

@@ -38,17 +38,15 @@ def main(argv: list[str]) -> int:
     if options.env and options.out is None:
         parser.error(f"--env {' '.join(options.env)}: a report of some of the tasks needs --out DIR, so that it does "
                      "not replace the study's own report")
-    from envs.rules import Range
     from experiments.config import ConfigError
-    from experiments.studies.report import build_report, check_report_place
+    from experiments.studies.report import build_report, check_analysis, check_report_place
     from experiments.validation import check_cli_options
     from experiments.writable import check_output
 
     try:
         check_cli_options(vars(options))
-        Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
-        if options.solve_threshold is not None:
-            Range().check("--solve-threshold", options.solve_threshold)
+        check_analysis(options.reps, options.solve_threshold, options.seed, options.env,
+                       ("--reps", "--solve-threshold", "--seed", "--env"))
         if options.out is not None:
             check_report_place(options.out, options.directory, ("DIR", "--out"))  # names the owner the report's way
             check_output("--out", options.out, directory=True)

@@ -52,12 +52,21 @@ def wrapped(label: str, width: int = LABEL_WIDTH) -> str:
     return "\n".join(textwrap.wrap(label, width)) or label
 
 
+def shared_steps(runs: list[np.ndarray]) -> np.ndarray:
+    """The evaluation steps of any of `runs` (each a run's increasing steps) within the span every run covers:
+    the steps they share when they evaluated alike, else the union of their steps there."""
+    first, last = max(steps[0] for steps in runs), min(steps[-1] for steps in runs)
+    union = np.unique(np.concatenate(runs))
+    return union[(union >= first) & (union <= last)]
+
+
 def curves_figure(groups: Mapping[str, Sequence[Run]], success: bool, title: str, reps: int, seed: int,
                   stochastic: bool = False) -> Figure:
     """Each group's mean learning curve over its finished runs with a bootstrap band; every run as a thin line.
 
     `success`: plot success rates (else mean returns); `stochastic`: the sampling policy's evaluations.
-    The mean is taken at the evaluation steps that all finished runs of a group share.
+    The mean is taken over the span of steps that every finished run of a group covers (`shared_steps`), each run
+    read linearly between its evaluations where the runs evaluated at different steps.
     """
     figure = Figure(figsize=(7, 4.2), layout="constrained")
     ax = figure.subplots()
@@ -77,12 +86,10 @@ def curves_figure(groups: Mapping[str, Sequence[Run]], success: bool, title: str
                 finished.append((steps, values))
         if not finished:
             continue
-        common = finished[0][0]
-        for steps, _ in finished[1:]:
-            common = np.intersect1d(common, steps)
+        common = shared_steps([steps for steps, _ in finished])
         if not common.size:
             continue
-        curves = np.stack([values[np.isin(steps, common)] for steps, values in finished])
+        curves = np.stack([np.interp(common, steps, values) for steps, values in finished])
         mean, low, high = stats.curve_band(curves, reps, seed)
         ax.plot(common, mean, color=color, lw=2, label=wrapped(f"{name} ({counted(len(finished), 'run')})"))
         ax.fill_between(common, low, high, color=color, alpha=0.2, lw=0)

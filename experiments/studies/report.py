@@ -52,7 +52,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from envs.atomic import draw_figure, made_folders, write_together
-from envs.rules import ConfigError, one_line
+from envs.rules import ConfigError, Range, one_line, shown
 from experiments.config import DEFAULT_REPS
 from experiments.run_dir import owners_of
 from experiments.studies import stats
@@ -67,6 +67,7 @@ from experiments.studies.runs import (
     Run,
     counted,
     find_runs,
+    listed_runs,
     read_study_record,
     slug,
     task_label,
@@ -148,6 +149,8 @@ class Task:
     """backbone → the final and best evaluations of its finished runs, by seed"""
     threshold_given: float | None = None
     """the threshold the report was given (``None``: each run's own decision, :func:`outcome`)"""
+    thresholds: tuple[float, ...] = ()
+    """every run's threshold, where they differ (runs of several ``success_threshold`` values, no threshold given)"""
 
     @property
     def slug(self) -> str:
@@ -269,13 +272,14 @@ class Study:
         """Read every run below `directory` and compute the statistics. `threshold` (the score
         that counts as solving a task) defaults to the runs' `success_threshold`; `envs`, shell
         patterns of env ids (`popgym-*`), keeps the runs of the envs that match one. A task scored by mean return
-        has no threshold unless `threshold` is given (:func:`solve_threshold`). The runs `study.yaml` lists
-        that have no run directory (of the envs that match `envs`) are `missing` (:func:`missing_runs`), each
-        named on one line of stderr."""
+        has no threshold unless `threshold` is given (:func:`solve_threshold`). The runs the `study.yaml` files at
+        and below `directory` list (`listed_runs`) that have no run directory (of the envs that match `envs`)
+        are `missing` (:func:`missing_runs`), each named on one line of stderr."""
+        check_analysis(reps, threshold, seed, envs)
         directory = Path(directory)
         record = read_study_record(directory)
         found = find_runs(directory)
-        listed = [str(name) for name in record.get("runs") or []]
+        listed = listed_runs(directory)
         ordered = _ordered_runs(directory, listed, found)
         problems = unreadable(ordered, "report")
         runs = [run for run in ordered if run not in problems]
@@ -297,13 +301,14 @@ class Study:
             with_data = [run for run in members if run.summary is not None or run.evaluations]
             success = bool(with_data) and all(run.has_success() for run in with_data)
             task_threshold = solve_threshold(members[0], success, threshold)
+            own = sorted({t for m in members if (t := solve_threshold(m, success, threshold)) is not None})
             scores = {backbone: _score_matrix(group, success) for backbone, group in by_backbone.items()}
             finished = {b: sorted((s for s in map(run_scores, g) if s is not None), key=lambda s: s.seed)
                         for b, g in by_backbone.items()}
             tasks.append(Task(name, str(members[0].config.get("env", "?")), success, task_threshold,
                               dict(by_backbone), ScoreStats.compute(scores, reps, seed),
                               {b: reliability(g, success, threshold) for b, g in by_backbone.items()}, finished,
-                              threshold))
+                              threshold, tuple(own) if len(own) > 1 else ()))
         suite, final = _suite(tasks), _suite(tasks, final=True)
         suite_stats, final_stats = (ScoreStats.compute(s.scores, reps, seed) if s is not None and s.tasks else None
                                     for s in (suite, final))
@@ -370,10 +375,15 @@ def _backbone_labeller(runs: list[Run]) -> Callable[[Run], str]:
     return label
 
 
+VARIANT_FIELDS = ("n_envs", "precision", "success_threshold")
+"""run settings whose runs a report keeps apart: the env copies, the arithmetic, the bar of 'solved'"""
+
+
 def _settings(config: dict[str, Any]) -> dict[str, Any]:
     """The settings that make a variant of a run's algorithm and backbone, as dotted keys: its learner's and
-    backbone's sections, the policy's options and the number of env copies."""
-    flat = {"n_envs": config.get("n_envs")}
+    backbone's sections, the policy's options, and the run settings that change what is learned or how it is
+    scored (`VARIANT_FIELDS`)."""
+    flat = {key: config.get(key) for key in VARIANT_FIELDS if key in config}
     for section in ("policy", config.get("algo"), config.get("backbone")):
         for key, value in (config.get(section) or {}).items():
             flat[f"{section}.{key}"] = value
@@ -383,6 +393,20 @@ def _settings(config: dict[str, Any]) -> dict[str, Any]:
 def _shown(value: Any) -> str:
     """`value` as YAML spells it in a label (`null`, `true`), everything else as `str` does."""
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_analysis(reps: Any, threshold: Any, seed: Any, envs: Any,
+                   names: tuple[str, str, str, str] = ("reps", "threshold", "seed", "envs")) -> None:
+    """`ConfigError` naming the argument (`names`: how a message names each) that an analysis cannot take: bootstrap
+    resamples `reps` (an integer >= 1), `threshold` (a finite number, or `None`), `seed` (one NumPy takes), `envs`
+    (env id patterns: a list of strings, or `None`)."""
+    Range(1, integer=True).check(names[0], reps)
+    if threshold is not None:
+        Range().check(names[1], threshold)
+    Range(0, 2**32 - 1, integer=True).check(names[2], seed)
+    if envs is not None and (isinstance(envs, str) or not isinstance(envs, list | tuple)
+                             or not all(isinstance(pattern, str) and pattern for pattern in envs)):
+        raise ConfigError(f"{names[3]}={shown(envs)}: expected a list of env id patterns, e.g. ['popgym-*']")
 
 
 def _overall(tasks: list[Task], reps: int, seed: int) -> ScoreStats | None:
@@ -533,7 +557,9 @@ def _task_section(task: Task, figures: dict[str, Figure], reps: int, seed: int) 
     if task.threshold is None:
         lines += ["Scored by mean return, with no threshold that counts as solving the task (give "
                   "--solve-threshold): no run is counted solved or not solved.", ""]
-    solved = "solved" if task.threshold is None else f"solved (≥ {task.threshold:g})"
+    solved = ("solved" if task.threshold is None else
+              f"solved (≥ its run's success_threshold: {', '.join(f'{t:g}' for t in task.thresholds)})"
+              if task.thresholds else f"solved (≥ {task.threshold:g})")
     lines += _table(["backbone", "runs", "finished", solved, "solved, then lost",
                      "diverged", "failed", "unfinished", "IQR", "CVaR 25 %", "worst", "lowest after solving",
                      "lowest after solving, stochastic policy"], rows)
@@ -546,12 +572,13 @@ def _mean_std(values: list[float]) -> str:
 
 
 def _seed_values(scores: list[RunScores], value: Callable[[RunScores], float | None]) -> str:
-    """`mean ± std (seed: value, ...)` over the finished runs; – when none has a value."""
-    values = {s.seed: v for s in scores if (v := value(s)) is not None}
+    """`mean ± std (seed: value, ...)` over the finished runs, each run once (two runs of one seed, from two studies
+    below the directory, are two values); – when none has a value."""
+    values = [(s.seed, v) for s in scores if (v := value(s)) is not None]
     if not values:
         return "–"
-    seeds = ", ".join(f"{seed}: {_format_number(v)}" for seed, v in values.items())
-    return f"{_mean_std(list(values.values()))} ({seeds})"
+    seeds = ", ".join(f"{seed}: {_format_number(v)}" for seed, v in values)
+    return f"{_mean_std([v for _, v in values])} ({seeds})"
 
 
 def _runs_in(task: Task, backbone: str) -> str:
@@ -744,6 +771,12 @@ def render(study: Study, figures: dict[str, Figure], seed: int = 0) -> str:
     if study.overall is not None:
         lines += ["## All tasks", "", "Success rates of every task pooled (runs × tasks, stratified by task).", "",
                   *_score_section("all tasks", "all", study.overall, "final success rate", figures)]
+    elif len(study.tasks) > 1 and all(task.success for task in study.tasks):
+        backbones = list(dict.fromkeys(b for task in study.tasks for b in task.stats.scores))
+        counts = "; ".join(f"{b} " + "/".join(str(len(task.stats.scores.get(b, ()))) for task in study.tasks)
+                           for b in backbones)
+        lines += ["## All tasks", "", "Not pooled: pooling needs each backbone scored on every task by as many runs "
+                  f"(scored runs per task, {' / '.join(task.label for task in study.tasks)}: {counts}).", ""]
     if study.suite is not None:
         lines += _suite_section(study, figures)
     lines += _runs_section(study)

@@ -97,6 +97,19 @@ def read_study_record(directory: Path) -> dict[str, Any]:
     return (load_yaml_text(path.read_text()) or {}) if path.exists() else {}
 
 
+def listed_runs(directory: Path) -> list[str]:
+    """The runs that the `study.yaml` of `directory`, then of every study below it, lists, as paths relative to
+    `directory`: a report of a parent folder counts its studies' missing runs too."""
+    directory = Path(directory)
+    records = sorted(directory.rglob(STUDY_FILE), key=lambda path: (path.parent != directory, path))
+    listed = []
+    for path in records:
+        prefix = path.parent.relative_to(directory).as_posix()
+        listed += [str(name) if prefix == "." else f"{prefix}/{name}"
+                   for name in read_study_record(path.parent).get("runs") or []]
+    return list(dict.fromkeys(listed))
+
+
 def write_status(directory: Path, state: str, **fields: Any) -> None:
     """Record a run's state in its `status.json` (atomically) with the writing process and host."""
     record = {"state": state, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), **fields}
@@ -142,8 +155,11 @@ class Run:
         """`finished`, `diverged`, `failed`, `interrupted` or `new` (see the module doc).
 
         A finished run whose summary holds a non-finite score counts as diverged; one that stopped short of
-        `total_timesteps` as interrupted, unless it stopped there solved (`stop_when_solved`).
+        `total_timesteps` (by default its own configuration's: a run resumed to a larger budget is not finished
+        until it reaches it) as interrupted, unless it stopped there solved (`stop_when_solved`).
         """
+        if total_timesteps is None and isinstance(own := self.config.get("total_timesteps"), int):
+            total_timesteps = own
         if self.summary is not None:
             if not all(math.isfinite(self.summary[k]) for k in ("final_mean_return", "final_std_return")):
                 return DIVERGED
@@ -290,5 +306,16 @@ def readable(runs: list[Run], command: str) -> list[Run]:
 
 
 def find_runs(directory: Path) -> list[Run]:
-    """Every run directory (one holding `config.yaml`) at or below `directory`, sorted."""
-    return [Run(path.parent) for path in sorted(Path(directory).rglob("config.yaml"))]
+    """Every run directory (one holding `config.yaml`) at or below `directory`, through folder links too, each
+    once (a run reached by two paths, or a link cycle, is read once), sorted."""
+    seen: set[str] = set()
+    runs = []
+    for folder, names, files in os.walk(directory, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            names.clear()  # reached before: its runs are counted
+            continue
+        seen.add(real)
+        if "config.yaml" in files:
+            runs.append(Path(folder))
+    return [Run(path) for path in sorted(runs)]
