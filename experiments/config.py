@@ -50,7 +50,6 @@ from envs.rules import (
     Rule,
     Text,
     is_linear_schedule,
-    one_line,
     shown,
 )
 from experiments import strict_yaml
@@ -415,10 +414,7 @@ def load_yaml(path: str | Path, example: str = "env: TMaze-v0") -> dict[str, Any
     try:
         data = strict_yaml.load(text)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or one_line(str(error))
-        raise ConfigError(f"config file {name} is not valid YAML{where}: {problem}") from error
+        raise ConfigError(f"config file {name} is not valid YAML{strict_yaml.described(error)}") from error
     if data is None:
         raise ConfigError(f"config file {name} is empty; expected a YAML mapping of settings, e.g. {example!r}")
     if not isinstance(data, dict):

@@ -126,9 +126,27 @@ def _reported(received: Received, signum: int) -> int:
     return 128 + signum
 
 
+@contextlib.contextmanager
+def thread_errors_kept_for_their_owner() -> Iterator[None]:
+    """While the block runs, an exception that a thread keeps for the thread that owns it (tensorboard's event
+    writer stores a full disk's `OSError` as its `exception`, raised again at the writer's next call) is not also
+    printed as that thread's traceback: it ends the command once, where it is raised again."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is None or getattr(args.thread, "exception", None) is not args.exc_value:
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+
+
 def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
     """`command(argv)`'s exit status, with signals and machine faults ending it as the module doc says."""
-    with signals_raised() as received:
+    with signals_raised() as received, thread_errors_kept_for_their_owner():
         _running.append(received)
         try:
             status = command(argv)

@@ -41,6 +41,7 @@ from envs.atomic import atomic_path, made_folders, write_atomic, write_error
 from envs.rules import ConfigError, one_line, shown
 from experiments.config import RunConfig, load_yaml
 from experiments.run_identity import Record, add_record, read_record, refuse_differences
+from experiments.strict_yaml import described
 from experiments.strict_yaml import load as load_yaml_text
 
 CONFIG_FILE, SUMMARY_FILE, MODEL_FILE = "config.yaml", "summary.json", "model.zip"
@@ -327,9 +328,14 @@ class RunDirectory:
         return self.path.is_dir() and any(p.name not in (LOCK_FILE, STATUS_FILE) for p in self.path.iterdir())
 
     def config(self) -> dict[str, Any] | None:
-        """`config.yaml` as written; `None` when there is none."""
+        """`config.yaml` as written; `None` when there is none; `ConfigError` naming it when it is no YAML."""
         path = self / CONFIG_FILE
-        return (load_yaml_text(path.read_text()) or {}) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return load_yaml_text(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML{described(error)}") from None
 
     def reader(self) -> str | None:
         """The command that reads the run here: `evaluate` for a training run (its `config.yaml` names an env),

@@ -72,6 +72,13 @@ def load(text: str) -> Any:
         raise StrictYAMLError(problem="its collections are nested deeper than can be read") from None
 
 
+def described(error: yaml.YAMLError) -> str:
+    """Where and why a document is not valid YAML: ` at line L, column C: problem`."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{where}: {getattr(error, 'problem', None) or ' '.join(str(error).split())}"
+
+
 def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 

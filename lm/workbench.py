@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
+from envs.atomic import write_error
 from envs.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
 from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
@@ -94,6 +95,9 @@ def _setting(rule: Rule, default: Any = dataclasses.MISSING, **kwargs: Any) -> A
 
 COUNT = Range(1, integer=True)
 NON_NEGATIVE = Range(0.0)
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+STEP_SIZE = Range(0.0, FLOAT32_MAX, low_open=True, note="a float32: the optimiser scales float32 weights by it")
+"""a learning rate: positive, and one the optimiser's float32 arithmetic holds"""
 
 
 LM_BACKBONE_OPTIONS: dict[str, dict[str, Any]] = {"trxl": {"d_model": 128, "n_layers": 2, "n_heads": 4,
@@ -123,7 +127,7 @@ class LMConfig:
     segment_length: int = _setting(COUNT, 64)
     batch_size: int = _setting(COUNT, 16)
     steps: int = _setting(COUNT, 2000)
-    learning_rate: float = _setting(Range(0.0, low_open=True), 5e-4)
+    learning_rate: float = _setting(STEP_SIZE, 5e-4)
     max_grad_norm: float = _setting(Range(0.0, low_open=True), 0.25)
     eval_every: int = _setting(COUNT, 250)
     eval_segments: int = _setting(COUNT, 32)
@@ -697,7 +701,10 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
     rows = _evaluation_rows(run / EVALUATIONS_FILE, step)
     _write_evaluations(run, rows)
     rewind_tensorboard(run.path, step)  # a resume logs the steps after its checkpoint again
-    writer = SummaryWriter(str(run.path))
+    try:
+        writer = SummaryWriter(str(run.path))
+    except OSError as error:  # tensorboard's events file, named by its folder
+        raise write_error(error, run.path) from error
     batches = segments(train, config.batch_size, config.segment_length, first=step)
     started, losses, first = time.time(), [], step
     bar = _progress_bar(config.steps, step) if progress else None
@@ -736,10 +743,15 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
         bits = check_finite_bits(bits_per_token(model, valid, config, config.eval_segments), f"step {step}")
     except NonFiniteError as error:  # every checkpoint was saved before it: the run resumes from the last one
         raise NonFiniteError(f"{error}; {run.checkpoint_note()}") from error
+    except OSError as error:  # a write of tensorboard's (which names no file) or of the run's own files
+        raise write_error(error, run.path) from error
     finally:
-        writer.close()
         if bar is not None:
             bar.close()
+        try:
+            writer.close()  # tensorboard's events on disk now: a write that fails fails here, named
+        except OSError as error:
+            raise write_error(error, run.path) from error
     summary = {"run": config.run_name(), "steps": step, "tokens": step * config.segment_length * config.batch_size,
                "steps_per_second": round((step - first) / seconds, 2), "torch_threads": torch.get_num_threads(),
                "valid_bits_per_token": bits, "parameters": sum(p.numel() for p in model.parameters())}
@@ -913,7 +925,8 @@ COMMAND_OPTIONS: dict[str, Rule] = {
     "run": Text(note="an LM run directory"),
     "memory_length": Items(COUNT, empty_ok=True), "segments": COUNT,
     "knn_weight": Items(Range(0.0, 1.0), empty_ok=True), "knn_k": COUNT, "datastore_segments": COUNT,
-    "spalm_steps": Range(0, integer=True), "spalm_lr": Range(0.0, low_open=True), "spalm_lm_lr": NON_NEGATIVE,
+    "spalm_steps": Range(0, integer=True), "spalm_lr": STEP_SIZE,
+    "spalm_lm_lr": Range(0.0, FLOAT32_MAX, note="a float32: the optimiser scales float32 weights by it"),
     "exit_threshold": Items(Range(0.0, 1.0, low_open=True, note="the probability of a layer's most probable next "
                                                                 "token at which a position leaves"), empty_ok=True),
     "n": COUNT, "temperature": Range(0.0, low_open=True), "prompt": Text(note="the text to continue"),
@@ -997,7 +1010,8 @@ def main(argv: list[str]) -> int:
             for memory_length in args.memory_length or [None]:
                 config, model, bits = evaluate_run(Path(args.run), memory_length, args.segments)
                 n_segments = args.segments or config.eval_segments
-                label = memory_length or config.backbone_options.get("memory_length", "-")
+                options = {**BACKBONES[config.backbone].options(), **config.backbone_options}  # its defaults too
+                label = memory_length or options.get("memory_length", "-")
                 print(f"memory_length {label}: {bits:.4f} bits per token")
                 if args.knn_weight or args.spalm_steps:
                     datastore = build_datastore(model, config.stream("train"), config, args.datastore_segments)
@@ -1019,7 +1033,7 @@ def main(argv: list[str]) -> int:
                           f"mean gate {gate:.3f} (the LM's share)")
                 for threshold in args.exit_threshold:
                     bits, layers = early_exit_bits(model, config.stream("validation"), config, n_segments, threshold)
-                    n_layers = config.backbone_options.get("n_layers", "-")
+                    n_layers = options.get("n_layers", "-")
                     print(f"memory_length {label}, early exits at confidence {threshold}: {bits:.4f} bits per token, "
                           f"{layers:.2f} of {n_layers} layers per token")
         else:

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 import train_rl
 from envs import atomic
+from envs.atomic import WriteError
 from experiments import evaluation
 from experiments.exits import Received, advise_on_signal, run_command, signals_raised
 
@@ -612,3 +614,27 @@ def test_every_folder_a_command_makes_is_made_where_a_failure_removes_it_again()
             for number, line in enumerate(path.read_text().splitlines(), 1)
             if ".mkdir(" in line or "makedirs(" in line]
     assert not bare, bare
+
+
+def test_an_error_a_thread_keeps_for_its_owner_ends_the_command_once(capsys, monkeypatch) -> None:
+    """tensorboard's event writer keeps a full disk's error for its owner, which raises it again: one line, and no
+    traceback of the thread beside it (what `threading.excepthook` would print)."""
+    printed: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(args.exc_value))
+
+    class Keeper(threading.Thread):
+        exception: OSError | None = None
+
+        def run(self) -> None:
+            self.exception = OSError(28, "No space left on device")
+            raise self.exception
+
+    def command(argv: list[str]) -> int:
+        keeper = Keeper()
+        keeper.start()
+        keeper.join()
+        raise WriteError(28, "No space left on device", "events")
+
+    assert run_command(command, []) == 1
+    assert capsys.readouterr().err == "error: cannot write 'events': [Errno 28] No space left on device\n"
+    assert printed == []

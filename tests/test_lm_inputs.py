@@ -353,3 +353,38 @@ def test_another_backbone_starts_from_its_own_default_options(tmp_path, capsys):
                         "threads=1", f"log_dir={tmp_path}")
     assert status == 0, err
     assert (tmp_path / "copy__lm-gru__0" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(("argv", "key"), [
+    (["train", "-p", *TINY, "learning_rate=1e39"], "learning_rate=1e+39"),
+    (["eval", "RUN", "--spalm-steps", "2", "--spalm-lr", "1e39"], "--spalm-lr=1e+39"),
+])
+def test_a_learning_rate_float32_cannot_hold_is_refused_before_anything_is_made(argv, key, tmp_path, capsys, copy_run):
+    argv = [str(copy_run) if word == "RUN" else word for word in argv]
+    if argv[0] == "train":
+        argv.append(f"log_dir={tmp_path / 'runs'}")
+    status, _, err = lm(capsys, *argv)
+    assert status == 2 and one_line(err).startswith(f"error: {key}: expected a number in (0, 3.40282e+38]")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_lm_run_whose_config_is_no_yaml_is_named_by_every_command(tmp_path, capsys):
+    run = trained(tmp_path)
+    (run / "config.yaml").write_text("garbage: [\n")
+    for argv in (["eval", run], ["sample", run]):
+        status, _, err = lm(capsys, *argv)
+        assert status == 2 and f"config file '{run / 'config.yaml'}' is not valid YAML at line 2" in one_line(err)
+
+
+def test_a_full_disk_under_tensorboard_ends_training_in_one_line_naming_the_run(tmp_path, capsys, monkeypatch):
+    import lm.workbench as workbench
+
+    class FullDisk:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(workbench, "SummaryWriter", FullDisk)
+    status, _, err = lm(capsys, "train", "-p", *TINY, f"log_dir={tmp_path}")
+    assert status == 1
+    assert one_line(err) == (f"error: cannot write '{tmp_path / 'copy__lm-trxl__0'}': [Errno 28] No space left on "
+                             "device")
