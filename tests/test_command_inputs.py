@@ -144,7 +144,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*LM, "steps=abc"], "steps='abc': expected an integer"),
     ([*LM, "steps=-1"], "steps=-1: expected an integer >= 1"),
     ([*LM, "batch_size=0"], "batch_size=0: expected an integer >= 1"),
-    ([*LM, "learning_rate=nan"], "learning_rate=nan: expected a number > 0"),
+    ([*LM, "learning_rate=nan"], "learning_rate=nan: expected a number in (0, 3.40282e+38]"),
     ([*LM, "device=cuda"], "device='cuda': CUDA is not available on this machine"),
     ([*LM, "device=foo"], "device='foo': expected auto, cpu, cuda, cuda:N or mps"),
     ([*LM, "backbone_options.d_model=0"], "backbone_options.d_model=0: expected an integer >= 1"),

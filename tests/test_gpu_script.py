@@ -89,10 +89,10 @@ def test_a_quick_run_prints_its_results_and_writes_none_unless_told_where(tmp_pa
     """``--quick`` alone leaves the committed results as they are: it prints its table, and writes no file."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     sys.modules.pop("gpu", None)
-    import common
     import gpu
 
-    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    # where gpu's helpers read RESULTS (`common`, or `benchmarks_common` behind notebooks' `common`)
+    monkeypatch.setitem(gpu.results_target.__globals__, "RESULTS", tmp_path / "results")
     gpu.main(["--device", "cpu", "--quick", "--backbones", "mlp", "--sizes", "1"])
     assert "| cpu | mlp | 1 |" in capsys.readouterr().out
     assert not (tmp_path / "results").exists()

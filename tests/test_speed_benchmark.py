@@ -79,9 +79,7 @@ def test_a_predict_step_is_counted_with_its_state_carried(speed):
 
 def test_a_quick_run_prints_its_results_and_writes_none_unless_told_where(speed, tmp_path, monkeypatch, capsys):
     """``--quick`` alone leaves the committed results as they are: it prints its tables, and writes no file."""
-    import common
-
-    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    monkeypatch.setitem(speed.results_target.__globals__, "RESULTS", tmp_path / "results")
     speed.main(["--quick", "--throughput-only", "--cases", "mlp/T-Maze-20"])
     assert "mlp/T-Maze-20" in capsys.readouterr().out
     assert not (tmp_path / "results").exists()
