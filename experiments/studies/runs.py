@@ -101,13 +101,28 @@ def listed_runs(directory: Path) -> list[str]:
     """The runs that the `study.yaml` of `directory`, then of every study below it, lists, as paths relative to
     `directory`: a report of a parent folder counts its studies' missing runs too."""
     directory = Path(directory)
-    records = sorted(directory.rglob(STUDY_FILE), key=lambda path: (path.parent != directory, path))
     listed = []
-    for path in records:
-        prefix = path.parent.relative_to(directory).as_posix()
+    for folder in sorted(folders_holding(directory, STUDY_FILE), key=lambda path: (path != directory, path)):
+        prefix = folder.relative_to(directory).as_posix()
         listed += [str(name) if prefix == "." else f"{prefix}/{name}"
-                   for name in read_study_record(path.parent).get("runs") or []]
+                   for name in read_study_record(folder).get("runs") or []]
     return list(dict.fromkeys(listed))
+
+
+def folders_holding(directory: Path, name: str) -> list[Path]:
+    """The folders at or below `directory` that hold a file `name`, sorted, through folder links too, each folder
+    once (one reached by two paths, or through a link cycle, is read once)."""
+    seen: set[str] = set()
+    found = []
+    for folder, names, files in os.walk(directory, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            names.clear()  # reached before
+            continue
+        seen.add(real)
+        if name in files:
+            found.append(Path(folder))
+    return sorted(found)
 
 
 def write_status(directory: Path, state: str, **fields: Any) -> None:
@@ -307,15 +322,5 @@ def readable(runs: list[Run], command: str) -> list[Run]:
 
 def find_runs(directory: Path) -> list[Run]:
     """Every run directory (one holding `config.yaml`) at or below `directory`, through folder links too, each
-    once (a run reached by two paths, or a link cycle, is read once), sorted."""
-    seen: set[str] = set()
-    runs = []
-    for folder, names, files in os.walk(directory, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            names.clear()  # reached before: its runs are counted
-            continue
-        seen.add(real)
-        if "config.yaml" in files:
-            runs.append(Path(folder))
-    return [Run(path) for path in sorted(runs)]
+    once (`folders_holding`), sorted."""
+    return [Run(path) for path in folders_holding(directory, "config.yaml")]
