@@ -321,6 +321,5 @@ def readable(runs: list[Run], command: str) -> list[Run]:
 
 
 def find_runs(directory: Path) -> list[Run]:
-    """Every run directory (one holding `config.yaml`) at or below `directory`, through folder links too, each
-    once (`folders_holding`), sorted."""
+    """Every run directory (one holding `config.yaml`) at or below `directory` (`folders_holding`)."""
     return [Run(path) for path in folders_holding(directory, "config.yaml")]
