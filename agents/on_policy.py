@@ -121,6 +121,19 @@ class ModelNotFoundError(ConfigError, FileNotFoundError):
     """No saved model where `load` looked: a `ConfigError`, and the `FileNotFoundError` SB3's `load` raises."""
 
 
+def _check_learner_set(learner: str, policy_kwargs: Any, own: tuple[str, ...]) -> None:
+    """Refuse (`ConfigError`) a policy option that the learner sets itself: the spaces and the learning-rate
+    schedule, from the env and `learning_rate`, and the learner's `own` options (VMPO's `popart`)."""
+    if not isinstance(policy_kwargs, Mapping):
+        return  # the policy refuses what is no mapping
+    if given := [name for name in ("observation_space", "action_space", "lr_schedule") if name in policy_kwargs]:
+        raise ConfigError(f"policy_kwargs[{given[0]!r}]: {learner} sets it from the env and learning_rate; leave it "
+                          "out")
+    if given := [name for name in own if name in policy_kwargs]:
+        raise ConfigError(f"policy_kwargs[{given[0]!r}]: {learner} sets it from its own option; pass "
+                          f"{learner}({given[0]}=...)")
+
+
 def model_file(path: Any, key: str = "path") -> Path:
     """The saved model `path` names: a zip file (`.zip` added where missing, as SB3 adds it) or a directory holding
     `model.zip`; `ConfigError` naming `key` for any other value (`ModelNotFoundError` where nothing is there)."""
@@ -389,6 +402,12 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 raise ConfigError(f"tensorboard_log={str(log)!r}: cannot write in {str(folder)!r}: [Errno "
                                   f"{error.errno}] {error.strerror}; expected a folder path, or None")
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", kwargs.get("seed"))  # numpy's seeds
+        if kwargs.get("seed") is not None:
+            kwargs["seed"] = int(kwargs["seed"])  # Python's `random.seed` takes no NumPy integer
+        if not isinstance(policy, str) and not issubclass(policy, MemoryActorCriticPolicy):
+            raise ConfigError(f"policy={policy.__name__}: {type(self).__name__} takes 'MemoryPolicy' or a subclass of "
+                              "MemoryActorCriticPolicy")
+        _check_learner_set(type(self).__name__, kwargs.get("policy_kwargs"), self.learner_policy_options)
         if isinstance(env, str):  # any spec the command line takes (engram ids, module:Class), not only gym.make's
             from envs import make_env, make_vec_env
 
@@ -513,7 +532,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
     def set_random_seed(self, seed: int | None = None) -> None:
         """SB3's `set_random_seed`, refusing (`ConfigError`) a seed numpy does not take."""
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", seed)
-        super().set_random_seed(seed)
+        super().set_random_seed(None if seed is None else int(seed))
 
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """SB3's `set_env` (`env` also an env spec, made with this model's number of copies), refusing with
@@ -571,8 +590,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if not isinstance(path, str | os.PathLike) or not str(path):
             raise ConfigError(f"path={shown(path)}: expected a file path or an open binary file")
         file = Path(path) if Path(path).suffix else Path(path).with_suffix(".zip")
-        if file.is_dir() or str(path).endswith(os.sep):
-            raise ConfigError(f"path={str(path)!r}: is a directory; expected a file path (model.zip)")
+        if Path(path).is_dir() or file.is_dir() or str(path).endswith(os.sep):
+            raise ConfigError(f"path={str(path)!r}: is a directory; expected a file path (such as "
+                              f"{str(Path(path) / RUN_MODEL)!r} when no file is there)")
         folder = next(folder for folder in file.absolute().parents if os.path.lexists(folder))
         if not folder.is_dir():
             raise ConfigError(f"path={str(path)!r}: {str(folder)!r} is a file; expected a path in a directory")
@@ -641,9 +661,6 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                                      else MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
                                      else MemoryRolloutBuffer)
         super()._setup_model()
-        if not isinstance(self.policy, MemoryActorCriticPolicy):
-            raise TypeError(f"{type(self).__name__} needs a MemoryActorCriticPolicy ('MemoryPolicy'), "
-                            f"got {type(self.policy).__name__}")
         # saved with the model: every memory option, so that a later default cannot change how it loads
         self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
         check_aux_coefs(self.aux_coefs, self.policy)
@@ -672,6 +689,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             Text().check("tb_log_name", tb_log_name)
         for name, value in (("reset_num_timesteps", reset_num_timesteps), ("progress_bar", progress_bar)):
             Flag().check(name, value)
+        if self.env is None:
+            raise ConfigError(f"env=None: a model loaded without an env has none to learn on; pass "
+                              f"{type(self).__name__}.load(path, env=...) or call set_env(env) first")
         check_batch_size(self.batch_size, self.n_steps, self.n_envs)  # the env may have changed since (`set_env`)
         return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                              reset_num_timesteps, progress_bar)

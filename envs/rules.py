@@ -51,6 +51,21 @@ def is_linear_schedule(value: Any) -> bool:
     return callable(value) and hasattr(value, "start") and hasattr(value, "end")
 
 
+def linear_schedule(key: str, text: str) -> Any:
+    """`lin_<start>` (to 0) or `lin_<start>_<end>`, as rl-zoo writes them: SB3's `LinearSchedule` of the training
+    progress (imported here, so that reading settings without a schedule needs no torch)."""
+    from stable_baselines3.common.utils import LinearSchedule
+
+    try:
+        parts = [float(part) for part in text.removeprefix("lin_").split("_")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2):
+        raise ConfigError(f"{key}={shown(text)}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
+                          "e.g. lin_3e-4 or lin_2.75e-4_1e-5")
+    return LinearSchedule(parts[0], parts[1] if len(parts) == 2 else 0.0, 1.0)
+
+
 def shown(value: Any) -> str:
     """`value` as a message shows it: `lin_<start>_<end>` for a linear schedule, else its `short` repr."""
     return f"lin_{value.start}_{value.end}" if is_linear_schedule(value) else short(repr(value))
@@ -109,6 +124,12 @@ class Range:
         extras += ["or null for the default"] if self.optional else []
         extras += ["or a schedule lin_<start>[_<end>]"] if self.schedule else []
         return text + (f" ({'; '.join(extras)})" if extras else "")
+
+    def read(self, key: str, value: Any) -> Any:
+        """`value` as the learner takes it: a schedule written `lin_<start>[_<end>]` becomes SB3's `LinearSchedule`."""
+        if self.schedule and isinstance(value, str) and value.startswith("lin_"):
+            return linear_schedule(key, value)
+        return value
 
     def check(self, key: str, value: Any) -> None:
         if value is None and self.optional:

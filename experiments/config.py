@@ -31,9 +31,10 @@ import dataclasses
 import importlib
 import inspect
 import numbers
+import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from envs.rules import (
     Rule,
     Text,
     is_linear_schedule,
+    linear_schedule,
     shown,
 )
 from experiments import strict_yaml
@@ -260,7 +262,7 @@ def coerce(key: str, value: Any, default: Any, schedules: bool = True, rule: Rul
     number_like = isinstance(default, float) or is_linear_schedule(default)
     if number_like or (default is None and _parse_number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_") and schedules:
-            return _linear_schedule(key, value)
+            return linear_schedule(key, value)
         number = _parse_number(value)
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={shown(value)}: expected a number"
@@ -288,7 +290,7 @@ def read_number(key: str, value: Any, rule: Range, schedules: bool = True) -> An
     integer rule, `lin_<start>[_<end>]` as a schedule; `ConfigError` with the rule's description for
     anything else. The range itself is the rule's to check (`Range.check`)."""
     if isinstance(value, str) and value.startswith("lin_") and schedules:  # refused by `Range.check` where no schedule
-        return _linear_schedule(key, value)
+        return linear_schedule(key, value)
     if callable(value):
         return value  # a schedule given as a function: `Range.check` calls it
     if isinstance(value, str) and beyond_float(value):
@@ -301,18 +303,6 @@ def read_number(key: str, value: Any, rule: Range, schedules: bool = True) -> An
     if not rule.integer and abs(number) > _LARGEST_FLOAT:
         raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
     return number
-
-
-def _linear_schedule(key: str, text: str) -> Any:
-    """`lin_<start>` (to 0) or `lin_<start>_<end>`: SB3's `LinearSchedule` of the training progress (rl-zoo
-    style), imported here, so a configuration without schedules is read without torch."""
-    from stable_baselines3.common.utils import LinearSchedule
-
-    parts = [_parse_number(part) for part in text[4:].split("_")]
-    if len(parts) not in (1, 2) or any(part is None for part in parts):
-        raise ConfigError(f"{key}={shown(text)}: a linear schedule is written lin_<start> or lin_<start>_<end>, "
-                          "e.g. lin_3e-4 or lin_2.75e-4_1e-5")
-    return LinearSchedule(float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0, 1.0)
 
 
 def _parse_number(value: Any) -> int | float | None:
@@ -444,6 +434,7 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
     configuration keeps only its own learner's and backbone's (`used_by`), so a run records only what it uses. The
     sections `flags` and `overrides` give are all kept: whether some run uses them is a question for the whole
     command, which may launch runs of several backbones (`experiments.validation.check_sections_used`)."""
+    _check_layers(file, flags, overrides)
     menu = list((load_yaml(file) if file else {}).items())
     given = [*(flags or {}).items(), *(parse_override(text) for text in overrides or [])]
     config = _layered([*menu, *given])
@@ -460,6 +451,17 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
         config = _layered([*used_by(config, entry.settings).items(), *layers])
     config.hyperparams = "none" if entry is None else entry.name
     return config
+
+
+def _check_layers(file: Any, flags: Any, overrides: Any) -> None:
+    """Refuse (`ConfigError`) a layer of `build_config` of another type than its signature's."""
+    if file is not None and not isinstance(file, str | os.PathLike):
+        raise ConfigError(f"file={shown(file)}: expected the path of a YAML file (or a shipped config's name), or None")
+    if flags is not None and not (isinstance(flags, Mapping) and all(isinstance(key, str) for key in flags)):
+        raise ConfigError(f"flags={shown(flags)}: expected a dict of settings by key, or None")
+    if overrides is not None and (isinstance(overrides, str) or not isinstance(overrides, list | tuple)
+                                  or not all(isinstance(text, str) for text in overrides)):
+        raise ConfigError(f"overrides={shown(overrides)}: expected a list of 'key=value' strings, or None")
 
 
 def is_section(key: str) -> bool:

@@ -80,16 +80,33 @@ def checked(*component_relations: Relation) -> Callable[[F], F]:
             except TypeError:  # a wrong call: Python's own message
                 return init(*args, **kwargs)
             bound.apply_defaults()
+            _read_spelled(init, signature, bound.arguments)
             values = arguments(signature, bound.arguments)
             check_options(init, values)
             for relation in component_relations:
                 relation.check(values)
-            return init(*args, **kwargs)
+            return init(*bound.args, **bound.kwargs)
 
         check_then_init.option_relations = component_relations  # type: ignore[attr-defined]
         return check_then_init  # type: ignore[return-value]
 
     return decorate
+
+
+def _read_spelled(init: Callable[..., Any], signature: inspect.Signature, bound: dict[str, Any]) -> None:
+    """Each argument written as the command line writes it (a `lin_` schedule) turned, in place, into the value its
+    rule reads it as (`Range.read`), so that the Python API takes what the rule's message offers."""
+    rules = option_rules(init)
+    for name, value in list(bound.items()):
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            bound[name] = {key: _read(rules.get(key), key, item) for key, item in value.items()}
+        else:
+            bound[name] = _read(rules.get(name), name, value)
+
+
+def _read(rule: Rule | None, key: str, value: Any) -> Any:
+    read = getattr(rule, "read", None)
+    return value if read is None else read(key, value)
 
 
 def arguments(signature: inspect.Signature, bound: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from torch import Tensor
 from torch.distributions import Categorical
 
-from envs.rules import ConfigError, Flag, OptionalMapping, Switch, one_line, short
+from envs.rules import ConfigError, Flag, OptionalMapping, Switch, one_line, short, shown
 from policies.backbone import Aux, MemoryBackbone
 from policies.options import checked
 from policies.policy_options import ActorCriticOptions
@@ -246,6 +246,9 @@ def _one_per_env(episode_start: Any, n_envs: int) -> np.ndarray:
 def check_optimizer(optimizer_class: Any, optimizer_kwargs: Mapping[str, Any]) -> None:
     """Refuse (`ConfigError`) `optimizer_kwargs` that the optimizer (its class already checked) does not take or
     refuses, as its constructor does on one parameter (`eps=-1`), naming them."""
+    if "lr" in optimizer_kwargs:
+        raise ConfigError(f"optimizer_kwargs['lr']={shown(optimizer_kwargs['lr'])}: the learner's learning_rate sets "
+                          "the step size; pass learning_rate (a number or a schedule) instead")
     try:
         optimizer_class([torch.zeros(1, requires_grad=True)], **{"lr": 1e-3, **optimizer_kwargs})
     except (TypeError, ValueError) as error:
@@ -308,6 +311,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                  **kwargs: Unpack[ActorCriticOptions]) -> None:
         if kwargs.pop("use_sde", False) or "sde_sample_freq" in kwargs:  # SB3's learners pass use_sde=False
             raise ValueError(GSDE_REFUSED)
+        if kwargs.get("squash_output"):
+            raise ConfigError("squash_output=True: SB3 squashes actions only with gSDE, which memory policies do not "
+                              "take; leave it False (actions outside a Box are clipped to it)")
         check_spaces(observation_space, action_space)
         if "lstm_kwargs" in kwargs:
             raise ValueError(f"lstm_kwargs={kwargs['lstm_kwargs']!r}: engram's lstm backbone takes hidden_size and "
@@ -424,6 +430,11 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         """Forget what the backbones computed from the parameters; the learner calls it after each optimiser step."""
         for backbone in self._backbones().values():
             backbone.invalidate_caches()
+
+    def load_from_vector(self, vector: np.ndarray) -> None:
+        """SB3's `load_from_vector`, then `invalidate_caches`: the caches hold what the old parameters computed."""
+        super().load_from_vector(vector)
+        self.invalidate_caches()
 
     def _latents_step(self, obs: PyTorchObs, state: PolicyState, episode_starts: Tensor, critic: bool = True
                       ) -> tuple[Tensor, Tensor | None, PolicyState]:

@@ -486,3 +486,80 @@ def test_set_random_seed_names_a_seed_numpy_does_not_take(seed):
     with pytest.raises(ConfigError, match=r"^seed=.*: expected an integer in \[0, 4294967295\]"):
         model.set_random_seed(seed)
     model.set_random_seed(3)
+
+
+# -- learner arguments the rules' words offer, and those the learner sets itself ------------------------------------
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_a_schedule_written_as_the_command_line_writes_it_is_taken(learner):
+    model = learner("MemoryPolicy", make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3), learning_rate="lin_1e-3",
+                    **LEARNER)
+    assert (model.lr_schedule(1.0), model.lr_schedule(0.5)) == pytest.approx((1e-3, 5e-4))
+    with pytest.raises(ConfigError, match=r"learning_rate='lin_x': a linear schedule is written lin_<start>"):
+        learner("MemoryPolicy", make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3), learning_rate="lin_x",
+                **LEARNER)
+
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_a_numpy_integer_seed_seeds_the_learner(learner):
+    model = learner("MemoryPolicy", make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3), seed=np.int64(3),
+                    **LEARNER)
+    assert model.seed == 3 and type(model.seed) is int
+    model.set_random_seed(np.uint32(4))
+
+
+@pytest.mark.parametrize(("learner", "policy_kwargs", "message"), [
+    (MemoryPPO, {"lr_schedule": 1}, r"policy_kwargs\['lr_schedule'\]: MemoryPPO sets it from the env"),
+    (MemoryPPO, {"observation_space": None}, r"policy_kwargs\['observation_space'\]: MemoryPPO sets it"),
+    (VMPO, {"popart": True}, r"policy_kwargs\['popart'\]: VMPO sets it from its own option; pass VMPO\(popart="),
+    (VMPO, {"popart_beta": -5}, r"policy_kwargs\['popart_beta'\]: VMPO sets it"),
+    (MemoryPPO, {"optimizer_kwargs": {"lr": 1e-4}}, r"optimizer_kwargs\['lr'\]=0.0001: the learner's learning_rate"),
+    (MemoryPPO, {"squash_output": True}, r"squash_output=True: SB3 squashes actions only with gSDE"),
+])
+def test_a_policy_option_the_learner_sets_or_no_memory_policy_takes_is_refused(learner, policy_kwargs, message):
+    env = make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3)
+    with pytest.raises(ConfigError, match=message):
+        learner("MemoryPolicy", env, policy_kwargs={"backbone": "mlp", **policy_kwargs},
+                **{k: v for k, v in LEARNER.items() if k != "policy_kwargs"})
+
+
+@pytest.mark.parametrize("learner", [MemoryPPO, VMPO])
+def test_a_policy_class_that_is_no_memory_policy_is_refused_by_name(learner):
+    from stable_baselines3.common.policies import ActorCriticPolicy
+
+    with pytest.raises(ConfigError, match=f"policy=ActorCriticPolicy: {learner.__name__} takes 'MemoryPolicy'"):
+        learner(ActorCriticPolicy, make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3))
+
+
+def test_save_to_a_directory_is_refused_and_learning_without_an_env_names_the_cure(tmp_path):
+    model = MemoryPPO("MemoryPolicy", make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3), **LEARNER)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ConfigError, match="is a directory; expected a file path"):
+        model.save(tmp_path / "folder")
+    assert not (tmp_path / "folder.zip").exists()
+    model.save(tmp_path / "model")
+    with pytest.raises(ConfigError, match=r"env=None: .* MemoryPPO.load\(path, env=...\) or call set_env"):
+        MemoryPPO.load(tmp_path / "model").learn(32)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"file": 3}, "file=3: expected the path of a YAML file"),
+    ({"overrides": [3]}, r"overrides=\[3\]: expected a list of 'key=value' strings"),
+    ({"overrides": "seed=3"}, "overrides='seed=3': expected a list"),
+    ({"flags": [1]}, r"flags=\[1\]: expected a dict of settings"),
+])
+def test_build_config_refuses_layers_of_other_types(arguments, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(**arguments)
+
+
+def test_loading_parameters_from_a_vector_invalidates_the_caches():
+    env = make_vec_env("TMaze-v0", n_envs=2, seed=0, length=3)
+    kwargs = {"backbone": "gtrxl", "backbone_kwargs": {"d_model": 16, "n_layers": 1, "n_heads": 2, "memory_length": 4}}
+    model = MemoryPPO("MemoryPolicy", env, seed=0, policy_kwargs=kwargs)
+    other = MemoryPPO("MemoryPolicy", env, seed=1, policy_kwargs=kwargs)
+    obs, state = env.reset(), None
+    for _ in range(3):
+        _, state = model.predict(obs, state)
+    model.policy.load_from_vector(other.policy.parameters_to_vector())
+    assert model.policy.as_policy_state(state).pi.cache.generation != model.policy.backbone.generation
