@@ -381,9 +381,14 @@ class RunDirectory:
                               f"move the file away, or choose another --seed or {self.log_dir_key}")
 
     def check_place(self) -> None:
-        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `log_dir_key`), and one
-        that holds a run of another command (a language-model run where a training run goes, or the reverse)."""
+        """Refuse a run directory inside one it does not belong to (`check_owner`, naming `log_dir_key`), one that
+        holds files but no run (no `run.lock`: a user's folder), and one that holds a run of another command (a
+        language-model run where a training run goes, or the reverse)."""
         check_owner("run directory", self.path, self.log_dir_key, str(self.path.parent))
+        if self.holds_run() and kind_of(self.path) is None:
+            raise ConfigError(f"run directory {str(self.path)!r} holds files but no run (no {LOCK_FILE}): a run "
+                              f"never writes into a folder it did not make; move them away, or choose another "
+                              f"{self.log_dir_key} or seed")
         if (reader := self.reader()) not in (None, self.own_reader):
             kinds = {"evaluate": "a training run", "lm eval": "a language-model run"}
             raise ConfigError(f"run directory {str(self.path)!r} holds {kinds[reader]} (`{reader}` reads it), not "

@@ -161,3 +161,16 @@ def test_a_run_of_the_other_command_in_a_runs_place_is_named_as_such(tmp_path, c
     line = refused(tmp_path, capsys, [*LM, f"log_dir={tmp_path / 'b'}", *(["--resume"] if resume else [])])
     assert line == (f"error: run directory {str(training_run)!r} holds a training run (`evaluate` reads it), not a "
                     "language-model run; choose another log_dir or seed")
+
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_folder_holding_files_but_no_run_is_refused_and_left_as_it_was(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str],
+                                                                          resume: bool) -> None:
+    folder = tmp_path / RUN.format(0)
+    folder.mkdir()
+    (folder / "evaluations.csv").write_text("a,b\n1,2\n")
+    (folder / "summary.json").write_text('{"mine": 1}')
+    line = refused(tmp_path, capsys, [*TINY, "--log-dir", str(tmp_path), *(["--resume"] if resume else [])])
+    assert "holds files but no run (no run.lock)" in line
