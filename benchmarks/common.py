@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import functools
 import gc
 import json
 import os
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from envs.atomic import WriteError, made_folders, write_together
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -71,10 +75,26 @@ def write_results(name: str, result: dict[str, Any], markdown: str | Callable[[d
     """
     result.setdefault("machine", {})["load_average_at_end"] = list(os.getloadavg())
     text = markdown(result) if callable(markdown) else markdown
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / f"{name}.md").write_text(text)
+    write_files({out / f"{name}.json": json.dumps(result, indent=2) + "\n", out / f"{name}.md": text})
     print(f"wrote {out / name}.json and {out / name}.md", file=sys.stderr)
+
+
+def write_files(texts: dict[Path, str]) -> None:
+    """Write each path's text whole, and all of them or none, replacing earlier results together
+    (``envs.atomic.write_together``); missing folders are made, and removed again when the write fails. A failing
+    write ends the script with status 1 and one line, ``error: cannot write '<path>': [Errno 28] No space left on
+    device``: no traceback, no temporary or empty file left."""
+    try:
+        with contextlib.ExitStack() as folders:
+            for folder in dict.fromkeys(Path(path).parent for path in texts):
+                folders.enter_context(made_folders(folder))
+            write_together({Path(path): functools.partial(_write_text, text=text) for path, text in texts.items()})
+    except WriteError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text)
 
 
 def results_target(quick: bool, name: str | None, out: Path | None, default: str) -> tuple[str, Path] | None:

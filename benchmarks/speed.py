@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import RESULTS, heading, machine_info, machine_line, provenance, publish, results_target
+from common import RESULTS, heading, machine_info, machine_line, provenance, publish, results_target, write_files
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["throughput"] = throughput(cases, rounds, rollouts)
     if args.throughput_only:
         if args.json:
-            args.json.write_text(json.dumps(result, indent=2) + "\n")
+            write_files({args.json: json.dumps(result, indent=2) + "\n"})
         else:
             publish(target, result, render_throughput)
         return result

@@ -24,4 +24,5 @@ publish = _common.publish
 results_target = _common.results_target
 run_directories_parser = _common.run_directories_parser
 time_block = _common.time_block
+write_files = _common.write_files
 write_results = _common.write_results
