@@ -5,12 +5,30 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import NamedTuple
 
+import torch
 from torch import Tensor, nn
 
 from envs.rules import Range
-from policies.window import State, Window, advance_window, as_bool, as_windows, empty_window, reset_window
+from policies.window import (
+    SharedWindows,
+    State,
+    Window,
+    advance_window,
+    as_bool,
+    as_windows,
+    empty_window,
+    reset_window,
+)
 
 Aux = dict[str, Tensor]
+
+
+def autocasting(device: torch.device) -> bool:
+    """Whether `torch.autocast` is on for `device`'s type (`False` for a type autocast does not know, e.g. meta)."""
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except RuntimeError:
+        return False
 
 
 class Sequence(NamedTuple):
@@ -51,7 +69,8 @@ class MemoryBackbone(nn.Module, ABC):
     def check_inputs(self, x: Tensor, state: object, episode_starts: Tensor, axes: int) -> None:
         """`ValueError` naming what `step` (`axes=2`: `x[B, D]`, `episode_start[B]`) or `forward_sequence` (`axes=3`:
         `x[T, B, D]`, `episode_starts[T, B]`) cannot take: `x` no float tensor of at least one step and env of width
-        `input_dim`, episode starts no tensor of one flag per step and env, or no state."""
+        `input_dim` in the parameters' dtype (any float under autocast), episode starts no tensor of one flag per step
+        and env, or a state that is no window of this backbone for these envs (`check_state`)."""
         if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != axes or not x.numel():
             given = (f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor)
                      else type(x).__name__)
@@ -60,24 +79,62 @@ class MemoryBackbone(nn.Module, ABC):
         if self.input_dim is not None and x.shape[-1] != self.input_dim:
             raise ValueError(f"x has width {x.shape[-1]} (shape {tuple(x.shape)}); this backbone takes inputs of "
                              f"width {self.input_dim}")
+        module, name = self.__dict__.get("_like_place") or self._find_like()
+        dtype = module._parameters[name].dtype
+        if x.dtype != dtype and not autocasting(x.device):
+            raise ValueError(f"x is a {x.dtype} tensor; this backbone's parameters are {dtype}: expected x of dtype "
+                             f"{dtype} (cast x, or the backbone with .to)")
         if not isinstance(episode_starts, Tensor) or episode_starts.shape != x.shape[:-1]:
             given = (f"of shape {tuple(episode_starts.shape)}" if isinstance(episode_starts, Tensor)
                      else f"of type {type(episode_starts).__name__}")
             raise ValueError(f"episode starts are {given}; expected a tensor of one flag per step and env, "
                              f"{tuple(x.shape[:-1])}")
+        n_envs, memory, valid = x.shape[axes - 2], getattr(state, "memory", None), getattr(state, "valid", None)
+        if not (type(state) is Window and isinstance(memory, Tensor) and isinstance(valid, Tensor)  # the common case
+                and memory.shape[1:] == (self.memory_length, *self.record_shape) and memory.dtype == dtype
+                and valid.shape == (n_envs, self.memory_length)):
+            self.check_state(state, n_envs, dtype, segment=axes == 3)  # the message, or a segment's shared windows
+
+    def check_state(self, state: object, n_envs: int, dtype: torch.dtype, segment: bool) -> None:
+        """`ValueError` unless `state` is a `Window` (a `segment` also takes `SharedWindows`) of `n_envs` envs whose
+        windows have this backbone's `memory_length`, `record_shape` and parameter `dtype`; attributes only."""
+        kinds = (Window, SharedWindows) if segment else (Window,)
         if state is None:
             raise ValueError("state is None; expected initial_state(n_envs) or the state the last call returned")
-        valid = getattr(state, "valid", None)
-        if axes == 2 and isinstance(valid, Tensor) and valid.shape[:1] != x.shape[:1]:
-            raise ValueError(f"state holds the memory of {valid.shape[0]} env(s), x {x.shape[0]}; expected "
+        if not isinstance(state, kinds):
+            raise ValueError(f"state is a {type(state).__name__}; expected a {' or '.join(k.__name__ for k in kinds)}: "
+                             "initial_state(n_envs) or the state the last call returned (a dict of arrays only at "
+                             "predict's boundary: Window.from_dict)")
+        shared = isinstance(state, SharedWindows)
+        memory = state.records if shared else state.memory
+        if not isinstance(memory, Tensor) or not isinstance(state.valid, Tensor):
+            raise ValueError(f"state is a {type(state).__name__} of {type(memory).__name__}; expected tensors "
+                             "(initial_state(n_envs))")
+        record, slots = (memory.shape[1:], state.valid.shape[1:]) if shared else (memory.shape[2:], memory.shape[1:2])
+        if record != self.record_shape or slots != (self.memory_length,) or memory.dtype != dtype or (
+                not shared and state.valid.shape != memory.shape[:2]):
+            raise ValueError(f"state is not this backbone's: its memory is a {memory.dtype} tensor of shape "
+                             f"{tuple(memory.shape)}; {type(self).__name__} keeps windows of {self.memory_length} "
+                             f"record(s) of shape {self.record_shape} in {dtype}, [B, {self.memory_length}, "
+                             f"{', '.join(map(str, self.record_shape))}] (its initial_state(n_envs))")
+        if state.valid.shape[0] != n_envs:
+            raise ValueError(f"state holds the memory of {state.valid.shape[0]} env(s), x {n_envs}; expected "
                              "initial_state(B) or the state the last step of these envs returned")
 
     def invalidate_caches(self) -> None:
         """Forget what was computed from the parameters (none here); learners call it after each optimiser step."""
 
     def _like(self) -> Tensor:
-        """A parameter whose device and dtype the state follows."""
-        return next(self.parameters())
+        """A parameter whose device and dtype the state follows: the first one, whose place is found once and read
+        afresh each call (`.to` and `load_state_dict(assign=True)` may replace it)."""
+        module, name = self.__dict__.get("_like_place") or self._find_like()
+        return module._parameters[name]
+
+    def _find_like(self) -> tuple[nn.Module, str]:
+        """Where the first parameter sits, kept outside nn.Module's registries (no submodule, no state)."""
+        place = self.__dict__["_like_place"] = next(
+            (module, name) for module in self.modules() for name, p in module._parameters.items() if p is not None)
+        return place
 
     def initial_state(self, n_envs: int) -> Window:
         """The state of `n_envs` new episodes (`ConfigError` unless `n_envs` is an integer >= 0)."""
