@@ -234,3 +234,12 @@ def test_a_grid_beyond_the_runs_a_study_holds_is_refused_before_it_is_expanded(t
     assert ("the study's grid is 1 task × 2 backbones × 6,000 seeds = 12,000 runs; a study holds at most 10,000"
             in capsys.readouterr().err)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["5", "null", "[a]", "true", "''"])
+def test_a_task_config_that_is_no_file_name_is_refused_in_one_line(tmp_path, capsys, value):
+    file = tmp_path / "tasks.yaml"
+    file.write_text(f"backbones: [mlp]\nseeds: 1\ntasks: [{{config: {value}}}]\n")
+    assert train_rl.main(["study", str(file), "--log-dir", str(tmp_path / "runs")]) == 2
+    assert "tasks[0].config=" in _err_line(capsys)
+    assert not (tmp_path / "runs").exists()

@@ -164,6 +164,12 @@ class Grid:
                 STUDY_KEYS[key].check(key, value)
             except ConfigError as error:
                 raise ConfigError(f"study file {str(path)!r}: {error}") from None
+        for n, task in enumerate(data.get("tasks") or []):
+            try:
+                if "config" in task:
+                    STUDY_KEYS["config"].check(f"tasks[{n}].config", task["config"])
+            except ConfigError as error:
+                raise ConfigError(f"study file {str(path)!r}: {error}") from None
         seeds = data.get("seeds", [])
         fields = {"settings": data.get("settings", {}), "tasks": data.get("tasks") or [{}],
                   "gym_packages": data.get("gym_packages", []),
