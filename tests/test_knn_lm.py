@@ -34,9 +34,9 @@ def test_interpolation_mixes_probabilities():
     lm, knn = torch.log_softmax(torch.randn(3, 4), -1), torch.log_softmax(torch.randn(3, 4), -1)
     torch.testing.assert_close(interpolate(lm, knn, 0.25).exp(), 0.75 * lm.exp() + 0.25 * knn.exp())
     assert interpolate(lm, knn, 0.0) is lm
-    with pytest.raises(ValueError, match="the kNN weight must be in \\[0, 1\\], got 1.5"):
+    with pytest.raises(ValueError, match=r"weight=1.5: expected a number in \[0, 1\]"):
         interpolate(lm, knn, 1.5)
-    with pytest.raises(ValueError, match="k must be in 1..2 \\(the datastore size\\), got 3"):
+    with pytest.raises(ValueError, match=r"k=3: expected an integer in \[1, 2\] \(at most the datastore size\)"):
         Datastore(torch.randn(2, 3), torch.tensor([0, 1]), 4).knn_log_probs(torch.randn(1, 3), 3)
 
 

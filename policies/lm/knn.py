@@ -8,6 +8,7 @@ import math
 import torch
 from torch import Tensor
 
+from envs.rules import Range
 from policies.lm.model import MemoryLanguageModel, scored_mean
 from policies.window import State
 
@@ -33,8 +34,7 @@ class Datastore:
 
     def search(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The `k` nearest keys of queries `[Q, D]`: their squared distances and indices, each `[Q, k]`."""
-        if not 1 <= k <= len(self):
-            raise ValueError(f"k must be in 1..{len(self)} (the datastore size), got {k}")
+        Range(1, len(self), integer=True, note="at most the datastore size").check("k", k)
         found = [torch.cdist(chunk, self.keys).pow(2).topk(k, dim=-1, largest=False)
                  for chunk in queries.split(QUERY_CHUNK)]  # each [chunk, N] distances at most
         return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
@@ -60,8 +60,7 @@ class Datastore:
 
 def interpolate(lm_log_probs: Tensor, knn_log_probs: Tensor, weight: float) -> Tensor:
     """`log(λ p_kNN + (1 − λ) p_LM)` (Khandelwal et al. 2020, Eq. 3), `λ = weight` in `[0, 1]`."""
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"the kNN weight must be in [0, 1], got {weight}")
+    Range(0.0, 1.0).check("weight", weight)
     if weight == 0.0:
         return lm_log_probs
     if weight == 1.0:
