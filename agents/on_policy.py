@@ -557,6 +557,11 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                               "takes another)")
         _check_spaces_fit(wrapped, self.observation_space, self.action_space, "this model")
         super().set_env(wrapped, force_reset)
+        if (kind := self._buffer_class(wrapped)) is not self.rollout_buffer_class:  # a torch VecEnv, or from one
+            self.rollout_buffer_class = kind
+            self.rollout_buffer = kind(self.n_steps, self.observation_space, self.action_space, device=self.device,
+                                       gamma=self.gamma, gae_lambda=self.gae_lambda, n_envs=self.n_envs,
+                                       **self.rollout_buffer_kwargs)
 
     def set_parameters(self, load_path_or_dict: Any, exact_match: bool = True, device: Any = "auto") -> None:
         """SB3's `set_parameters` from a saved model (its path, as `load` takes it, or an open binary file) or a
@@ -657,9 +662,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         return self.policy_aliases[policy_name]
 
     def _setup_model(self) -> None:
-        self.rollout_buffer_class = (DeviceRolloutBuffer if getattr(self.env, "on_device", False)
-                                     else MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
-                                     else MemoryRolloutBuffer)
+        self.rollout_buffer_class = self._buffer_class(self.env)
         super()._setup_model()
         # saved with the model: every memory option, so that a later default cannot change how it loads
         self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
@@ -671,6 +674,13 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if self.uniform_kl_coef:
             check_action_space(self.action_space, "uniform_kl_coef")
         self._last_state = self.policy.initial_state(self.n_envs)
+
+    def _buffer_class(self, env: VecEnv | None) -> type[RolloutBuffer]:
+        """The rollout buffer of `env`'s steps: on the device for a torch VecEnv, else NumPy's (a dict's for `Dict`
+        observations)."""
+        return (DeviceRolloutBuffer if getattr(env, "on_device", False)
+                else MemoryDictRolloutBuffer if isinstance(self.observation_space, spaces.Dict)
+                else MemoryRolloutBuffer)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_last_state", "_batch_size_by_default"]

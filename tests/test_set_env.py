@@ -58,3 +58,15 @@ def test_set_parameters_takes_a_save_a_run_directory_or_get_parameters(model, tm
     model.set_parameters(tmp_path / "run")
     model.set_parameters(tmp_path / "run" / "model")
     model.set_parameters(model.get_parameters())
+
+
+@pytest.mark.parametrize("first", ["torch", "numpy"])
+def test_set_env_between_a_torch_and_a_numpy_vec_env_keeps_learning(first):
+    made = {kind: make_vec_env("TMaze-v0", 2, seed=0, length=2, **({"vec_env": "torch"} if kind == "torch" else {}))
+            for kind in ("torch", "numpy")}
+    other = "numpy" if first == "torch" else "torch"
+    model = MemoryPPO("MemoryPolicy", made[first], n_steps=16, batch_size=32, policy_kwargs={"backbone": "mlp"})
+    model.learn(32)
+    model.set_env(made[other])
+    model.learn(32)
+    assert model.num_timesteps == 32  # learn counts afresh by default, as in SB3
