@@ -28,7 +28,7 @@ from gymnasium import spaces
 from agents import ALGOS, saved_learner
 from envs.atomic import write_new
 from envs.imports import cause
-from envs.rules import Device, short, shown
+from envs.rules import Device, Entries, Items, Text, short, shown
 from experiments.config import FIELDS, ConfigError, RunConfig, build_config
 from experiments.evaluation import EvalResult, evaluate
 from experiments.model_files import damage
@@ -111,6 +111,8 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
     SB3's), or an environment that does not build or whose spaces are not the model's (`check_agent_env`) raises
     `ConfigError` naming it; so does `hyperparams` other than `auto` without `env`, which it would not change."""
     Device().check("device", device)
+    Entries().check("env_kwargs", env_kwargs)
+    Items(Text(), empty_ok=True, optional=True).check("gym_packages", gym_packages)
     if env is not None:
         FIELDS["env"].metadata["rule"].check("env", env)
     elif hyperparams != "auto":  # it names the entry `env` starts from; without one it would change nothing

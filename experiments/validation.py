@@ -39,7 +39,7 @@ from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, shown
 from envs.wrappers import EnvWrapperError
 from experiments.config import RunConfig, algo_settings, coerce, is_section, plain, reread, section_defaults
 from experiments.footprint import check_fits, estimate
-from experiments.hyperparams import named_source
+from experiments.hyperparams import chosen, load, named_source
 from experiments.rules import Directory, FolderName
 from experiments.training import check_policy_fits, policy_kwargs, saved_policy_weights
 from policies import ATTENTIONS, BACKBONES, POSITIONS
@@ -294,6 +294,19 @@ def check_settings(config: RunConfig) -> None:
     _check_sections(config)
 
 
+def check_hyperparams(config: RunConfig) -> None:
+    """Refuse a `hyperparams` that names no file of entries, or no entry of it: a run records it as the source of
+    its settings."""
+    try:
+        path, key = chosen(config.hyperparams, config.algo)
+        if path is not None:
+            entries = load(path)
+            if key is not None:
+                entries.entry(key)
+    except (ConfigError, OSError) as error:
+        raise ConfigError(f"hyperparams={shown(config.hyperparams)}: {one_line(error)}") from None
+
+
 def validate(config: RunConfig) -> None:
     """Refuse `config` with `ConfigError` (one line naming the key, the value and what is valid) if it does not read
     back as a configuration file of its settings would (`experiments.config.reread`), any setting is out of its
@@ -309,6 +322,7 @@ def validate(config: RunConfig) -> None:
 
 def _validate(config: RunConfig) -> None:
     check_settings(config)
+    check_hyperparams(config)
     Directory().check_writable("log_dir", config.log_dir)
     check_relations(config)
     env = check_env(config)

@@ -54,7 +54,7 @@ def small_config(tmp_path: Path, **changes: Any) -> RunConfig:
     ({"options": [1]}, "options=[1]: expected a mapping"),
     ({"policy": {"colour": 1}}, "unknown policy option 'colour'; valid options: net_arch"),
     ({"env_kwargs": None}, "env_kwargs=None: expected a mapping"),
-    ({"env_kwargs": {"length": -1}}, "env='TMaze-v0' with env_kwargs length=-1 does not build"),
+    ({"env_kwargs": {"length": -1}}, "env_kwargs.length=-1: expected an integer >= 1"),
     ({"threads": -1}, "threads=-1: expected an integer >= 0"),
 ])
 def test_train_refuses_a_hand_built_config_as_the_command_line_does(tmp_path, changes, message):
@@ -199,9 +199,7 @@ def entry_file(tmp_path: Path, body: str) -> str:
     ("  ppo: {batch_size: 4096}\n", {}, "{where}: ppo.batch_size=4096: expected at most the rollout"),
     ("  n_envs: 1\n", {}, "ppo.batch_size=32: expected at most the rollout, ppo.n_steps=16 x n_envs=1 = 16 steps "
                           "(n_envs from {where})"),
-    ("  env_kwargs: {length: -3}\n", {}, "env='TMaze-v0' with env_kwargs length=-3 does not build (ValueError: "
-                                          "length (corridor length L) must be >= 1, got -3) (env_kwargs.length from "
-                                          "{where})"),
+    ("  env_kwargs: {length: -3}\n", {}, "{where}: env_kwargs.length=-3: expected an integer >= 1"),
     ("  mlp: {hidden_size: 0}\n", {}, "{where}: mlp.hidden_size=0: expected an integer >= 1"),
 ])
 def test_an_invalid_value_from_a_hyperparameter_entry_names_the_entry(tmp_path, body, flags, message):
@@ -563,3 +561,22 @@ def test_loading_parameters_from_a_vector_invalidates_the_caches():
         _, state = model.predict(obs, state)
     model.policy.load_from_vector(other.policy.parameters_to_vector())
     assert model.policy.as_policy_state(state).pi.cache.generation != model.policy.backbone.generation
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"env_kwargs": [1]}, r"env_kwargs=\[1\]: expected a mapping"),
+    ({"gym_packages": "math"}, "gym_packages='math': expected a list"),
+])
+def test_load_agent_refuses_arguments_of_another_type(saved, arguments, message):
+    with pytest.raises(ConfigError, match=message):
+        load_agent(saved, env="TMaze-v0", **arguments)
+
+
+@pytest.mark.parametrize(("hyperparams", "message"), [
+    ("nope.yml#x", "hyperparams='nope.yml#x': config file 'nope.yml' does not exist"),
+    ("ppo#nope", "hyperparams='ppo#nope': hyper-parameter file 'configs/hyperparams/ppo.yml' has no entry 'nope'"),
+])
+def test_train_refuses_a_hand_set_hyperparams_naming_no_entry(tmp_path, hyperparams, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        train(small_config(tmp_path, hyperparams=hyperparams))
+    assert not (tmp_path / "runs").exists()

@@ -455,3 +455,18 @@ def test_a_task_with_long_env_kwargs_gets_figure_names_a_file_system_takes(tmp_p
     assert all(len(name.encode()) <= 255 for name in figures), figures
     first, second = slug("word=" + "a" * 300), slug("word=" + "a" * 299 + "b")
     assert len(first) == len(second) == SLUG_LENGTH and first != second
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"study_dir": None}, "study_dir=None: expected a non-empty path"),
+    ({"study_dir": 5}, "study_dir=5: expected a non-empty path"),
+    ({"out_dir": ""}, r"out_dir='': expected a non-empty path \(or None: the study directory\)"),
+    ({"out_dir": 5}, "out_dir=5: expected a non-empty path"),
+    ({"envs": "TMaze-v0"}, "envs='TMaze-v0': expected a list of env id patterns"),
+])
+def test_build_report_refuses_arguments_of_another_type_before_writing(tmp_path, monkeypatch, arguments, message):
+    fake_run(tmp_path / "study", "mlp", 0, 1.0)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        build_report(**{"study_dir": tmp_path / "study", "out_dir": tmp_path / "out", **arguments})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study"]

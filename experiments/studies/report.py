@@ -795,7 +795,13 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
     A report replaces its own earlier output there (`report_target`) and no other file, and is never written into
     a run directory, nor into another study's (`check_report_place`): `ConfigError` naming the directory's argument
     (`arguments`: the names of `study_dir` and `out_dir` in messages) before anything is written, also when the
-    runs found are none that a report can read (`check_readable`)."""
+    runs found are none that a report can read (`check_readable`), or when an argument is of another type."""
+    for name, value in zip(arguments, (study_dir, out_dir), strict=True):
+        if not (value is None and name == arguments[1]) and (
+                not isinstance(value, str | os.PathLike) or not os.fspath(value).strip()):
+            raise ConfigError(f"{name}={shown(value)}: expected a non-empty path"
+                              + (" (or None: the study directory)" if name == arguments[1] else ""))
+    check_analysis(reps, threshold, seed, envs)
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise FileNotFoundError(f"study directory {str(study_dir)!r} "
