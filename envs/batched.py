@@ -32,6 +32,11 @@ from gymnasium import spaces
 
 from envs.rules import ConfigError, Range, shown
 
+COUNT = Range(1, integer=True)
+"""the rule of a task's counts (lengths, bits, copies)"""
+TIME_LIMIT = Range(1, integer=True, optional=True)
+"""the rule of `max_episode_steps` (None: no time limit)"""
+
 Index = np.ndarray | slice
 """Which copies an operation applies to: an integer index array, or ``slice(None)`` for all."""
 
@@ -54,6 +59,12 @@ def check_seed(seed: Any, key: str = "seed") -> None:
     """`ConfigError` naming `key` unless `seed` is an integer >= 0 or `None` (fresh entropy)."""
     if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0):
         raise ConfigError(f"{key}={shown(seed)}: expected an integer >= 0 (or None for fresh entropy)")
+
+
+def check_core(n_copies: int, max_episode_steps: int | None) -> None:
+    """`ConfigError` naming `n_copies` or `max_episode_steps` where a core (numpy or torch) cannot take it."""
+    COUNT.check("n_copies", n_copies)
+    TIME_LIMIT.check("max_episode_steps", max_episode_steps)
 
 
 def copy_seeds(seed: int | None, n_copies: int) -> list[int]:
@@ -112,17 +123,15 @@ class BatchedTask(ABC):
 
     Subclasses define the spaces, the documented constants (`episode_length`,
     `memory_distance`, `optimal_return`, `memoryless_return`), `observe`,
-    `render_text` and the hooks `_begin`, `_transition` and `_success`.
+    `render_text` and the hooks `_begin`, `_transition` and `_success`; and a static
+    `check_arguments`, which refuses their own arguments with `ConfigError` (the torch twins call it too).
     """
 
     observation_space: spaces.Box
     action_space: spaces.Discrete
 
     def __init__(self, n_copies: int, max_episode_steps: int | None = None) -> None:
-        if n_copies < 1:
-            raise ValueError(f"n_copies must be >= 1, got {n_copies}")
-        if max_episode_steps is not None and max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
+        check_core(n_copies, max_episode_steps)
         self.n_copies = n_copies
         self.max_episode_steps = max_episode_steps
         self.rng = CopyStreams(n_copies)

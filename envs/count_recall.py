@@ -6,7 +6,11 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.batched import ALL, Index
-from envs.scored import WholeEpisodeScoredTask, check_symbols, one_hot
+from envs.rules import Range
+from envs.scored import SYMBOLS, WHOLE_LENGTH, WholeEpisodeScoredTask, one_hot
+
+MAX_COUNT = Range(1, integer=True, optional=True)
+"""the rule of CountRecall's `max_count` (None: the episode length)"""
 
 
 class CountRecall(WholeEpisodeScoredTask):
@@ -28,11 +32,9 @@ class CountRecall(WholeEpisodeScoredTask):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4, max_count: int | None = None,
                  max_episode_steps: int | None = None) -> None:
+        self.check_arguments(length, n_symbols, max_count)
         super().__init__(n_copies, length, max_episode_steps)
-        check_symbols(n_symbols)
         max_count = length if max_count is None else max_count
-        if max_count < 1:
-            raise ValueError(f"max_count must be >= 1, got {max_count}")
         self.n_symbols = n_symbols
         self.max_count = max_count
         self.observation_space = spaces.Box(0.0, 1.0, shape=(2 * n_symbols,), dtype=np.float32)
@@ -41,6 +43,13 @@ class CountRecall(WholeEpisodeScoredTask):
         self.dealt = np.zeros(n_copies, dtype=np.int64)
         self.query = np.zeros(n_copies, dtype=np.int64)
         self._copies = np.arange(n_copies)
+
+    @staticmethod
+    def check_arguments(length: int, n_symbols: int, max_count: int | None) -> None:
+        """`ConfigError` naming a bad episode length, alphabet size or count cap."""
+        WHOLE_LENGTH.check("length", length)
+        SYMBOLS.check("n_symbols", n_symbols)
+        MAX_COUNT.check("max_count", max_count)
 
     @property
     def memoryless_return(self) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from envs.batched import ALL, Index
+from envs.batched import ALL, COUNT, Index
 from envs.scored import ScoredAnswerTask
 
 
@@ -29,10 +29,7 @@ class MemoryChain(ScoredAnswerTask):
 
     def __init__(self, n_copies: int, length: int = 10, num_bits: int = 1,
                  max_episode_steps: int | None = None) -> None:
-        if length < 1:
-            raise ValueError(f"length must be >= 1, got {length}")
-        if num_bits < 1:
-            raise ValueError(f"num_bits must be >= 1, got {num_bits}")
+        self.check_arguments(length, num_bits)
         super().__init__(n_copies, max_episode_steps)
         self.length = length
         self.num_bits = num_bits
@@ -41,6 +38,12 @@ class MemoryChain(ScoredAnswerTask):
         self.context = np.zeros((n_copies, num_bits), dtype=np.int64)
         self.query = np.zeros(n_copies, dtype=np.int64)
         self._copies = np.arange(n_copies)
+
+    @staticmethod
+    def check_arguments(length: int, num_bits: int) -> None:
+        """`ConfigError` naming a bad memory length or number of bits."""
+        COUNT.check("length", length)
+        COUNT.check("num_bits", num_bits)
 
     @property
     def episode_length(self) -> int:

@@ -279,14 +279,15 @@ def declared_render_modes(env_id: str, family: str) -> list[str] | None:
 
 
 def typed_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` with a whole number for an int keyword as that int (`4.0` → `4`, as an option is read); `ConfigError`
-    naming a keyword argument whose value is not of its default's type: true or false for a bool, an integer for an
-    int, a finite number for a float (a keyword whose default is anything else takes any value but NaN, and no text
-    that reads as NaN or an infinity, as `float()` would)."""
+    """`kwargs` with a whole number for an int keyword (or `max_episode_steps`) as that int (`4.0` → `4`, as an option
+    is read); `ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a
+    bool, an integer for an int, a finite number for a float (a keyword whose default is anything else takes any
+    value but NaN, and no text that reads as NaN or an infinity, as `float()` would)."""
     defaults, typed = keywords(env_id).named, dict(kwargs)
     for name, value in kwargs.items():
         default, number = defaults.get(name), isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
-        if type(default) is int and number and math.isfinite(value) and float(value).is_integer():
+        if ((type(default) is int or name == "max_episode_steps")  # gymnasium's own int keyword, default None
+                and number and math.isfinite(value) and float(value).is_integer()):
             value = typed[name] = int(value)
         expected = ("true or false" if isinstance(default, bool) and not isinstance(value, bool | np.bool_) else
                     "an integer" if type(default) is int and not (number and isinstance(value, numbers.Integral)) else
@@ -341,10 +342,13 @@ def _checked_spec(env_id: str, env_wrapper: Any, gym_packages: Sequence[str],
 @contextmanager
 def _building(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[None]:
     """Turn the failure of an env's own constructor (a value it refuses) into `ConfigError` naming the spec, the
-    kwargs given and the cause, as the command line names it."""
+    kwargs given and the cause, as the command line names it; an engram task's own `ConfigError` names the keyword
+    already, as `env_kwargs.<key>`."""
     try:
         yield
-    except ConfigError:
+    except ConfigError as error:
+        if env_id in ENV_IDS:
+            raise ConfigError(f"env_kwargs.{error}") from None
         raise
     except Exception as error:  # the env's own check of its kwargs, whatever it raises
         given = " ".join(f"{k}={shown(v)}" for k, v in env_kwargs.items()) or "(no kwargs)"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from envs.batched import ALL, Index
-from envs.scored import ScoredAnswerTask, WholeEpisodeScoredTask, check_symbols, one_hot
+from envs.batched import ALL, COUNT, Index
+from envs.rules import Range
+from envs.scored import SYMBOLS, WHOLE_LENGTH, ScoredAnswerTask, WholeEpisodeScoredTask, one_hot
 
 
 class RepeatFirst(WholeEpisodeScoredTask):
@@ -30,13 +31,19 @@ class RepeatFirst(WholeEpisodeScoredTask):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4,
                  max_episode_steps: int | None = None) -> None:
-        check_symbols(n_symbols)
+        self.check_arguments(length, n_symbols)
         super().__init__(n_copies, length, max_episode_steps)
         self.n_symbols = n_symbols
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n_symbols + 1,), dtype=np.float32)
         self.action_space = spaces.Discrete(n_symbols)
         self.first = np.zeros(n_copies, dtype=np.int64)
         self.symbol = np.zeros(n_copies, dtype=np.int64)
+
+    @staticmethod
+    def check_arguments(length: int, n_symbols: int) -> None:
+        """`ConfigError` naming a bad episode length or alphabet size."""
+        WHOLE_LENGTH.check("length", length)
+        SYMBOLS.check("n_symbols", n_symbols)
 
     @property
     def memoryless_return(self) -> float:
@@ -75,21 +82,23 @@ class RepeatPrevious(ScoredAnswerTask):
 
     def __init__(self, n_copies: int, k: int = 4, length: int | None = None, n_symbols: int = 4,
                  max_episode_steps: int | None = None) -> None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        length = 4 * k if length is None else length
-        if length <= k:
-            raise ValueError(f"length must be > k = {k}, got {length}")
-        check_symbols(n_symbols)
+        self.check_arguments(k, length, n_symbols)
         super().__init__(n_copies, max_episode_steps)
         self.k = k
-        self.length = length
+        self.length = 4 * k if length is None else length
         self.n_symbols = n_symbols
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n_symbols,), dtype=np.float32)
         self.action_space = spaces.Discrete(n_symbols)
         # Ring buffer of the last k + 1 symbols: the symbol of step t sits in slot t % (k + 1).
         self.history = np.zeros((n_copies, k + 1), dtype=np.int64)
         self._copies = np.arange(n_copies)
+
+    @staticmethod
+    def check_arguments(k: int, length: int | None, n_symbols: int) -> None:
+        """`ConfigError` naming a bad distance, episode length (longer than `k`) or alphabet size."""
+        COUNT.check("k", k)
+        Range(k + 1, integer=True, optional=True, note=f"longer than k={k}").check("length", length)
+        SYMBOLS.check("n_symbols", n_symbols)
 
     @property
     def episode_length(self) -> int:

@@ -13,6 +13,12 @@ from abc import abstractmethod
 import numpy as np
 
 from envs.batched import BatchedTask
+from envs.rules import Range
+
+SYMBOLS = Range(2, integer=True)
+"""the rule of `n_symbols`: at least two, or there is nothing to remember"""
+WHOLE_LENGTH = Range(2, integer=True)
+"""the rule of a whole-episode task's `length`: two steps at least, so that one answer needs memory"""
 
 
 class ScoredAnswerTask(BatchedTask):
@@ -69,8 +75,7 @@ class WholeEpisodeScoredTask(ScoredAnswerTask):
     depends on the first observation: episode length T, memory distance T - 1."""
 
     def __init__(self, n_copies: int, length: int, max_episode_steps: int | None = None) -> None:
-        if length < 2:
-            raise ValueError(f"length must be >= 2, got {length}")
+        WHOLE_LENGTH.check("length", length)
         super().__init__(n_copies, max_episode_steps)
         self.length = length
 
@@ -88,12 +93,6 @@ class WholeEpisodeScoredTask(ScoredAnswerTask):
 
     def _scored(self, t: np.ndarray) -> np.ndarray:
         return np.ones_like(t, dtype=bool)
-
-
-def check_symbols(n_symbols: int) -> None:
-    """Symbol alphabets need at least two symbols, or there is nothing to remember."""
-    if n_symbols < 2:
-        raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
 
 
 def one_hot(values: np.ndarray, depth: int) -> np.ndarray:

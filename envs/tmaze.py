@@ -16,11 +16,14 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from envs.batched import ALL, BatchedTask, Index
+from envs.batched import ALL, COUNT, BatchedTask, Index
+from envs.rules import Range
 
 RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
 _DX = np.array([1, 0, -1, 0], dtype=np.int64)  # per action: right, up, left, down
 _DY = np.array([0, 1, 0, -1], dtype=np.int64)
+PENALTY = Range(high=0, optional=True)
+"""the rule of T-Maze's `penalty` (None: -1/length)"""
 _CELL_COLOURS = {
     "wall": (40, 40, 40),
     "floor": (230, 230, 230),
@@ -54,13 +57,10 @@ class TMaze(BatchedTask):
 
     def __init__(self, n_copies: int, length: int = 10, penalty: float | None = None,
                  max_episode_steps: int | None = None) -> None:
-        if length < 1:
-            raise ValueError(f"length (corridor length L) must be >= 1, got {length}")
+        self.check_arguments(length, penalty)
         super().__init__(n_copies, max_episode_steps)
         self.length = length
         self.penalty = -1.0 / length if penalty is None else float(penalty)
-        if self.penalty > 0:
-            raise ValueError(f"penalty must be <= 0, got {penalty}")
         self.junction = self.oracle_length + length
         # Walkable cells, indexed [y + 2, x + 1] with a wall margin wide enough for any move.
         self._open = np.zeros((5, self.junction + 3), dtype=bool)
@@ -73,6 +73,12 @@ class TMaze(BatchedTask):
         self.goal = np.ones(n_copies, dtype=np.int64)
         self.oracle_visited = np.zeros(n_copies, dtype=bool)
         self.cue_shown = np.zeros(n_copies, dtype=bool)
+
+    @staticmethod
+    def check_arguments(length: int, penalty: float | None) -> None:
+        """`ConfigError` naming a bad corridor length or penalty."""
+        COUNT.check("length", length)
+        PENALTY.check("penalty", penalty)
 
     @property
     def episode_length(self) -> int:

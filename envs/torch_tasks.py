@@ -20,7 +20,11 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 from torch import Tensor
 
-from envs.batched import _GOLDEN_GAMMA, _MIX_1, _MIX_2
+from envs.batched import _GOLDEN_GAMMA, _MIX_1, _MIX_2, check_core
+from envs.count_recall import CountRecall
+from envs.memory_chain import MemoryChain
+from envs.repeat import RepeatFirst, RepeatPrevious
+from envs.tmaze import TMaze
 from envs.vec_env import CopySeeding
 
 
@@ -67,13 +71,15 @@ class TorchStreams:
 
 
 class TorchTask(ABC):
-    """The torch counterpart of `envs.batched.BatchedTask`: `n` copies as tensors on `device`, reset by masks."""
+    """The torch counterpart of `envs.batched.BatchedTask`: `n` copies as tensors on `device`, reset by masks; a
+    subclass checks its arguments with its numpy twin's `check_arguments`, so both refuse the same ones."""
 
     observation_space: spaces.Box
     action_space: spaces.Discrete
     episode_length: int
 
     def __init__(self, n_copies: int, max_episode_steps: int | None, device: torch.device | str) -> None:
+        check_core(n_copies, max_episode_steps)
         self.n_copies = n_copies
         self.max_episode_steps = max_episode_steps
         self.device = torch.device(device)
@@ -123,6 +129,7 @@ class TorchTMaze(TorchTask):
     def __init__(self, n_copies: int, length: int = 10, penalty: float | None = None,
                  max_episode_steps: int | None = None, oracle_length: int = 0,
                  device: torch.device | str = "cpu") -> None:
+        TMaze.check_arguments(length, penalty)
         super().__init__(n_copies, max_episode_steps, device)
         self.length, self.oracle_length = length, oracle_length
         self.penalty = -1.0 / length if penalty is None else float(penalty)
@@ -204,6 +211,7 @@ class TorchMemoryChain(TorchScored):
 
     def __init__(self, n_copies: int, length: int = 10, num_bits: int = 1, max_episode_steps: int | None = None,
                  device: torch.device | str = "cpu") -> None:
+        MemoryChain.check_arguments(length, num_bits)
         super().__init__(n_copies, max_episode_steps, device)
         self.length, self.num_bits, self.n_scored = length, num_bits, 1
         self.episode_length = length + 1
@@ -234,6 +242,7 @@ class TorchRepeatFirst(TorchScored):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4, max_episode_steps: int | None = None,
                  device: torch.device | str = "cpu") -> None:
+        RepeatFirst.check_arguments(length, n_symbols)
         super().__init__(n_copies, max_episode_steps, device)
         self.length, self.n_symbols, self.n_scored, self.episode_length = length, n_symbols, length, length
         self.observation_space = spaces.Box(0.0, 1.0, shape=(n_symbols + 1,), dtype=np.float32)
@@ -263,6 +272,7 @@ class TorchRepeatPrevious(TorchScored):
 
     def __init__(self, n_copies: int, k: int = 4, length: int | None = None, n_symbols: int = 4,
                  max_episode_steps: int | None = None, device: torch.device | str = "cpu") -> None:
+        RepeatPrevious.check_arguments(k, length, n_symbols)
         super().__init__(n_copies, max_episode_steps, device)
         self.k, self.length, self.n_symbols = k, 4 * k if length is None else length, n_symbols
         self.episode_length, self.n_scored = self.length, self.length - k
@@ -297,6 +307,7 @@ class TorchCountRecall(TorchScored):
 
     def __init__(self, n_copies: int, length: int = 16, n_symbols: int = 4, max_count: int | None = None,
                  max_episode_steps: int | None = None, device: torch.device | str = "cpu") -> None:
+        CountRecall.check_arguments(length, n_symbols, max_count)
         super().__init__(n_copies, max_episode_steps, device)
         self.length, self.n_symbols, self.n_scored, self.episode_length = length, n_symbols, length, length
         self.max_count = length if max_count is None else max_count
@@ -377,7 +388,15 @@ class TorchVecEnv(CopySeeding, VecEnv):
         return self.task.observe()
 
     def step_async(self, actions: Any) -> None:
-        self._actions = torch.as_tensor(actions, device=self.device)
+        """`ValueError` unless one action per copy, each in the action space; the range of a tensor already on an
+        accelerator (the learner's sample, in the space by construction) is not checked: that would read it back."""
+        actions = torch.as_tensor(actions)
+        n = self.action_space.n
+        if actions.numel() != self.num_envs:
+            raise ValueError(f"actions must be {self.num_envs}, one per copy, got shape {tuple(actions.shape)}")
+        if actions.device.type == "cpu" and ((actions < 0) | (actions >= n)).any():
+            raise ValueError(f"actions must lie in [0, {n}), got {actions.tolist()}")
+        self._actions = actions.to(self.device)
 
     def step_wait(self) -> tuple[Tensor, Tensor, Tensor, list[dict[str, Any]]]:
         assert self._actions is not None
