@@ -134,3 +134,16 @@ def test_a_language_model_run_among_the_runs_is_skipped_as_such(command, runs, t
     assert train_rl.main([command, str(runs), *out, "--reps", "50"]) == 0
     skipped = [line for line in capsys.readouterr().err.splitlines() if "skipping run" in line]
     assert len(skipped) == 2 and all("copy__lm-" in line and "language-model run" in line for line in skipped)
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    (["plot", "", "--out", "q.png"], "error: RUN_DIR='': expected a non-empty path"),
+    (["report", ""], "error: DIR='': expected a non-empty path"),
+])
+def test_an_empty_path_names_nothing_and_is_refused_before_reading_the_current_folder(runs, tmp_path, monkeypatch,
+                                                                                    capsys, command, message):
+    monkeypatch.chdir(runs)  # a folder full of runs: the empty path must not stand for it
+    before = sorted(p.name for p in runs.iterdir())
+    assert train_rl.main(command) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert sorted(p.name for p in runs.iterdir()) == before

@@ -460,7 +460,7 @@ def test_a_task_with_long_env_kwargs_gets_figure_names_a_file_system_takes(tmp_p
 @pytest.mark.parametrize(("arguments", "message"), [
     ({"study_dir": None}, "study_dir=None: expected a non-empty path"),
     ({"study_dir": 5}, "study_dir=5: expected a non-empty path"),
-    ({"out_dir": ""}, r"out_dir='': expected a non-empty path \(or None: the study directory\)"),
+    ({"out_dir": ""}, "out_dir='': expected a non-empty path"),
     ({"out_dir": 5}, "out_dir=5: expected a non-empty path"),
     ({"envs": "TMaze-v0"}, "envs='TMaze-v0': expected a list of env id patterns"),
 ])

@@ -20,6 +20,7 @@ from typing import Any
 
 from experiments.cli.parser import Distinct, OneLineParser, program, whole
 from experiments.config import DEFAULT_REPS, ConfigError
+from experiments.rules import PathName
 from experiments.studies.runs import Run, counted, find_runs, readable, task_label
 
 DEFAULT_OUT = Path("curves.png")
@@ -101,6 +102,8 @@ def runs_at(paths: list[str]) -> list[Run]:
     from experiments.studies.report import RUN_EXPECTED, check_readable
 
     runs: dict[Path, Run] = {}
+    for given in paths:
+        PathName().check("RUN_DIR", given)
     for path in map(Path, paths):
         if not path.is_dir():
             why = "it is a file" if path.exists() else "it does not exist"

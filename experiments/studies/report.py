@@ -54,6 +54,7 @@ from matplotlib.figure import Figure
 from envs.atomic import draw_figure, made_folders, write_together
 from envs.rules import ConfigError, Range, one_line, shown
 from experiments.config import DEFAULT_REPS
+from experiments.rules import PathName
 from experiments.run_dir import owners_of
 from experiments.studies import stats
 from experiments.studies.plotting import curves_figure, group_colors, wrapped
@@ -796,11 +797,9 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
     a run directory, nor into another study's (`check_report_place`): `ConfigError` naming the directory's argument
     (`arguments`: the names of `study_dir` and `out_dir` in messages) before anything is written, also when the
     runs found are none that a report can read (`check_readable`), or when an argument is of another type."""
-    for name, value in zip(arguments, (study_dir, out_dir), strict=True):
-        if not (value is None and name == arguments[1]) and (
-                not isinstance(value, str | os.PathLike) or not os.fspath(value).strip()):
-            raise ConfigError(f"{name}={shown(value)}: expected a non-empty path"
-                              + (" (or None: the study directory)" if name == arguments[1] else ""))
+    PathName().check(arguments[0], study_dir)
+    if out_dir is not None:
+        PathName().check(arguments[1], out_dir)
     check_analysis(reps, threshold, seed, envs)
     study_dir = Path(study_dir)
     if not study_dir.is_dir():

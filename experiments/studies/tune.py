@@ -426,7 +426,9 @@ def stop_on_failures(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> No
 
 
 def announce(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """One line per finished trial."""
+    """One line per finished trial; a `fatal` one's error is the command's own line, printed once at the end."""
+    if trial.user_attrs.get("fatal"):
+        return
     value = "" if trial.value is None else f" value {trial.value:.3f}"
     scores = trial.user_attrs.get("scores")
     error = trial.user_attrs.get("error") if trial.state == optuna.trial.TrialState.FAIL else None
