@@ -87,8 +87,8 @@ def test_loss_names_document_starts_or_scored_flags_of_another_shape(lm):
         lm.loss(tokens, lm.initial_state(2), scored=[[True, True]] * 5)
     with pytest.raises(ValueError, match=r"^future_weight=-1: expected a number >= 0$"):
         lm.loss(tokens, lm.initial_state(2), future_weight=-1)
-    with pytest.raises(ValueError, match=r"^threshold=1.5: expected a number in \[0, 1\]$"):
-        lm.early_exit_loss(tokens, lm.initial_state(2), 1.5)
+    with pytest.raises(ValueError, match=r"^threshold=nan: expected a finite number \(a confidence: above 1, no "):
+        lm.early_exit_loss(tokens, lm.initial_state(2), float("nan"))
 
 
 def test_initial_state_names_a_batch_size_that_is_no_count(lm):

@@ -180,7 +180,7 @@ class MemoryLanguageModel(nn.Module):
                              f"the backbone is {type(self.backbone).__name__}")
 
         tokens, state = self._checked(tokens, state, 2, starts=starts, scored=scored)
-        Range(0.0, 1.0).check("threshold", threshold)
+        Range(note="a confidence: above 1, no token exits early").check("threshold", threshold)
 
         def confident(_: int, h: Tensor) -> Tensor:
             return self.head(h).softmax(dim=-1).amax(dim=-1) >= threshold
