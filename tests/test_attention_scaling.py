@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from policies import ATTENTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_quick_run_has_a_row_per_member_and_length(tmp_path):
     command = [sys.executable, str(REPO / "benchmarks" / "attention_scaling.py"), "--quick", "--out", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True)

@@ -203,6 +203,7 @@ def test_a_simulated_fault_of_a_checkpoint_write_ends_with_one_line_and_resumes(
     resumes(log_dir, capsys)
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_a_tune_whose_workers_fill_the_disk_ends_with_one_line_and_resumes_once_space_is_back(tmp_path, capsys):
     tune = ["tune", "--env", "TMaze-v0", "--env-kwargs", "length=3", "--backbone", "mlp", "-n", "256",
             "--eval-freq", "128", "--n-eval-episodes", "2", "--trials", "12", "--workers", "2", "--threads", "1",

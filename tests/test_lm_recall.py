@@ -88,6 +88,7 @@ def recall_config(tmp_path: Path, memory_length: int):
         f"backbone_options.memory_length={memory_length}"])
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_memory_matters_on_associative_recall(tmp_path):
     """Records of 2 pairs (7 tokens; 3 keys, 4 values, chance log2(4) = 2 bits per answer), segments of 8,
     same budget. With memory 8 every query sees its whole record and the model learns to recall

@@ -64,6 +64,7 @@ def copy_config(tmp_path: Path, memory_length: int, steps: int = 150, **extra: o
         f"backbone_options.memory_length={memory_length}", *[f"{k}={v}" for k, v in extra.items()]])
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_memory_matters_on_the_copy_task(tmp_path):
     """A copy 12 tokens back, same budget: with memory 16 the model learns the copies (measured 2.30 bits
     after 300 segments), with memory 4 it stays at chance (2.84); half the tokens are random, so chance
@@ -113,6 +114,7 @@ def test_shipped_lm_configs_are_valid():
         build_lm_config(path)
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_lm_benchmark_writes_every_cell_and_reads_finished_runs_back(tmp_path):
     """``benchmarks/lm_memory.py --quick``: a curve and an evaluation-memory row per cell; run again over the
     same log directory it reads the finished runs instead of training them (mutation caught: retraining

@@ -212,6 +212,7 @@ def two_node_ray_cluster(monkeypatch):
         cluster.shutdown()
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_a_ray_node_lost_mid_study_costs_one_run_one_checkpoint_interval(tmp_path, capsys, two_node_ray_cluster):
     """Kill the worker node's raylet (SIGKILL) while its run trains: that run resumes on the head
     from its last checkpoint; the three runs on the head are not disturbed."""

@@ -257,6 +257,7 @@ def test_a_rerun_on_a_subset_adds_to_the_recorded_grid(tmp_path):
     assert record["runs"] == [f"TMaze-v0__ppo-{run}" for run in ("gtrxl__0", "lstm__0", "lstm__1", "lstm__2")]
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     """SIGKILL the study while its second run trains (one worker): the orphaned worker exits; the
     rerun keeps the first run as it is, resumes the second from its checkpoint and runs the third."""

@@ -242,6 +242,7 @@ def test_workers_do_not_run_more_trials_than_asked(tmp_path):
     assert 2 <= len(load_study(tmp_path).trials) <= 3
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_enqueued_trials_run_once_each_with_several_workers(tmp_path):
     """``--enqueue`` trials run once each, however many workers share the study (they are queued once, by the
     parent, before the workers start; workers that each queued them could race past ``skip_if_exists``, which a
@@ -289,6 +290,7 @@ def test_workers_take_their_trials_one_at_a_time(tmp_path):
     assert second_start >= first_end, "two workers were taking a trial at the same time"
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_a_signal_to_the_command_alone_ends_its_workers_too(tmp_path):
     """SIGTERM (or SIGINT) sent to the `tune` process only, not its process group, as a scheduler's `kill PID`
     does: the worker processes end with it, rather than being waited for until their trials finish."""

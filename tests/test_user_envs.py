@@ -176,6 +176,7 @@ def test_entry_points_and_gymnasium_module_form_train(user_dir: Path, spec: str)
     assert summary["env"] == spec and summary["env_steps"] == 32
 
 
+@pytest.mark.slow  # long: run by make test-slow
 def test_every_space_trains_evaluates_and_reports_through_a_study_file(user_dir: Path) -> None:
     tasks = [{"env": "user_pomdp:Cue", "env_kwargs": {"obs": obs, "action": action, "length": 2}}
              for obs, action in SPACES]
