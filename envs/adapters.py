@@ -20,6 +20,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs.rules import ConfigError
+
 MINIGRID_OBS_MODES: tuple[str, ...] = ("symbolic", "rgb")
 # MiniGrid's action sets: all seven (left, right, forward, pickup, drop, toggle, done) or the three
 # that move the agent, as in the PPO-TrXL / recurrent-PPO MiniGrid-Memory baselines of Pleines et al.
@@ -37,11 +39,12 @@ MEMORY_GYM_INSTALL = (
 Encoder = Callable[[Any], np.ndarray]
 
 
-def flat_encoding(space: spaces.Space) -> tuple[spaces.Box, Encoder]:
+def flat_encoding(space: spaces.Space, role: str = "observation_space") -> tuple[spaces.Box, Encoder]:
     """A flat float32 Box for `space` and the function that encodes its elements.
 
     Box: flattened; Discrete: one-hot; MultiDiscrete: one one-hot per component,
     concatenated; MultiBinary: 0/1 floats; Tuple and Dict (nested too): the encodings of their parts, concatenated.
+    Any other space is a `ConfigError` naming `role` (the argument that holds it).
     """
     if isinstance(space, spaces.Box):
         box = spaces.Box(space.low.reshape(-1).astype(np.float32), space.high.reshape(-1).astype(np.float32),
@@ -72,11 +75,12 @@ def flat_encoding(space: spaces.Space) -> tuple[spaces.Box, Encoder]:
                 lambda x: np.asarray(x, dtype=np.float32).reshape(-1))
     if isinstance(space, spaces.Tuple | spaces.Dict):
         keys = list(space.spaces) if isinstance(space, spaces.Dict) else list(range(len(space.spaces)))
-        parts = [flat_encoding(space.spaces[key]) for key in keys]
+        parts = [flat_encoding(space.spaces[key], role) for key in keys]
         box = spaces.Box(np.concatenate([b.low for b, _ in parts]), np.concatenate([b.high for b, _ in parts]),
                          dtype=np.float32)
         return box, lambda x: np.concatenate([enc(x[key]) for key, (_, enc) in zip(keys, parts, strict=True)])
-    raise TypeError(f"no flat encoding for observation space {space}")
+    raise ConfigError(f"{role}={space}: no flat encoding for it; valid spaces: Box, Discrete, MultiDiscrete, "
+                      "MultiBinary, and Tuple or Dict of them")
 
 
 class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -102,8 +106,11 @@ class PreviousActionObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)
         super().__init__(env)
-        action_box, self._encode_action = flat_encoding(env.action_space)
         obs_box = env.observation_space
+        if not isinstance(obs_box, spaces.Box) or len(obs_box.shape) != 1:
+            raise ConfigError(f"observation_space={obs_box}: PreviousActionObservation appends to a flat Box "
+                              "observation; flatten it first with envs.adapters.FlatObservation")
+        action_box, self._encode_action = flat_encoding(env.action_space, "action_space")
         self._no_action = np.zeros(action_box.shape, dtype=np.float32)
         self.observation_space = spaces.Box(
             np.concatenate([obs_box.low, action_box.low, [0.0]]).astype(np.float32),

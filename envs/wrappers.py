@@ -108,25 +108,25 @@ def _is_index(value: Any, size: int) -> bool:
 
 
 VELOCITIES: dict[str, tuple[int, ...]] = {
-    "CartPole": (1, 3),  # x, ẋ, θ, θ̇
-    "Pendulum": (2,),  # cos θ, sin θ, θ̇
-    "MountainCar": (1,),  # x, ẋ
-    "MountainCarContinuous": (1,),
-    "Acrobot": (4, 5),  # cos θ1, sin θ1, cos θ2, sin θ2, θ̇1, θ̇2
-    "LunarLander": (2, 3, 5),  # x, y, ẋ, ẏ, angle, angular velocity, legs
-    "LunarLanderContinuous": (2, 3, 5),
+    "CartPoleEnv": (1, 3),  # x, ẋ, θ, θ̇
+    "PendulumEnv": (2,),  # cos θ, sin θ, θ̇
+    "MountainCarEnv": (1,),  # x, ẋ
+    "Continuous_MountainCarEnv": (1,),
+    "AcrobotEnv": (4, 5),  # cos θ1, sin θ1, cos θ2, sin θ2, θ̇1, θ̇2
+    "LunarLander": (2, 3, 5),  # x, y, ẋ, ẏ, angle, angular velocity, legs (discrete and continuous)
 }
-"""the velocity entries of gymnasium's classic-control (and Box2D lander) observations, by task name"""
+"""the velocity entries of gymnasium's classic-control (and Box2D lander) observations, by the task's class"""
 
 
 class MaskVelocity(MaskObservation):
     """A classic-control task without its velocities (`VELOCITIES`): the agent must infer them from
-    the positions it remembers."""
+    the positions it remembers. The task is known by its class (or a subclass), however it was made."""
 
     def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)  # first: its own (empty) arguments are the ones recorded
-        name = env.spec.id.split("/")[-1].rsplit("-v", 1)[0] if env.spec is not None else None
-        if name not in VELOCITIES:
-            raise ValueError(f"MaskVelocity knows the velocities of {', '.join(VELOCITIES)}, not of "
+        name = next((cls.__name__ for cls in type(env.unwrapped).__mro__
+                     if cls.__name__ in VELOCITIES and cls.__module__.startswith("gymnasium.envs.")), None)
+        if name is None:
+            raise ValueError(f"MaskVelocity knows the velocities of gymnasium's {', '.join(VELOCITIES)}, not of "
                              f"{_env_name(env)}; use envs.wrappers.MaskObservation with drop: [indices]")
         super().__init__(env, VELOCITIES[name])

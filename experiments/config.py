@@ -86,7 +86,7 @@ SEED_LIMIT = 2**32 - 1 - 10_000
 COUNT = Range(1, integer=True)
 
 
-@dataclass
+@dataclass(slots=True)
 class RunConfig:
     """Everything one training run needs. Each field's metadata holds its `rule`, which declares its valid values
     (`envs.rules`, `experiments.rules`), and its `doc`, the `--help` text."""
@@ -151,6 +151,13 @@ class RunConfig:
         "policy options: net_arch, activation_fn, ortho_init, share_backbone, log_std_init"))
     options: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
         "doc": "options per algorithm or backbone name (YAML keys named after them)"})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A setting by its name; a name that is no setting is refused (a misspelt one would be ignored)."""
+        if name not in RunConfig.__dataclass_fields__:
+            raise ConfigError(f"RunConfig.{name}: unknown setting {name!r}; valid settings: "
+                              f"{', '.join(RunConfig.__dataclass_fields__)}")
+        object.__setattr__(self, name, value)
 
     def algo_options(self) -> dict[str, Any]:
         return dict(self.options.get(self.algo, {}))

@@ -82,6 +82,14 @@ def test_train_takes_no_other_object_than_a_run_config(tmp_path):
         train({"env": "TMaze-v0"})  # type: ignore[arg-type]
 
 
+def test_a_misspelt_setting_of_a_run_config_is_refused_not_ignored():
+    config = RunConfig()
+    with pytest.raises(ConfigError, match=r"^RunConfig.n_env: unknown setting 'n_env'; valid settings: algo, "):
+        config.n_env = 4
+    config.n_envs = 4
+    assert config.n_envs == 4
+
+
 def test_a_hand_built_config_holds_what_a_file_would():
     """Values a file writes as text (a schedule, a number) or numpy's numbers read as the file's would; the
     configuration made by hand is left as it was."""

@@ -332,6 +332,38 @@ def test_parsed_wrappers_and_run_names() -> None:
         MaskVelocity(gym.make("FrozenLake-v1"))
 
 
+def test_mask_velocity_knows_a_task_by_its_class_however_it_was_made() -> None:
+    """A task built by hand or subclassed has no registered id; its class says which entries are velocities."""
+    from gymnasium.envs.classic_control import AcrobotEnv, CartPoleEnv
+
+    class Harder(CartPoleEnv):
+        pass
+
+    for env, kept in ((Harder(), [0, 2]), (CartPoleEnv(), [0, 2]), (AcrobotEnv(), [0, 1, 2, 3])):
+        full, _ = env.reset(seed=0)
+        masked = MaskVelocity(env)
+        assert masked.keep.tolist() == kept and masked.observation(full).tolist() == full[kept].tolist()
+
+
+def test_the_flattening_adapters_refuse_a_space_they_cannot_encode_by_name() -> None:
+    from gymnasium import spaces
+
+    from envs.adapters import FlatObservation, PreviousActionObservation
+
+    class Spaces(gym.Env):
+        def __init__(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+            self.observation_space, self.action_space = observation_space, action_space
+
+    with pytest.raises(ValueError, match=r"^observation_space=Text\(.*no flat encoding.*valid spaces: Box"):
+        FlatObservation(Spaces(spaces.Text(4), spaces.Discrete(2)))
+    with pytest.raises(ValueError, match=r"^action_space=Text\(.*no flat encoding"):
+        PreviousActionObservation(Spaces(spaces.Box(0, 1, (2,)), spaces.Text(4)))
+    with pytest.raises(ValueError, match=r"^observation_space=Tuple\(Discrete\(2\)\): .*flatten it first"):
+        PreviousActionObservation(Spaces(spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2)))
+    flat = PreviousActionObservation(FlatObservation(Spaces(spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(3))))
+    assert flat.observation_space.shape == (2 + 3 + 1,)
+
+
 @pytest.mark.parametrize("obs", ["scalar", "shifted", "nested"])
 def test_flat_observation_adapts_the_observations_sb3_refuses(user_dir: Path, obs: str) -> None:
     """The remedy the refusal names works: the same env trains through `envs.adapters.FlatObservation`."""
