@@ -9,7 +9,7 @@ import json
 import os
 import zipfile
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, Self
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
@@ -45,7 +45,7 @@ from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
 from policies.registry import saved_options
-from policies.spaces import check_spaces
+from policies.spaces import check_spaces, env_actions
 
 DEFAULT_UNIFORM_KL = 0.01
 """``c_U`` on finite action spaces unless set: chosen by the T-Maze seed studies (docs/notes/tuned-defaults.md)"""
@@ -109,6 +109,19 @@ def _check_callback(callback: Any) -> None:
     if wrong:
         raise ConfigError(f"callback={short(repr(callback))}: expected None, an SB3 callback (a BaseCallback), a "
                           "function of (locals, globals) or a list of BaseCallbacks")
+    for each in _nested(callback):
+        if isinstance(each, EvalCallback) and getattr(each.eval_env, "on_device", False):
+            raise ConfigError(f"callback={short(repr(callback))}: its EvalCallback's eval_env is a torch VecEnv "
+                              "(vec_env='torch'), and SB3's evaluation takes NumPy ones: make it with vec_env='dummy'")
+
+
+def _nested(callback: Any) -> Iterator[Any]:
+    """`callback` and every callback it holds (a list's, `CallbackList`'s, an `EventCallback`'s)."""
+    for each in callback if isinstance(callback, list) else [callback]:
+        yield each
+        yield from _nested(getattr(each, "callbacks", []))
+        if (child := getattr(each, "callback", None)) is not None:
+            yield from _nested(child)
 
 
 RUN_MODEL = "model.zip"
@@ -134,6 +147,10 @@ def _check_learner_set(learner: str, policy_kwargs: Any, own: tuple[str, ...]) -
                           f"{learner}({given[0]}=...)")
 
 
+ModelSource = Path | io.BufferedIOBase
+"""a saved model: its zip file, or an open binary file (SB3's `load` takes both)"""
+
+
 def model_file(path: Any, key: str = "path") -> Path:
     """The saved model `path` names: a zip file (`.zip` added where missing, as SB3 adds it) or a directory holding
     `model.zip`; `ConfigError` naming `key` for any other value (`ModelNotFoundError` where nothing is there)."""
@@ -149,6 +166,16 @@ def model_file(path: Any, key: str = "path") -> Path:
         file = Path(f"{name}.zip")
         if not file.is_file():
             raise ModelNotFoundError(f"{key}: no saved model there (nor with .zip added): {name!r}; {_MODEL_PATH}")
+    _check_saved_data(file, key, name)
+    return file
+
+
+SAVED_ENTRIES = ("policy_class", "observation_space", "action_space")
+"""what SB3's `save` writes into a model's `data` and its `load` reads"""
+
+
+def _check_saved_data(file: ModelSource, key: str, name: str) -> None:
+    """`ConfigError` naming `key` and `name` where `file` is no zip holding the `data` entry SB3's `save` writes."""
     try:
         data = _saved_data(file)
     except zipfile.BadZipFile:
@@ -164,11 +191,11 @@ def model_file(path: Any, key: str = "path") -> Path:
     if missing := [entry for entry in SAVED_ENTRIES if entry not in data]:
         raise ConfigError(f"{key}={name!r}: its 'data' entry lacks {', '.join(map(repr, missing))}, which save "
                           f"writes (changed since); {_MODEL_PATH}")
-    return file
 
 
-SAVED_ENTRIES = ("policy_class", "observation_space", "action_space")
-"""what SB3's `save` writes into a model's `data` and its `load` reads"""
+def source_name(file: ModelSource) -> str:
+    """A saved model as messages name it: its path, or the name of the open file it is read from."""
+    return str(getattr(file, "name", "an open file")) if isinstance(file, io.BufferedIOBase) else str(file)
 
 
 def _check_load_mappings(custom_objects: Any, kwargs: Mapping[str, Any]) -> None:
@@ -182,7 +209,7 @@ def _check_load_mappings(custom_objects: Any, kwargs: Mapping[str, Any]) -> None
             raise ConfigError(f"{key}={shown(given['policy_kwargs'])}: expected a dict of the policy's options")
 
 
-def _check_saved_policy_kwargs(file: Path, given: Mapping[str, Any], resolved: Mapping[str, Any],
+def _check_saved_policy_kwargs(file: ModelSource, given: Mapping[str, Any], resolved: Mapping[str, Any],
                                saved: Mapping[str, Any]) -> None:
     """`ConfigError` where the `policy_kwargs` given to `load` (`resolved`: with every default) are not the `saved`
     ones, naming each option that differs as given (or not given) and as saved."""
@@ -193,35 +220,37 @@ def _check_saved_policy_kwargs(file: Path, given: Mapping[str, Any], resolved: M
                  if resolved.get(name, missing) != saved.get(name, missing)]
     parts = ", ".join((f"{name}={shown(given[name])}" if name in given else f"{name} not given")
                       + f" (stored: {shown(saved[name]) if name in saved else 'none'})" for name in differing)
-    raise ConfigError(f"policy_kwargs do not equal the stored policy kwargs of the model {str(file)!r}: {parts}; "
-                      "load builds the policy it was saved with, so leave policy_kwargs out (or give the stored ones)")
+    raise ConfigError(f"policy_kwargs do not equal the stored policy kwargs of the model {source_name(file)!r}: "
+                      f"{parts}; load builds the policy it was saved with, so leave policy_kwargs out (or give the "
+                      "stored ones)")
 
 
-def _saved_data(path: str | Path) -> dict[str, Any]:
+def _saved_data(path: ModelSource) -> dict[str, Any]:
     """The JSON `data` entry of a model saved by SB3 (`{}` where it has none), its objects still serialised."""
     with zipfile.ZipFile(path) as archive:
         return json.loads(archive.read("data")) if "data" in archive.namelist() else {}
 
 
-def _decoded(path: str | Path, entries: dict[str, Any]) -> dict[str, Any]:
+def _decoded(path: ModelSource, entries: dict[str, Any]) -> dict[str, Any]:
     """`entries` of the saved data of the model at `path` with their objects deserialised (SB3's `json_to_data`);
     `ConfigError` naming the model and the entries for one that does not deserialise (changed since)."""
     try:
         return json_to_data(json.dumps(entries))
     except Exception as error:  # base64's, cloudpickle's or a class's own words
         names = ", ".join(map(repr, entries))
-        raise ConfigError(f"path={str(path)!r}: its saved {names} entr{'y does' if len(entries) == 1 else 'ies do'} "
-                          f"not load ({type(error).__name__}: {short(one_line(error), 120)}; changed since)") from None
+        entry = "entry does" if len(entries) == 1 else "entries do"
+        raise ConfigError(f"path={source_name(path)!r}: its saved {names} {entry} not load ({type(error).__name__}: "
+                          f"{short(one_line(error), 120)}; changed since)") from None
 
 
-def saved_learner(path: str | Path) -> str | None:
+def saved_learner(path: ModelSource) -> str | None:
     """The learner class that saved the model at `path` (a `.zip`), as recorded in its data
     (`learner_class`); `None` for a zip saved before learners recorded it."""
     name = _saved_data(path).get("learner_class")
     return name if isinstance(name, str) else None
 
 
-def saved_policy_class(path: str | Path) -> Any:
+def saved_policy_class(path: ModelSource) -> Any:
     """The policy class of the model at `path` (`None` where its data holds none)."""
     data = _saved_data(path)
     if "policy_class" not in data:
@@ -229,19 +258,19 @@ def saved_policy_class(path: str | Path) -> Any:
     return _decoded(path, {"policy_class": data["policy_class"]})["policy_class"]
 
 
-def saved_spaces(path: str | Path) -> dict[str, Any]:
+def saved_spaces(path: ModelSource) -> dict[str, Any]:
     """The observation and action spaces of the model at `path` (those its data holds)."""
     data = _saved_data(path)
     return _decoded(path, {key: data[key] for key in ("observation_space", "action_space") if key in data})
 
 
-def saved_policy_kwargs(path: str | Path) -> dict[str, Any]:
+def saved_policy_kwargs(path: ModelSource) -> dict[str, Any]:
     """The `policy_kwargs` of the model at `path`, with every backbone option it was trained with: a model
     saved before options were recorded whole gets the defaults of its time (`policies.registry.saved_options`)."""
     kwargs = _decoded(path, {"policy_kwargs": _saved_data(path).get("policy_kwargs", {})})["policy_kwargs"]
     if not isinstance(kwargs, Mapping | None):
-        raise ConfigError(f"path={str(path)!r}: its saved policy_kwargs={shown(kwargs)}: expected a dict of the "
-                          "policy's options (changed since)")
+        raise ConfigError(f"path={source_name(path)!r}: its saved policy_kwargs={shown(kwargs)}: expected a dict of "
+                          "the policy's options (changed since)")
     kwargs = dict(kwargs or {})
     backbone = kwargs.get("backbone", "gtrxl")
     kwargs["backbone_kwargs"] = saved_options(backbone, kwargs.get("backbone_kwargs") or {})
@@ -253,14 +282,21 @@ class NonFiniteError(RuntimeError):
 
 
 def check_finite_observation(obs: np.ndarray | dict[str, np.ndarray], timestep: int) -> None:
-    """Raise `NonFiniteError` when a float observation from the env holds a NaN or an infinity (the policy would
-    act on it, and sampling fails on a non-finite probability)."""
+    """Raise `NonFiniteError` when a float observation from the env holds a NaN, an infinity, or a value beyond
+    float32, which the policy computes in (it would act on it, and sampling fails on a non-finite probability)."""
     for key, value in obs.items() if isinstance(obs, dict) else [(None, obs)]:
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            envs = np.flatnonzero(~np.isfinite(value).reshape(len(value), -1).all(axis=1)).tolist()
+        if value.dtype.kind == "f" and not (finite := _float32_finite(value)).all():
+            envs = np.flatnonzero(~finite.reshape(len(value), -1).all(axis=1)).tolist()
             name = "observation" if key is None else f"observation {key!r}"
             raise NonFiniteError(f"non-finite {name} from the env at timestep {timestep} (envs {envs[:5]}): the env "
-                                 "gave a NaN or an infinity; fix the env or wrap it to clean its observations")
+                                 "gave a NaN or an infinity (or a value float32 cannot hold); fix the env or wrap it "
+                                 "to clean its observations")
+
+
+def _float32_finite(value: np.ndarray) -> np.ndarray:
+    """Where the float array `value` is finite once float32."""
+    finite = np.isfinite(value)
+    return finite if value.dtype.itemsize <= 4 else finite & (np.abs(value) <= np.finfo(np.float32).max)
 
 
 def non_finite_tensors(tensors: dict[str, Tensor], shown: int = 5) -> str:
@@ -484,34 +520,40 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                               + ", ".join(valid))
 
     @classmethod
-    def _check_loaded_options(cls, file: Path, custom_objects: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
+    def _option_rules(cls) -> dict[str, Any]:
+        """The rule of each option the learner's constructors annotate, its own over its bases'."""
+        rules: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            if is_checked(init := vars(klass).get("__init__")):
+                rules.update(option_rules(init))
+        return rules
+
+    @classmethod
+    def _check_loaded_options(cls, file: ModelSource, custom_objects: Mapping[str, Any],
+                              kwargs: Mapping[str, Any]) -> None:
         """The options `load` sets over the saved ones (`custom_objects`, keyword arguments), checked as the
         constructor checks them: each against its rule, and the relations with the saved options. A keyword
         argument must be an option; `custom_objects` may also replace SB3's other saved objects (`lr_schedule`)."""
         cls._check_known({name: value for name, value in kwargs.items() if name != "policy_kwargs"}, ".load")
         given = {**custom_objects, **kwargs}
         given.pop("policy_kwargs", None)
-        rules: dict[str, Any] = {}
-        for klass in reversed(cls.__mro__):
-            if is_checked(init := vars(klass).get("__init__")):
-                rules.update(option_rules(init))
-        rules["n_envs"] = Range(1, integer=True)  # SB3's, from the env
+        rules = {**cls._option_rules(), "n_envs": Range(1, integer=True)}  # n_envs: SB3's, from the env
         for name, value in given.items():
-            if name in rules:
-                rules[name].check(name, value)
+            if name in rules and not (callable(value) and name not in kwargs):
+                rules[name].check(name, value)  # a schedule in custom_objects: checked when `learn` starts
         saved = _saved_data(file)
         for name, value in saved.items():  # as saved, unless replaced: a value changed in the file since
             if name in rules and name not in given and not (isinstance(value, dict) and ":type:" in value):
                 try:
                     rules[name].check(name, value)
                 except ConfigError as error:
-                    raise ConfigError(f"path={str(file)!r}: its saved {error}") from None
+                    raise ConfigError(f"path={source_name(file)!r}: its saved {error}") from None
         merged = {**saved, **given}
         for relation in relations(cls):
             relation.check(merged)
 
     @classmethod
-    def _check_env_fits(cls, file: Path, env: Any) -> Any:
+    def _check_env_fits(cls, file: ModelSource, env: Any) -> Any:
         """`env` for loading the model at `file` (an env spec made one copy, as the constructor makes it), refused
         with `ConfigError` naming the space where its observation or action space is not the model's (SB3's load
         would raise a bare ValueError), or where it is no env."""
@@ -526,7 +568,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ConfigError(f"env={shown(env)}: expected an env id, a gymnasium env or a VecEnv") from None
         if len(saved) < 2:
             return env  # SB3's load names what the file lacks
-        _check_spaces_fit(wrapped, saved["observation_space"], saved["action_space"], f"the model {str(file)!r}")
+        _check_spaces_fit(wrapped, saved["observation_space"], saved["action_space"],
+                          f"the model {source_name(file)!r}")
         return env
 
     def set_random_seed(self, seed: int | None = None) -> None:
@@ -617,38 +660,42 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         then. `env` may be an env spec, as the constructor's; one whose observation or action space is not the
         model's is refused here, naming the space (`_check_env_fits`). A bad argument is a `ConfigError` naming it."""
         Device().check("device", device)
+        if str(device).startswith("cpu:"):
+            device = "cpu"  # torch maps saved tensors to the CPU, not to an indexed one
         Flag().check("print_system_info", print_system_info)
         Flag().check("force_reset", force_reset)
         _check_load_mappings(custom_objects, kwargs)
-        if not isinstance(path, io.BufferedIOBase):
-            file = model_file(path)
-            saved, policy_class = saved_learner(file), saved_policy_class(file)
-            if saved is not None and saved != cls.__name__:
-                raise ConfigError(f"path={os.fspath(path)!r}: holds a {saved} model, which {cls.__name__}.load "
-                                  f"cannot load: use {saved}.load (agents.ALGOS maps --algo names to the learners)")
-            if isinstance(policy_class, type) and not issubclass(policy_class, MemoryActorCriticPolicy):
-                raise ConfigError(f"path={os.fspath(path)!r}: holds a model of the policy {policy_class.__name__}, "
-                                  f"not a memory learner's (MemoryPolicy): load it with the learner that saved it")
-            cls._check_loaded_options(file, custom_objects or {}, kwargs)
-            saved_spaces(file)  # each deserialises
-            if env is not None:
-                env = cls._check_env_fits(file, env)
-            custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
-            if "policy_kwargs" in kwargs and isinstance(policy_class, type):
-                data = _saved_data(file)
-                given = kwargs["policy_kwargs"]
-                kwargs["policy_kwargs"] = policy_class.resolve_kwargs(
-                    {**given, **{name: data[name] for name in cls.learner_policy_options if name in data}})
-                custom_objects["policy_kwargs"] = policy_class.resolve_kwargs(custom_objects["policy_kwargs"])
-                _check_saved_policy_kwargs(file, given, kwargs["policy_kwargs"], custom_objects["policy_kwargs"])
-            try:
-                return super().load(file, env, device, custom_objects, print_system_info, force_reset, **kwargs)
-            except ConfigError:
-                raise
-            except Exception as error:  # torch's, pickle's or SB3's words for an entry damaged or changed since
-                raise ConfigError(f"path={os.fspath(path)!r}: {str(file)!r} does not load ({type(error).__name__}: "
-                                  f"{short(one_line(error), 200)})") from None
-        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        if isinstance(path, io.BufferedIOBase):
+            file, name = path, source_name(path)
+            _check_saved_data(file, "path", name)
+        else:
+            file, name = model_file(path), os.fspath(path)
+        saved, policy_class = saved_learner(file), saved_policy_class(file)
+        if saved is not None and saved != cls.__name__:
+            raise ConfigError(f"path={name!r}: holds a {saved} model, which {cls.__name__}.load cannot load: use "
+                              f"{saved}.load (agents.ALGOS maps --algo names to the learners)")
+        if isinstance(policy_class, type) and not issubclass(policy_class, MemoryActorCriticPolicy):
+            raise ConfigError(f"path={name!r}: holds a model of the policy {policy_class.__name__}, not a memory "
+                              f"learner's (MemoryPolicy): load it with the learner that saved it")
+        cls._check_loaded_options(file, custom_objects or {}, kwargs)
+        saved_spaces(file)  # each deserialises
+        if env is not None:
+            env = cls._check_env_fits(file, env)
+        custom_objects = {"policy_kwargs": saved_policy_kwargs(file), **(custom_objects or {})}
+        if "policy_kwargs" in kwargs and isinstance(policy_class, type):
+            data = _saved_data(file)
+            given = kwargs["policy_kwargs"]
+            kwargs["policy_kwargs"] = policy_class.resolve_kwargs(
+                {**given, **{name: data[name] for name in cls.learner_policy_options if name in data}})
+            custom_objects["policy_kwargs"] = policy_class.resolve_kwargs(custom_objects["policy_kwargs"])
+            _check_saved_policy_kwargs(file, given, kwargs["policy_kwargs"], custom_objects["policy_kwargs"])
+        try:
+            return super().load(file, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        except ConfigError:
+            raise
+        except Exception as error:  # torch's, pickle's or SB3's words for an entry damaged or changed since
+            raise ConfigError(f"path={name!r}: {source_name(file)!r} does not load ({type(error).__name__}: "
+                              f"{short(one_line(error), 200)})") from None
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
         """The policy class of an alias; an unknown alias (SB3's `MlpPolicy`, `CnnPolicy`, sb3-contrib's
@@ -703,6 +750,9 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ConfigError(f"env=None: a model loaded without an env has none to learn on; pass "
                               f"{type(self).__name__}.load(path, env=...) or call set_env(env) first")
         check_batch_size(self.batch_size, self.n_steps, self.n_envs)  # the env may have changed since (`set_env`)
+        for name, rule in self._option_rules().items():  # a schedule may have been set since (`load`'s custom_objects)
+            if getattr(rule, "schedule", False):
+                rule.check(name, getattr(self, name))
         return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                              reset_num_timesteps, progress_bar)
 
@@ -727,10 +777,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                 values, state = step.values, step.state
                 actions, log_probs, extras = self._act(step)  # now: callbacks below may run the policy again
             actions = actions.cpu().numpy()
-            clipped = actions
-            if isinstance(self.action_space, spaces.Box):
-                clipped = np.clip(actions, self.action_space.low, self.action_space.high)
-            new_obs, rewards, dones, infos = env.step(clipped)
+            new_obs, rewards, dones, infos = env.step(env_actions(actions, self.action_space))
             self.num_timesteps += env.num_envs
             callback.update_locals(locals())
             if not callback.on_step():

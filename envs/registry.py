@@ -31,6 +31,7 @@ import difflib
 import inspect
 import math
 import numbers
+import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -134,6 +135,10 @@ def _unknown_id_message(env_id: str, module: str | None = None) -> str:
     memory_ids = [i for i in list_env_ids("minigrid") if i.startswith("MiniGrid-Memory")]
     head = (f"module {module!r} has no attribute {env_id!r}, and gymnasium's registry holds no id {env_id!r}"
             if module else f"Unknown env id {env_id!r}: gymnasium's registry does not hold it")
+    if versions := sorted((i for i in gym.registry if re.fullmatch(re.escape(env_id) + r"-v\d+", i)),
+                          key=lambda i: int(i.rsplit("-v", 1)[1])):
+        head += f" without a version, only as {', '.join(versions)}: name one, so that the run records which"
+        close = []
     return (head + "." + (f" Did you mean {', '.join(close)}?" if close else "")
             + f" An env is one of engram's tasks ({', '.join(ENV_IDS)}), any registered gymnasium id (MiniGrid-*, "
             f"e.g. {', '.join(memory_ids[:2])}, ...; popgym-<Task><Easy|Medium|Hard>-v0; CartPole-v1; ids that "
@@ -355,6 +360,11 @@ def _building(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[None]:
         raise ConfigError(f"env={shown(env_id)} with env_kwargs {given} does not build ({cause(error)})") from error
 
 
+warnings.filterwarnings("ignore", "(?s).*render_mode.*not in the possible render_modes")
+"""gymnasium's warning of a render mode an env does not list, which `make_env` refuses in one line; set once here,
+as a `catch_warnings` around each make would show the env's other warnings (a deprecated id) at every copy"""
+
+
 def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str] = (), **env_kwargs: Any) -> gym.Env:
     """One env of the spec `env_id` (an engram task's single copy, an adapted MiniGrid or POPGym env, a gymnasium
     id or an entry point), wrapped by `env_wrapper` after importing `gym_packages`, and then by `Conformant`, which
@@ -362,8 +372,7 @@ def make_env(env_id: str, *, env_wrapper: Any = None, gym_packages: Sequence[str
     argument (`EnvKwargsError`, also a `TypeError`, for an unknown keyword; a `render_mode` the env does not list,
     `envs.conformance.check_render_mode`)."""
     family, wrappers, env_kwargs = _checked_spec(env_id, env_wrapper, gym_packages, env_kwargs)
-    with _building(env_id, env_kwargs), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "(?s).*render_mode.*not in the possible render_modes")  # refused below
+    with _building(env_id, env_kwargs):
         env = _make_one(env_id, family, env_kwargs)
     try:
         check_render_mode(env_kwargs.get("render_mode"), (env.metadata or {}).get("render_modes") or [])

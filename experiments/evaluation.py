@@ -24,6 +24,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from envs.rules import ConfigError, Flag, Range, one_line, short
 from experiments.run_dir import RunDirectory
 from experiments.solved_lr import solved_schedule
+from policies.spaces import ObservationError
 
 
 @dataclass
@@ -84,8 +85,11 @@ def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: 
         if local["done"] and "is_success" in local["info"]:
             successes.append(float(local["info"]["is_success"]))
 
-    returns, lengths = evaluate_policy(model, env, n_eval_episodes=n_episodes, deterministic=deterministic,
-                                       return_episode_rewards=True, callback=record_success, warn=False)
+    try:
+        returns, lengths = evaluate_policy(model, env, n_eval_episodes=n_episodes, deterministic=deterministic,
+                                           return_episode_rewards=True, callback=record_success, warn=False)
+    except ObservationError as error:  # the env's, as `env` fits the model's spaces
+        raise ObservationError(f"evaluation: the env's {error}") from None
     return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.float64),
                       np.asarray(successes) if successes else None)
 

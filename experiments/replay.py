@@ -36,6 +36,7 @@ from experiments.rules import PathName
 from experiments.run_dir import BEST_MODEL, BEST_RECORD, CHECKPOINT_PREFIX, MODEL_FILE, RunDirectory, read_json
 from experiments.training import EVAL_SEED_OFFSET, make_run_env, scoring_vec_env
 from experiments.video import rgb_frames
+from policies.spaces import ObservationError
 
 POLICIES = {"deterministic": ("deterministic",), "stochastic": ("stochastic",),
             "both": ("deterministic", "stochastic")}
@@ -171,13 +172,13 @@ def scored_on(config: RunConfig, env: str, env_kwargs: dict[str, Any], algo: str
 def load_agent_with_env(options: Any, device: str) -> SavedAgent:
     """`load_agent` with a command's environment options (`experiments.cli.parser.add_env_options`); the
     hyper-parameter entry an `--env` starts from is named on one line (stderr)."""
-    from experiments.config import parse_override, parse_value
+    from experiments.config import parse_override
     from experiments.hyperparams import applied_line
 
     kwargs = dict(parse_override(text, "--env-kwargs") for text in options.env_kwargs)
-    wrappers = None if options.env_wrapper is None else [parse_value(text) for text in options.env_wrapper]
     hyperparams = "auto" if options.hyperparams is None else options.hyperparams
-    agent = load_agent(options.path, device, options.env, kwargs, wrappers, options.gym_packages, hyperparams)
+    agent = load_agent(options.path, device, options.env, kwargs, options.env_wrapper, options.gym_packages,
+                       hyperparams)
     line = applied_line([agent.config.hyperparams], under="--env-kwargs") if options.env is not None else None
     if line is not None:
         print(line, file=sys.stderr)
@@ -213,6 +214,14 @@ def score(agent: SavedAgent, episodes: int, seed: int, n_envs: int, policies: tu
                 for policy in policies}
     finally:
         env.close()
+
+
+def act(model: Any, observation: Any, state: Any, start: np.ndarray, deterministic: bool) -> tuple[Any, Any]:
+    """`predict` on one env's observation, an observation it cannot act on (a NaN) named as the env's."""
+    try:
+        return model.predict(observation, state=state, episode_start=start, deterministic=deterministic)
+    except ObservationError as error:
+        raise ObservationError(f"the env's {error}") from None
 
 
 def env_action(action_space: Any, action: Any) -> Any:
@@ -273,8 +282,7 @@ def play(agent: SavedAgent, env: Any, episodes: int, seed: int, deterministic: b
             state, start, over = None, np.ones(1, dtype=bool), False
             yield env.render()
             while not over:
-                action, state = agent.model.predict(observation, state=state, episode_start=start,
-                                                    deterministic=deterministic)
+                action, state = act(agent.model, observation, state, start, deterministic)
                 observation, _, terminated, truncated, _ = env.step(env_action(env.action_space, action))
                 start, over = np.zeros(1, dtype=bool), terminated or truncated
                 yield env.render()

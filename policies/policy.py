@@ -42,7 +42,7 @@ from policies.options import checked
 from policies.policy_options import ActorCriticOptions
 from policies.popart import PopArtBeta, PopArtValueHead
 from policies.registry import BACKBONES, BackboneName, CriticBackboneName, make_backbone
-from policies.spaces import ExtractorMismatchError, check_spaces, observation_problem
+from policies.spaces import ExtractorMismatchError, ObservationError, check_spaces, env_actions, observation_problem
 from policies.window import State, Window
 
 
@@ -583,7 +583,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
             raise ValueError(MIXED_GYM_API)
         if (problem := observation_problem(observation, self.observation_space)) is not None:
-            raise ValueError(f"observation {problem}")
+            raise ObservationError(f"observation {problem}")
         obs, vectorized = self.obs_to_tensor(observation)
         n_envs = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
         with torch.inference_mode():
@@ -596,9 +596,7 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                 actions = as_numpy(draw_categorical(self.action_net(latent_pi), deterministic))
             else:
                 actions = as_numpy(self._get_action_dist_from_latent(latent_pi).get_actions(deterministic))
-        actions = actions.reshape((-1, *self.action_space.shape))
-        if isinstance(self.action_space, spaces.Box):
-            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        actions = env_actions(actions.reshape((-1, *self.action_space.shape)), self.action_space)
         if not vectorized:
             actions = actions.squeeze(axis=0)
         return actions, {name: s.as_dict(as_numpy) for name, s in new_state.backbones().items()}

@@ -6,7 +6,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 
-from envs.rules import short
+from envs.rules import ConfigError, short
 
 OBSERVATION_PARTS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 """the observation spaces SB3's preprocessing takes, alone or as the values of a Dict"""
@@ -73,6 +73,10 @@ def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) ->
             raise ValueError(f"its {where} {short(str(part))} {problem}")
     if (problem := _action_problem(action_space)) is not None:
         raise ValueError(f"its action space {short(str(action_space))} {problem}")
+
+
+class ObservationError(ConfigError):
+    """An observation `predict` cannot act on (not of the policy's space, a NaN): a `ValueError`."""
 
 
 def observation_problem(observation: object, space: spaces.Space) -> str | None:
@@ -143,3 +147,11 @@ def _named(space: spaces.Space) -> str:
     if isinstance(space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
         return short(str(space))
     return f"{type(space).__name__} of shape {space.shape}" if space.shape is not None else type(space).__name__
+
+
+def env_actions(actions: np.ndarray, space: spaces.Space) -> np.ndarray:
+    """`actions` as `space` holds them, for the env: clipped into a Box, and of the space's dtype (a float16 Box, an
+    int8 Discrete), which gymnasium's `contains` requires."""
+    if isinstance(space, spaces.Box):
+        actions = np.clip(actions, space.low, space.high)
+    return actions if space.dtype is None or actions.dtype == space.dtype else actions.astype(space.dtype)

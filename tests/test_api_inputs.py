@@ -5,6 +5,7 @@ the hyper-parameter entry named where an invalid value came from it."""
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,43 @@ def test_load_refuses_an_env_of_other_spaces_naming_the_space(saved, env, messag
 def test_load_takes_an_env_spec_as_the_constructor_does(saved):
     model = MemoryPPO.load(saved, env="TMaze-v0")
     assert model.n_envs == 1 and model.observation_space.shape == (2,)
+
+
+@pytest.mark.parametrize("source", ["path", "file", "bytes"])
+def test_load_checks_a_model_read_from_an_open_file_as_from_its_path(saved, source):
+    """SB3's `load` takes an open binary file too: its options, env and contents are checked alike."""
+    def opened() -> Any:
+        return {"path": lambda: saved, "file": lambda: saved.open("rb"),
+                "bytes": lambda: io.BytesIO(saved.read_bytes())}[source]()
+
+    with pytest.raises(ConfigError, match=r"^clip_range=-1.0: expected a number > 0"):
+        MemoryPPO.load(opened(), custom_objects={"clip_range": -1.0})
+    with pytest.raises(ConfigError, match=r"^n_steps=-3: expected an integer >= 1"):
+        MemoryPPO.load(opened(), n_steps=-3)
+    with pytest.raises(ConfigError, match=r"^env: its observation space Box\(-1.0, 1.0, \(3,\)"):
+        MemoryPPO.load(opened(), env="MemoryChain-v0")
+    assert MemoryPPO.load(opened(), env="TMaze-v0").n_envs == 1
+    with pytest.raises(ConfigError, match=r"^path='an open file': not a zip file"):
+        MemoryPPO.load(io.BytesIO(b"not a model"))
+
+
+def test_load_takes_the_schedules_rl_zoo_loads_with_and_checks_them_if_it_learns(saved):
+    """rl-zoo3's `enjoy` loads with zero schedules (`custom_objects`), as RecurrentPPO allows: they only matter to
+    `learn`, which refuses them there."""
+    zoo = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0}
+    model = MemoryPPO.load(saved, env=make_vec_env("TMaze-v0", 2, 0, length=3), custom_objects=zoo, device="cpu:0")
+    model.predict(model.env.reset())
+    with pytest.raises(ConfigError, match=r"^clip_range=.*at every progress: the schedule gave 0.0"):
+        model.learn(32)
+
+
+def test_an_eval_callback_on_a_torch_vec_env_is_refused_by_learn():
+    from stable_baselines3.common.callbacks import CallbackList, EvalCallback, EveryNTimesteps
+
+    model = MemoryPPO("MemoryPolicy", make_vec_env("TMaze-v0", 2, 0, length=3), **LEARNER)
+    on_device = make_vec_env("TMaze-v0", 2, 0, length=3, vec_env="torch")
+    with pytest.raises(ConfigError, match=r"its EvalCallback's eval_env is a torch VecEnv"):
+        model.learn(32, callback=CallbackList([EveryNTimesteps(8, EvalCallback(on_device))]))
 
 
 def test_load_agent_checks_the_env_at_load(saved):

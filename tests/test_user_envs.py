@@ -46,7 +46,9 @@ USER_MODULE = textwrap.dedent('''
     }
     ACTIONS = {"discrete": spaces.Discrete(2), "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
                "multidiscrete": spaces.MultiDiscrete([2, 2]), "multibinary": spaces.MultiBinary(2),
-               "shifted": spaces.Discrete(2, start=1), "unbounded": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+               "shifted": spaces.Discrete(2, start=1), "unbounded": spaces.Box(-np.inf, np.inf, (1,), np.float32),
+               "float16": spaces.Box(-1.0, 1.0, (1,), np.float16), "int8": spaces.Discrete(2, dtype=np.int8),
+               "multidiscrete8": spaces.MultiDiscrete([2, 2], dtype=np.int8)}
 
 
     class Cue(gym.Env):
@@ -130,6 +132,31 @@ USER_MODULE = textwrap.dedent('''
             return observation, float("nan") if self.t == self.at else reward, terminated, truncated, info
 
 
+    class StrictCue(Cue):
+        """Cue that asserts each action is in its action space, dtype included, as gymnasium's `contains` says."""
+
+        def step(self, action):
+            assert self.action_space.contains(action), f"{action!r} not in {self.action_space}"
+            return super().step(action)
+
+
+    class FarCue(Cue):
+        """Cue whose float64 observations hold a value beyond float32's range."""
+
+        observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
+
+        def _observe(self):
+            return np.array([1e300, 0.0, 0.0])
+
+
+    class NaNViewCue(Cue):
+        """Cue whose observation at step 1 holds a NaN."""
+
+        def _observe(self):
+            observation = super()._observe()
+            return np.full_like(observation, np.nan) if self.t == 1 else observation
+
+
     gym.register("UserCue-v0", entry_point=Cue, max_episode_steps=20)
 ''')
 SMALL = ["--n-envs", "2", "--eval-freq", "0", "--n-eval-episodes", "2", "--checkpoint-freq", "0",
@@ -211,6 +238,17 @@ def test_a_wrapper_from_a_config_file_changes_what_the_policy_sees(tmp_path: Pat
     assert json.loads((run / "summary.json").read_text())["final_mean_return"] <= 7  # the time limit held
 
 
+def test_wrappers_given_as_one_list_argument_are_the_wrappers_of_separate_ones(tmp_path: Path) -> None:
+    """rl-zoo3 writes `env_wrapper` as a list: the flag takes it in one argument too, in training and evaluation."""
+    wrappers = "[envs.wrappers.MaskVelocity, {gymnasium.wrappers.TimeLimit: {max_episode_steps: 7}}]"
+    assert train_rl.main(["--env", "CartPole-v1", "--env-wrapper", wrappers, "-n", "32", "--log-dir", str(tmp_path),
+                          *SMALL]) == 0
+    run = tmp_path / "CartPole-v1__ppo-gtrxl__0"
+    assert yaml.safe_load((run / "config.yaml").read_text())["env_wrapper"] == [
+        "envs.wrappers.MaskVelocity", {"gymnasium.wrappers.TimeLimit": {"max_episode_steps": 7}}]
+    assert train_rl.main(["evaluate", str(run), "--episodes", "1", "--env-wrapper", wrappers]) == 0
+
+
 def test_tune_searches_a_user_env(user_dir: Path) -> None:
     tuned = engram("tune", "--env", "UserCue-v0", "--gym-packages", "user_pomdp", "-n", "32", "--trials", "1",
                    "--tune-seeds", "1", "--log-dir", "runs", "--eval-freq", "16", "--n-eval-episodes", "2",
@@ -252,7 +290,9 @@ def test_list_envs_shows_the_ids_a_package_registers(user_dir: Path, capsys: pyt
     (["--env-wrapper", "envs.wrappers.MaskVelocity"],
      "env_wrapper 'envs.wrappers.MaskVelocity' fails on engram/TMaze-v0 (ValueError: MaskVelocity knows"),
     (["--env-wrapper", "{a: 1, b: 2}"], "env_wrapper=[{'a': 1, 'b': 2}]: env_wrapper entry {'a': 1, 'b': 2}"),
-    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=text", "--env-wrapper", "[1]"], "env_wrapper=[[1]]"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=text", "--env-wrapper", "[1]"], "env_wrapper=[1]: "),
+    (["--env", "CartPole"], "env='CartPole': Unknown env id 'CartPole': gymnasium's registry does not hold it "
+                            "without a version, only as CartPole-v0, CartPole-v1: name one"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=scalar"],
      "env='user_pomdp:Cue': its observation space Box(0.0, 1.0, (), float32) has shape (), which SB3 cannot flatten; "
      "flatten it with env_wrapper: envs.adapters.FlatObservation"),
@@ -419,6 +459,42 @@ def test_a_nan_reward_is_named_as_the_envs_not_as_a_non_finite_loss(user_dir: Pa
     assert error.count("\n") == 1 and "non-finite loss" not in error, error
     assert error.startswith("training stopped: non-finite reward (nan) from the env at timestep 4 (envs [0, 1]): "
                             "fix the env, or wrap it to clean its rewards"), error
+
+
+@pytest.mark.parametrize("action", ["float16", "int8", "multidiscrete8"])
+def test_actions_reach_the_env_in_the_dtype_of_its_action_space(user_dir: Path, action: str) -> None:
+    """A float16 Box or an int8 Discrete holds only actions of its dtype (gymnasium's `contains`): training,
+    `predict` and the evaluation send them so."""
+    from agents import MemoryPPO
+
+    assert train_rl.main(["--env", "user_pomdp:StrictCue", "--env-kwargs", f"action={action}", "-n", "32",
+                          "--log-dir", "runs", *SMALL]) == 0
+    model = MemoryPPO.load(next((user_dir / "runs").iterdir()) / "model.zip")
+    env = __import__("user_pomdp").StrictCue(action=action)
+    actions, _ = model.predict(env.reset(seed=0)[0])
+    assert actions.dtype == env.action_space.dtype and env.action_space.contains(actions)
+
+
+def test_observations_float32_cannot_hold_stop_training_in_one_line(user_dir: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert train_rl.main(["--env", "user_pomdp:FarCue", "-n", "32", "--log-dir", "runs", *SMALL]) == 3
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("training stopped: non-finite observation from the env at "
+                                                       "timestep 0"), error
+    assert "or a value float32 cannot hold" in error
+
+
+def test_a_nan_observation_in_an_evaluation_or_a_replay_is_named_as_the_envs_in_one_line(
+        user_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert train_rl.main(["--env", "user_pomdp:Cue", "-n", "32", "--log-dir", "runs", *SMALL]) == 0
+    run = str(user_dir / "runs" / "user_pomdp-Cue__ppo-gtrxl__0")
+    capsys.readouterr()
+    for command, begins in ((["evaluate", run, "--episodes", "2"], "error: evaluation: the env's observation"),
+                            (["inspect", run, "--episodes", "1", "--out", "maps"], "error: the env's observation")):
+        assert train_rl.main([*command, "--env", "user_pomdp:NaNViewCue"]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.startswith(begins) and "holds a NaN" in error, error
+    assert not (user_dir / "maps").exists()
 
 
 def test_toy_text_envs_get_their_actions_as_ints_when_played(tmp_path: Path) -> None:

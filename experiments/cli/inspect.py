@@ -78,7 +78,7 @@ def _check(options: argparse.Namespace) -> None:
 def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str, Any]:
     """One episode on a gymnasium copy of the run's env seeded `seed`: observations, actions and rewards."""
     from envs import make_env
-    from experiments.replay import env_action
+    from experiments.replay import act, env_action
 
     config = agent.config
     env = make_env(config.env, env_wrapper=config.env_wrapper, gym_packages=config.gym_packages,
@@ -88,8 +88,7 @@ def play(agent: Any, seed: int, deterministic: bool, max_steps: int) -> dict[str
         observation, _ = env.reset(seed=seed)
         state, start, over = None, np.ones(1, dtype=bool), False
         while not over and len(actions) < max_steps:
-            action, state = agent.model.predict(observation, state=state, episode_start=start,
-                                                deterministic=deterministic)
+            action, state = act(agent.model, observation, state, start, deterministic)
             observations.append(observation)
             actions.append(action)
             observation, reward, terminated, truncated, _ = env.step(env_action(env.action_space, action))

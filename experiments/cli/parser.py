@@ -87,6 +87,20 @@ class Distinct(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
+class Wrappers(Distinct):
+    """`--env-wrapper`: each value a wrapper as `-p` writes it, or a list of them in one argument, as rl-zoo3's
+    files write `env_wrapper` (`"[envs.wrappers.MaskVelocity, {gymnasium.wrappers.TimeLimit: {max_episode_steps:
+    50}}]"`); the lists are read as their wrappers, in order."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from experiments.config import parse_value
+
+        read = [parse_value(text) for text in values]
+        super().__call__(parser, namespace, [w for value in read for w in (value if isinstance(value, list)
+                                                                           else [value])], option_string)
+
+
 def first_seed(given: int | None, default: int, count: int, count_flag: str) -> int:
     """The seed of a command's first episode, `--seed` if `given` else `default` (the run's evaluation seed);
     `ConfigError` naming `--seed` unless episode i's seed, `seed + i` for i below `count` (the value of
@@ -107,7 +121,7 @@ def add_env_options(parser: argparse.ArgumentParser, verb: str) -> None:
                                       "arguments start empty; needed for a saved .zip without a run's config.yaml)")
     parser.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="environment keyword arguments over the run's, e.g. length=40")
-    parser.add_argument("--env-wrapper", nargs="*", action=Distinct, metavar="WRAPPER",
+    parser.add_argument("--env-wrapper", nargs="*", action=Wrappers, metavar="WRAPPER",
                         help="wrappers of each copy in place of the run's (none given: no wrapper), as in training")
     parser.add_argument("--hyperparams", metavar="FILE|none",
                         help="only with --env: the hyper-parameter entry whose env_kwargs (and env_wrapper) --env "

@@ -28,7 +28,7 @@ import shlex
 import sys
 from typing import Any
 
-from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real, whole
+from experiments.cli.parser import Distinct, OneLineParser, Wrappers, invocation, program, real, whole
 from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
@@ -48,13 +48,6 @@ class RegistryKey:
         return value
 
 
-def literal(text: str) -> Any:
-    """A flag's value parsed as `-p` values are (`{gymnasium.wrappers.TimeLimit: {max_episode_steps: 9}}`)."""
-    from experiments.config import parse_value
-
-    return parse_value(text)
-
-
 # flag → RunConfig field; the help text is the field's docstring
 FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--algo": ("algo", {"type": RegistryKey("agents", "ALGOS"), "metavar": "ALGO"}),
@@ -62,7 +55,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
                                 "metavar": "BACKBONE"}),
     "--env": ("env", {}),
     "--gym-packages": ("gym_packages", {"nargs": "+", "action": Distinct, "metavar": "MODULE"}),
-    "--env-wrapper": ("env_wrapper", {"nargs": "+", "action": Distinct, "type": literal, "metavar": "WRAPPER"}),
+    "--env-wrapper": ("env_wrapper", {"nargs": "+", "action": Wrappers, "metavar": "WRAPPER"}),
     "--vec-env": ("vec_env", {"type": RegistryKey("envs.registry", "VEC_ENVS"), "metavar": "{dummy,subproc,torch}"}),
     "--seed": ("seed", {"type": whole, "nargs": "+", "action": Distinct}),
     "--total-timesteps": ("total_timesteps", {"type": real}),

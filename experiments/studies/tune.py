@@ -57,7 +57,7 @@ from envs.atomic import WriteError, atomic_path, made_folders, nearest_existing,
 from envs.imports import cause
 from envs.registry import VEC_ENVS
 from envs.rules import Range, Rule, Text, shown
-from experiments.cli.parser import Distinct, OneLineParser, invocation, program, real, whole
+from experiments.cli.parser import Distinct, OneLineParser, Wrappers, invocation, program, real, whole
 from experiments.config import (
     SEED_LIMIT,
     ConfigError,
@@ -65,7 +65,6 @@ from experiments.config import (
     apply,
     build_config,
     parse_override,
-    parse_value,
     plain,
 )
 from experiments.config_files import config_path, shipped_dir
@@ -533,7 +532,7 @@ def make_parser() -> argparse.ArgumentParser:
     base.add_argument("--backbone", help="memory backbone (default: the config's, else gtrxl)")
     base.add_argument("--env", help="environment: an id or module.path:EnvClass, as for training")
     base.add_argument("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
-    base.add_argument("--env-wrapper", nargs="+", action=Distinct, type=parse_value, metavar="WRAPPER",
+    base.add_argument("--env-wrapper", nargs="+", action=Wrappers, metavar="WRAPPER",
                       help="wrappers of each environment copy, as for training")
     base.add_argument("--gym-packages", nargs="+", action=Distinct, metavar="MODULE",
                       help="modules to import first, as for training")
