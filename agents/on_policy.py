@@ -40,7 +40,21 @@ from agents.buffer import (
 from agents.exploration import FINITE, check_action_space, uniform_kl
 from envs.atomic import atomic_path, creation_error, made_folders, nearest_existing
 from envs.conformance import Conformant, api_problem
-from envs.rules import ConfigError, Count, Device, Entries, Flag, OneOf, Range, Switch, Text, one_line, short, shown
+from envs.rules import (
+    FLOAT32_MAX,
+    ConfigError,
+    Count,
+    Device,
+    Entries,
+    Flag,
+    OneOf,
+    Range,
+    Switch,
+    Text,
+    one_line,
+    short,
+    shown,
+)
 from policies.backbone import Aux
 from policies.options import Relation, checked, is_checked, option_rules, relations
 from policies.policy import GSDE_OPTIONS, GSDE_REFUSED, MemoryActorCriticPolicy, PolicyState, PolicyStep
@@ -57,7 +71,7 @@ under ``torch.autocast`` (Micikevicius et al. 2018's mixed precision, with bfloa
 so no loss scaling); parameters, gradients, the optimizer, the heads and the losses stay float32, and
 rollouts are computed in float32 as before."""
 
-LearningRate = Annotated[float | Schedule, Range(0.0, schedule=True,
+LearningRate = Annotated[float | Schedule, Range(0.0, FLOAT32_MAX, schedule=True,
                                                  note="0: the policy stays as it starts, e.g. from init_from")]
 AuxCoefs = Annotated[dict[str, float] | None, Entries(Range(0.0))]
 UniformKLCoef = Annotated[float | None, Range(0.0, optional=True)]

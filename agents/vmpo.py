@@ -30,7 +30,17 @@ from agents.vmpo_losses import (
     top_half,
     trust_region_loss,
 )
-from envs.rules import Count, NonNegative, OptionalMapping, Positive, Probability, Range, Switch, Verbosity
+from envs.rules import (
+    Count,
+    NonNegative,
+    OptionalMapping,
+    Positive,
+    Probability,
+    Range,
+    StepSize,
+    Switch,
+    Verbosity,
+)
 from policies.options import checked
 from policies.policy import MemoryActorCriticPolicy, PolicyStep
 from policies.popart import PopArtBeta, PopArtValueHead
@@ -83,7 +93,7 @@ class VMPO(MemoryOnPolicyAlgorithm):
                  n_epochs: Count = 4, gamma: Probability = 0.99, vf_coef: NonNegative = 0.5,
                  max_grad_norm: Positive = 0.5, epsilon_eta: Positive = 0.01, epsilon_alpha: Positive = 0.01,
                  epsilon_alpha_mu: Positive = 0.0075, epsilon_alpha_sigma: Positive = 1e-5, eta_init: Positive = 1.0,
-                 alpha_init: AlphaInit = None, dual_learning_rate: Positive = 1e-2,
+                 alpha_init: AlphaInit = None, dual_learning_rate: StepSize = 1e-2,
                  normalize_advantage: Switch = True, advantage_scale_decay: AdvantageScaleDecay = 0.999,
                  uniform_kl_coef: UniformKLCoef = None, popart: Switch = False,
                  popart_beta: PopArtBeta = 1e-3, segment_length: Count = 16,

@@ -26,12 +26,14 @@ the kwargs given is named with them and the cause, as the command line names it.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import inspect
 import math
 import numbers
 import re
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -193,6 +195,9 @@ class Keywords(NamedTuple):
 
     named: dict[str, Any]
     open: bool = False
+    integers: frozenset[str] = frozenset()
+    """the names annotated `int`: a whole number only (an unannotated int default may hold a float too, as
+    MountainCar's `goal_velocity=0`)"""
 
 
 def _keywords(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> Keywords:
@@ -203,7 +208,8 @@ def _keywords(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> Keywords:
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     named = {p.name: None if p.default is inspect.Parameter.empty else p.default
              for p in parameters if p.kind in kinds and p.name not in skip}
-    return Keywords(named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters))
+    integers = frozenset(p.name for p in parameters if p.name in named and p.annotation in (int, "int"))
+    return Keywords(named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters), integers)
 
 
 def _entry_point(spec: str) -> Callable[..., Any]:
@@ -220,10 +226,11 @@ def keywords(env_id: str) -> Keywords:
     """The keyword arguments `make_env` / `make_vec_env` accept for `env_id`."""
     family = env_family(env_id)
     if family == "engram":
-        return Keywords({**_keywords(ENV_IDS[env_id], skip=("n_copies",)).named, "render_mode": None})
+        own = _keywords(ENV_IDS[env_id], skip=("n_copies",))
+        return Keywords({**own.named, "render_mode": None}, integers=own.integers)
     if family == "entry_point":
         own = _keywords(_entry_point(env_id))
-        return Keywords({**own.named, TIME_LIMIT: own.named.get(TIME_LIMIT)}, own.open)
+        return Keywords({**own.named, TIME_LIMIT: own.named.get(TIME_LIMIT)}, own.open, own.integers)
     if family == "memory_gym":
         import_memory_gym(env_id)
     if family == "minigrid":
@@ -237,9 +244,22 @@ def keywords(env_id: str) -> Keywords:
     if family == "minigrid" and own.open:  # a MiniGrid task hands its **kwargs to MiniGridEnv, whose names are known
         from minigrid.minigrid_env import MiniGridEnv
 
-        base = _keywords(MiniGridEnv, skip=MINIGRID_SET_BY_TASK).named
-        own = Keywords({**{name: value for name, value in base.items() if name not in forwarded}, **own.named})
-    return Keywords({**forwarded, **own.named, **spec.kwargs}, own.open)
+        base = _keywords(MiniGridEnv, skip=(*MINIGRID_SET_BY_TASK, *passed_on(creator)))
+        own = Keywords({**{name: value for name, value in base.named.items() if name not in forwarded}, **own.named},
+                       integers=base.integers | own.integers)
+    return Keywords({**forwarded, **own.named, **spec.kwargs}, own.open, own.integers)
+
+
+def passed_on(cls: Any) -> set[str]:
+    """The keywords `cls.__init__` itself gives its base's `__init__` (read from its source): a user cannot give
+    them too (MiniGrid's Memory task sets `see_through_walls`)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    except (OSError, TypeError, SyntaxError):  # no source to read
+        return set()
+    return {keyword.arg for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"
+            for keyword in node.keywords if keyword.arg is not None}
 
 
 def kwarg_defaults(env_id: str) -> dict[str, Any]:
@@ -286,23 +306,37 @@ def declared_render_modes(env_id: str, family: str) -> list[str] | None:
 def typed_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` with a whole number for an int keyword (or `max_episode_steps`) as that int (`4.0` → `4`, as an option
     is read); `ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a
-    bool, an integer for an int, a finite number for a float (a keyword whose default is anything else takes any
-    value but NaN, and no text that reads as NaN or an infinity, as `float()` would)."""
-    defaults, typed = keywords(env_id).named, dict(kwargs)
+    bool, an integer for one annotated `int` (`max_episode_steps`: one >= 1, or null), a finite number for a float or
+    an unannotated int (a keyword whose default is anything else takes any value but NaN, and no text that reads as
+    NaN or an infinity, as `float()` would)."""
+    given, typed = keywords(env_id), dict(kwargs)
     for name, value in kwargs.items():
-        default, number = defaults.get(name), isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
-        if ((type(default) is int or name == "max_episode_steps")  # gymnasium's own int keyword, default None
-                and number and math.isfinite(value) and float(value).is_integer()):
+        default = given.named.get(name)
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+        integer = name in given.integers or name == TIME_LIMIT  # gymnasium's own int keyword, default None
+        if (integer or type(default) is int) and number and math.isfinite(value) and float(value).is_integer():
             value = typed[name] = int(value)
-        expected = ("true or false" if isinstance(default, bool) and not isinstance(value, bool | np.bool_) else
-                    "an integer" if type(default) is int and not (number and isinstance(value, numbers.Integral)) else
-                    "a number" if isinstance(default, float) and not number else
-                    "a finite number" if isinstance(default, float) and not math.isfinite(value) else
-                    "a number, not NaN" if number and math.isnan(value) else
-                    "a finite number" if isinstance(value, str) and _non_finite_text(value) else None)
-        if expected is not None:
+        if (expected := _expected(name, default, value, integer)) is not None:
             raise ConfigError(f"env_kwargs.{name}={shown(value)}: expected {expected}")
     return typed
+
+
+def _expected(name: str, default: Any, value: Any, integer: bool) -> str | None:
+    """What a keyword argument `name` (its default `default`; `integer`: annotated `int`) expects where `value` is
+    not that, else `None`."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool | np.bool_) else "true or false"
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if name == TIME_LIMIT:
+        return None if value is None or (isinstance(value, numbers.Integral) and number and value >= 1) else (
+            "an integer >= 1 (or null: the registered limit)")
+    if integer and value is not None and not (number and isinstance(value, numbers.Integral)):
+        return "an integer"
+    if isinstance(default, float | int):
+        return "a number" if not number else None if math.isfinite(value) else "a finite number"
+    if number and math.isnan(value):
+        return "a number, not NaN"
+    return "a finite number" if isinstance(value, str) and _non_finite_text(value) else None
 
 
 def _non_finite_text(text: str) -> bool:

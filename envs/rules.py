@@ -348,6 +348,11 @@ CountOrNone = Annotated[int | None, Range(1, integer=True, optional=True)]
 NonNegativeInt = Annotated[int, Range(0, integer=True)]
 Probability = Annotated[float, Range(0.0, 1.0)]
 Positive = Annotated[float, Range(0.0, low_open=True)]
+FLOAT32_MAX = 3.4028234663852886e38
+"""the largest float32"""
+STEP_SIZE = Range(0.0, FLOAT32_MAX, low_open=True, note="a float32: the optimiser scales float32 weights by it")
+"""a learning rate: positive, and one the optimiser's float32 arithmetic holds"""
+StepSize = Annotated[float, STEP_SIZE]
 NonNegative = Annotated[float, Range(0.0)]
 Finite = Annotated[float, Range()]
 Switch = Annotated[bool, Flag()]

@@ -86,7 +86,7 @@ SEED_LIMIT = 2**32 - 1 - 10_000
 COUNT = Range(1, integer=True)
 
 
-@dataclass(slots=True)
+@dataclass
 class RunConfig:
     """Everything one training run needs. Each field's metadata holds its `rule`, which declares its valid values
     (`envs.rules`, `experiments.rules`), and its `doc`, the `--help` text."""

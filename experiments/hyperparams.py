@@ -289,6 +289,8 @@ def _at(settings: dict[str, Any], dotted: str) -> Any:
 _MISSING = object()
 NAMED = re.compile(r"(?<![\w.\-\[])([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?=[=\[])")
 """a key a message names with its value (`ppo.batch_size=`, `seeds[1]=`)"""
+QUOTED = re.compile(r"'([A-Za-z_]\w*)'")
+"""a name a message about an env's keyword arguments quotes (`unexpected keyword argument(s) 'goal_velocty'`)"""
 LEADING = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)[=:\[ ]")
 """the key a message is about: its first word (`stop_when_solved=2: ...`)"""
 
@@ -311,7 +313,8 @@ def named_source(message: str, config: RunConfig) -> str:
     if leading is not None and held(leading.group(1)):
         return f"{entry.where}: {message}"
     about_env = "env_kwargs" in message
-    others = [key for name in NAMED.findall(message)
+    names = NAMED.findall(message) + (QUOTED.findall(message) if about_env else [])
+    others = [key for name in names
               for key in [*held(name), *(held(f"env_kwargs.{name}") if about_env and "." not in name else [])]]
     others = list(dict.fromkeys(others))
     return f"{message} ({', '.join(others)} from {entry.where})" if others else message

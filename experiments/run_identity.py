@@ -105,4 +105,12 @@ def _compared(data: dict[str, Any], config: RunConfig) -> dict[str, Any]:
     flat = {key: value for key, value in data.items() if key not in NOT_COMPARED | set(algos()) | set(backbones())}
     for section in (config.algo, config.backbone):
         flat.update({f"{section}.{key}": value for key, value in (data.get(section) or {}).items()})
-    return flat
+    return dict(item for key, value in flat.items() for item in _dotted(key, value))
+
+
+def _dotted(key: str, value: Any) -> list[tuple[str, Any]]:
+    """A setting as dotted keys down to its values that are no mapping (`env_kwargs.size`), so that a refusal
+    names the one that differs."""
+    if isinstance(value, dict) and value:
+        return [item for name, inner in value.items() for item in _dotted(f"{key}.{name}", inner)]
+    return [(key, value)]

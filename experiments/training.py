@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,17 @@ def load_policy_weights(model: Any, source: str) -> None:
     model.policy.load_state_dict(weights)
 
 
+@contextmanager
+def using_threads(threads: int) -> Iterator[None]:
+    """torch's CPU threads set to `torch_threads(threads)` while the block runs, and back to the caller's after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(torch_threads(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def torch_threads(threads: int) -> int:
     """The thread count a run uses: `threads`, or with 0 every core this process may run on."""
     if threads < 0:
@@ -171,25 +184,25 @@ def train(config: RunConfig, resume: bool = False, progress_bar: bool = False, v
     """
     config = checked_run(config, resume=resume, progress_bar=progress_bar, verbose=verbose,
                          extra_callback=extra_callback)
-    torch.set_num_threads(torch_threads(config.threads))
-    run = RunDirectory.of(config)
-    try:
-        run.check_not_busy()  # first: a run being written is refused as such, whatever else holds
-        if not resume:
-            run.refuse_existing(config.env)
-        else:
-            run.check_same_run(config)
-            finished = run.finished(config.total_timesteps)
-            if finished is not None:
-                notify(f"{str(run.path)!r} already finished ({finished['env_steps']} steps of "
-                       f"{config.total_timesteps}): nothing to resume, nothing changed")
-                return finished
-        with run.claimed(resume, lambda: run.refuse_existing(config.env)):
-            return _train_locked(config, run, resume, progress_bar, verbose, extra_callback)
-    except RunBusyError as error:
-        raise ConfigError(str(error)) from error
-    except OSError as error:
-        raise (write_error(error, run.path) if error.filename is None else error) from error
+    with using_threads(config.threads):
+        run = RunDirectory.of(config)
+        try:
+            run.check_not_busy()  # first: a run being written is refused as such, whatever else holds
+            if not resume:
+                run.refuse_existing(config.env)
+            else:
+                run.check_same_run(config)
+                finished = run.finished(config.total_timesteps)
+                if finished is not None:
+                    notify(f"{str(run.path)!r} already finished ({finished['env_steps']} steps of "
+                           f"{config.total_timesteps}): nothing to resume, nothing changed")
+                    return finished
+            with run.claimed(resume, lambda: run.refuse_existing(config.env)):
+                return _train_locked(config, run, resume, progress_bar, verbose, extra_callback)
+        except RunBusyError as error:
+            raise ConfigError(str(error)) from error
+        except OSError as error:
+            raise (write_error(error, run.path) if error.filename is None else error) from error
 
 
 def _train_locked(config: RunConfig, run: RunDirectory, resume: bool, progress_bar: bool, verbose: int,

@@ -46,7 +46,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
 from envs.atomic import write_error
-from envs.rules import Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
+from envs.rules import FLOAT32_MAX, STEP_SIZE, Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
 from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
@@ -63,7 +63,7 @@ from experiments.run_dir import (
     notify,
     rewind_tensorboard,
 )
-from experiments.training import torch_threads
+from experiments.training import using_threads
 from lm.data import (
     BYTE_VOCAB,
     DATASETS,
@@ -95,9 +95,6 @@ def _setting(rule: Rule, default: Any = dataclasses.MISSING, **kwargs: Any) -> A
 
 COUNT = Range(1, integer=True)
 NON_NEGATIVE = Range(0.0)
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-STEP_SIZE = Range(0.0, FLOAT32_MAX, low_open=True, note="a float32: the optimiser scales float32 weights by it")
-"""a learning rate: positive, and one the optimiser's float32 arithmetic holds"""
 
 
 LM_BACKBONE_OPTIONS: dict[str, dict[str, Any]] = {"trxl": {"d_model": 128, "n_layers": 2, "n_heads": 4,
@@ -651,31 +648,31 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
             names the step, the quantity and the last checkpoint.
     """
     check_lm_config(config)
-    torch.set_num_threads(torch_threads(config.threads))
-    run = config.run()
-    try:
-        run.check_not_busy()
-    except RunBusyError as error:
-        raise ConfigError(str(error)) from None
-    if not resume:
-        _refuse_existing(run)
-    checkpoint = _latest_checkpoint(run) if resume else None
-    if resume and checkpoint is None:
-        notify(f"--resume: nothing to resume in {str(run.path)!r} (no checkpoint); starting from step 0")
-    saved = None if checkpoint is None else _load_checkpoint(checkpoint, config.device)
-    if saved is not None:
-        previous = saved.get("config") or (load_yaml(run / CONFIG_FILE) if (run / CONFIG_FILE).exists() else {})
-        _check_same_lm_run(config, previous, f"the run in {str(run.path)!r}")
-        summary = run.summary()
-        if saved["step"] >= config.steps and summary is not None:
-            notify(f"{str(run.path)!r} already trained {saved['step']} steps of {config.steps}: nothing to resume, "
-                   "nothing changed")
-            return summary
-    try:
-        with run.claimed(resume, lambda: _refuse_existing(run)):
-            return _train_lm_locked(config, run, saved, progress)
-    except RunBusyError as error:
-        raise ConfigError(str(error)) from None
+    with using_threads(config.threads):
+        run = config.run()
+        try:
+            run.check_not_busy()
+        except RunBusyError as error:
+            raise ConfigError(str(error)) from None
+        if not resume:
+            _refuse_existing(run)
+        checkpoint = _latest_checkpoint(run) if resume else None
+        if resume and checkpoint is None:
+            notify(f"--resume: nothing to resume in {str(run.path)!r} (no checkpoint); starting from step 0")
+        saved = None if checkpoint is None else _load_checkpoint(checkpoint, config.device)
+        if saved is not None:
+            previous = saved.get("config") or (load_yaml(run / CONFIG_FILE) if (run / CONFIG_FILE).exists() else {})
+            _check_same_lm_run(config, previous, f"the run in {str(run.path)!r}")
+            summary = run.summary()
+            if saved["step"] >= config.steps and summary is not None:
+                notify(f"{str(run.path)!r} already trained {saved['step']} steps of {config.steps}: nothing to resume, "
+                       "nothing changed")
+                return summary
+        try:
+            with run.claimed(resume, lambda: _refuse_existing(run)):
+                return _train_lm_locked(config, run, saved, progress)
+        except RunBusyError as error:
+            raise ConfigError(str(error)) from None
 
 
 def _refuse_existing(run: RunDirectory) -> None:

@@ -28,11 +28,27 @@ RST = re.compile(r"``|:(?:class|mod|func|meth|attr|data|exc|obj):`")
 PRE = re.compile(r"<pre\b.*?</pre>", re.DOTALL)
 
 
+def fresh_site() -> Path | None:
+    """The site ``make docs`` built in the repository (``site/``), if no file of the working tree is newer, as
+    after CI's ``make docs``; ``None`` where there is none or it may be stale."""
+    built = REPO / "site" / "sitemap.xml"
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True)
+    if not built.is_file() or listed.returncode != 0:
+        return None
+    since = built.stat().st_mtime
+    sources = [REPO / name for name in listed.stdout.splitlines()]
+    return REPO / "site" if all(p.stat().st_mtime < since for p in sources if p.is_file()) else None
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as ``make docs`` builds it, in a temporary directory."""
+    """The site as ``make docs`` builds it: the one it built (`fresh_site`), or a new build in a temporary
+    directory."""
     for module in ("mkdocs", "material", "mkdocstrings"):
         pytest.importorskip(module, reason="the docs extra is not installed (make docs installs it)")
+    if (built := fresh_site()) is not None:
+        return built
     out = tmp_path_factory.mktemp("site")
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
                             capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})

@@ -62,8 +62,14 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
      "env_kwargs.penalty='-inf': expected a finite number"),
     ("kwarg of an adapter", lambda: envs.make_vec_env("MiniGrid-MemoryS7-v0", 1, obs="x"),
      "env='MiniGrid-MemoryS7-v0' with env_kwargs obs='x' does not build (ValueError: obs must be one of"),
-    ("kwarg of gym.make", lambda: envs.make_env("FrozenLake-v1", max_episode_steps=0),
-     "env='FrozenLake-v1' with env_kwargs max_episode_steps=0 does not build"),
+    ("time limit of gym.make", lambda: envs.make_env("FrozenLake-v1", max_episode_steps=0),
+     "env_kwargs.max_episode_steps=0: expected an integer >= 1 (or null: the registered limit)"),
+    ("no time limit of gym.make", lambda: envs.make_vec_env("Pendulum-v1", 1, max_episode_steps=-1),
+     "env_kwargs.max_episode_steps=-1: expected an integer >= 1 (or null: the registered limit)"),
+    ("kwarg annotated int", lambda: envs.make_env("MiniGrid-MemoryS7-v0", agent_view_size=2.5),
+     "env_kwargs.agent_view_size=2.5: expected an integer"),
+    ("kwarg an env sets itself", lambda: envs.make_env("MiniGrid-MemoryS7-v0", see_through_walls=True),
+     "got unexpected keyword argument(s) 'see_through_walls'"),
     ("render mode of a task", lambda: envs.make_vec_env("TMaze-v0", 2, render_mode="human"),
      "env_kwargs.render_mode='human': expected one of the env's render modes, ansi, rgb_array (or no render mode)"),
     ("render mode of a task's copy", lambda: envs.make_env("RepeatFirst-v0", render_mode="rgb"),
@@ -254,6 +260,20 @@ def test_a_whole_number_for_an_int_keyword_reaches_the_env_as_that_int(value: An
     finally:
         env.close()
         venv.close()
+
+
+def test_a_number_for_an_unannotated_int_keyword_and_no_time_limit_reach_the_env_as_gymnasium_takes_them() -> None:
+    """An int default is no type (MountainCar's `goal_velocity=0` takes 0.1, as `gymnasium.make` does), and a null
+    `max_episode_steps` is the registered limit."""
+    car = envs.make_env("MountainCar-v0", goal_velocity=0.1)
+    pole = envs.make_vec_env("CartPole-v1", 1, max_episode_steps=None)
+    try:
+        assert car.unwrapped.goal_velocity == 0.1 and pole.envs[0].spec.max_episode_steps == 500
+    finally:
+        car.close()
+        pole.close()
+    assert "see_through_walls" not in envs.env_kwargs("MiniGrid-MemoryS7-v0")  # the Memory task sets it itself
+    assert "see_through_walls" in envs.env_kwargs("MiniGrid-DoorKey-5x5-v0")
 
 
 def test_a_whole_number_for_an_int_keyword_trains_from_the_command_line(tmp_path: Path) -> None:

@@ -175,3 +175,14 @@ def test_tune_resolves_its_base_configuration_the_same_way():
     assert base.hyperparams == f"{SHIPPED}#MiniGrid-MemoryS9-v0" and base.env_kwargs["actions"] == "navigation"
     args = tune.make_parser().parse_args(["--config", "minigrid_memory_s9", "--hyperparams", "none"])
     assert tune.base_configs(args)[0].env_kwargs == {}
+
+
+def test_a_keyword_argument_an_entry_misspells_is_named_with_the_entry(tmp_path, capsys):
+    entries = tmp_path / "h.yml"
+    entries.write_text("MountainCar-v0:\n  env_kwargs: {goal_velocty: 1}\n")
+    assert train_rl.main(["--env", "MountainCar-v0", "--hyperparams", str(entries), "-n", "32",
+                          "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "unexpected keyword argument(s) 'goal_velocty'" in err and err.rstrip().endswith(
+        f"(env_kwargs.goal_velocty from hyper-parameter file '{entries}', entry 'MountainCar-v0')"), err
+    assert not (tmp_path / "runs").exists()

@@ -129,3 +129,13 @@ def test_the_docs_name_every_setting_a_resume_may_change():
     section = (Path(__file__).resolve().parents[1] / "docs" / "run-directories.md").read_text().split("## Resume")[1]
     paragraph = section.split("\n\n")[1]
     assert all(f"`{key}`" in paragraph for key in NOT_COMPARED), paragraph
+
+
+def test_a_resume_refusal_names_the_keyword_argument_that_differs(finished, tmp_path, capsys):
+    """A mapping setting is compared key by key: the refusal names `env_kwargs.length`, with both values, however
+    long the mapping."""
+    unfinished(finished, tmp_path)
+    argv = [*TINY, "--log-dir", str(tmp_path), "--resume"]
+    argv[argv.index("length=3")] = "length=4"
+    assert train_rl.main(argv) == 2
+    assert "differs from" in (err := capsys.readouterr().err) and "in: env_kwargs.length (3 in the run, 4 now)" in err

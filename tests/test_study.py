@@ -75,6 +75,11 @@ def test_study_file_grid(tmp_path):
     assert [(c.n_envs, c.env_kwargs["length"]) for c in configs] == [(16, 3), (8, 9)]  # a task's own config file
     assert [Path(c.log_dir).name for c in configs] == ["TMaze_v0_length_3", "TMaze_v0_length_9"]  # same env id
 
+    file.write_text(yaml.safe_dump({"tasks": [{"env": "Pendulum-v1", "env_kwargs": {"g": g}} for g in (10.0, -10.0)]}))
+    directory, configs = Grid.from_file(file, flags={"log_dir": str(tmp_path)}).study_configs()
+    first, second = (Path(c.log_dir).name for c in configs)  # both slugs read g_10.0: the later one gets a digest
+    assert first == "Pendulum_v1_g_10.0" and second.startswith("Pendulum_v1_g_10.0_") and first != second
+
     file.write_text(yaml.safe_dump({"backbone": ["lstm"]}))
     with pytest.raises(ConfigError, match="unknown key.*'backbone'.*valid keys: name, config"):
         Grid.from_file(file)

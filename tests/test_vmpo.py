@@ -23,6 +23,7 @@ from agents.vmpo_losses import (
     trust_region_loss,
 )
 from envs import make_vec_env
+from envs.rules import ConfigError
 from experiments.evaluation import evaluate
 from policies.popart import PopArtValueHead
 from tests.conftest import ONE_PER_CLASS, LogpGaps, small_model, tmaze
@@ -217,3 +218,12 @@ def test_vmpo_pendulum_gaussian():
     returns = evaluate(model, sb3_make_vec_env(gym.make, n_envs=4, seed=1, env_kwargs={"id": "Pendulum-v1"}),
                        n_episodes=20).returns
     assert returns.mean() >= -400
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("dual_learning_rate", r"^dual_learning_rate=1e\+39: expected a number in \(0, 3.40282e\+38\] \(a float32"),
+    ("learning_rate", r"^learning_rate=1e\+39: expected a number in \[0, 3.40282e\+38\]")])
+def test_a_step_size_float32_cannot_hold_is_refused_by_the_constructor(option, message):
+    """The optimisers scale float32 weights by their step sizes: one beyond float32 would overflow in Adam."""
+    with pytest.raises(ConfigError, match=message):
+        VMPO("MemoryPolicy", "CartPole-v1", policy_kwargs={"backbone": "mlp"}, **{option: 1e39})

@@ -10,7 +10,7 @@ answer:
 - `interrupted`: a checkpoint exists but no summary, so the run resumes from it;
 - `new`: nothing to resume from.
 
-A study puts the runs of each task in a folder named after the task (`task_folder`) when two tasks share an
+A study puts the runs of each task in a folder named after the task (`task_folders`) when two tasks share an
 environment id, and keeps its record in `study.yaml` (`STUDY_FILE`).
 """
 
@@ -86,9 +86,19 @@ def slug(text: str) -> str:
     return f"{name[:SLUG_LENGTH - 13]}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-def task_folder(config: dict[str, Any]) -> str:
-    """The folder of a task's runs inside a study directory."""
-    return slug(task_label(config))
+def task_folders(tasks: Sequence[dict[str, Any]]) -> list[str]:
+    """The folder inside a study directory of each run of `tasks` (its configuration, in the study's order): the
+    slug of its task's label, with a digest of the label where an earlier, other task has that slug already (`g: 10`
+    and `g: -10` both read `g_10`)."""
+    owners: dict[str, str] = {}
+    folders = []
+    for task in tasks:
+        label = task_label(task)
+        name = slug(label)
+        if owners.setdefault(name, label) != label:
+            name = f"{name}_{hashlib.sha256(label.encode()).hexdigest()[:8]}"
+        folders.append(name)
+    return folders
 
 
 def read_study_record(directory: Path) -> dict[str, Any]:

@@ -89,7 +89,7 @@ from experiments.studies.runs import (
     UNSUCCESSFUL,
     Run,
     read_study_record,
-    task_folder,
+    task_folders,
     task_label,
     write_status,
 )
@@ -266,8 +266,9 @@ class Grid:
         directory = Path(given) / (self.name or f"{env_slug(first.env)}__{first.algo}")
         shared_env = len({c.env for c in configs}) < len({task_label(c.to_dict()) for c in configs})
         threads = self.flags.get("threads") or 1
-        for config in configs:
-            config.log_dir = str(directory / task_folder(config.to_dict()) if shared_env else directory)
+        folders = task_folders([c.to_dict() for c in configs])
+        for config, folder in zip(configs, folders, strict=True):
+            config.log_dir = str(directory / folder if shared_env else directory)
             config.threads = threads
         check_folders("log_dir", given, [("the study directory", directory),
                                          *(("the run directory", RunDirectory.of(c).path) for c in configs)])

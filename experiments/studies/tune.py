@@ -74,7 +74,7 @@ from experiments.rules import FolderName, Threads
 from experiments.run_dir import TUNE_FOLDER, TUNE_RECORD, TUNING, EvalLog, RunDirectory, check_owner
 from experiments.run_identity import config_record
 from experiments.studies.pruning import RunningMedianPruner
-from experiments.studies.runs import slug, task_folder, task_label
+from experiments.studies.runs import slug, task_folders, task_label
 from experiments.studies.stats import iqm
 from experiments.studies.study import Grid, alive, check_folders
 from experiments.studies.tune_space import SearchSpace, default_space_files, label, load_space
@@ -185,14 +185,11 @@ def with_values(base: RunConfig, values: dict[str, Any]) -> RunConfig:
 
 def trial_configs(settings: TuneSettings, values: dict[str, Any], trial_dir: Path) -> list[RunConfig]:
     """The runs of a trial: every task × seed, with `values` applied, under `trial_dir`."""
-    configs = []
-    for base in settings.base:
-        for seed in settings.seeds:
-            config = with_values(base, values)
-            config.seed = seed
-            folder = trial_dir / task_folder(config.to_dict()) if len(settings.base) > 1 else trial_dir
-            config.log_dir = str(folder)
-            configs.append(config)
+    configs = [with_values(base, values) for base in settings.base for _ in settings.seeds]
+    folders = task_folders([config.to_dict() for config in configs])
+    for config, seed, folder in zip(configs, settings.seeds * len(settings.base), folders, strict=True):
+        config.seed = seed
+        config.log_dir = str(trial_dir / folder if len(settings.base) > 1 else trial_dir)
     return configs
 
 
