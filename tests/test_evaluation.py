@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import train_rl
@@ -62,6 +63,7 @@ def test_a_run_logged_before_the_stochastic_columns_keeps_its_layout(tmp_path: P
     assert path.read_text().splitlines() == [",".join(old_columns), "1,1,1,1,1,1", "5,4,4,4,4,4"]
 
 
+@pytest.mark.slow
 def test_the_evaluation_modes_notebook_scores_every_checkpoint_with_both_policies(tmp_path: Path):
     run = _train(tmp_path / "runs", "-p", "keep_checkpoints=0")
     command = [sys.executable, str(REPO / "notebooks" / "evaluation_modes.py"), str(tmp_path / "runs"),

@@ -147,7 +147,7 @@ def trapped_success(collapse: float, seed: int, **options) -> float:
     return result.success_rate
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # seed 1: `make test-slow`
 def test_plain_ppo_and_an_entropy_bonus_never_recover_a_collapsed_action(seed):
     """The trap behind the T-Maze failures: success stays at the cue-"down" half (chance 0.5).
     The entropy's pull on a logit is ``−π(a)(log π(a) + H)``: at −6 it sometimes suffices
@@ -156,13 +156,13 @@ def test_plain_ppo_and_an_entropy_bonus_never_recover_a_collapsed_action(seed):
     assert trapped_success(-10.0, seed, ent_coef=0.03) <= 0.6
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # seed 1: `make test-slow`
 def test_the_floor_reopens_a_collapsed_action(seed):
     """π(up) ≈ 8e-4: acting with μ samples it, and the ratio against μ lets it grow."""
     assert trapped_success(-6.0, seed, exploration_floor=0.1) >= 0.9
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # seed 1: `make test-slow`
 def test_the_uniform_kl_reopens_an_action_too_rare_for_the_floor(seed):
     """π(up) ≈ 1.5e-5: the floor's samples carry a gradient ∝ π(up) and stall (measured: 1 of 4
     seeds escapes), the log-barrier pulls the logit back with constant force."""

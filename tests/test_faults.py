@@ -42,6 +42,10 @@ TINY = ["--env", "TMaze-v0", "--env-kwargs", "length=3", "--n-envs", "2", "--thr
         "gtrxl.n_heads=2", "gtrxl.memory_length=4", "n_eval_envs=2"]
 """a run of 64 steps: an evaluation and a checkpoint at 32 and 64"""
 RUN = "TMaze-v0__ppo-gtrxl__0"
+TINY_LM = ["lm", "train", "-p", "data=copy", "steps=1", "segment_length=8", "batch_size=2", "copy_tokens=2000",
+           "backbone_options.d_model=16", "backbone_options.n_heads=2", "backbone_options.n_layers=1",
+           "backbone_options.memory_length=8", "eval_segments=1"]
+"""a language-model run of one step on a short copy stream, with a small Transformer-XL"""
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -155,7 +159,7 @@ def test_train_and_study_on_a_read_only_file_system_are_refused_with_one_line(tm
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
 @pytest.mark.parametrize("command", [[*TINY], [*TINY, "--seed", "0", "1"], ["tune", "--env", "TMaze-v0"],
-                                     ["lm", "train", "-p", "steps=1"]])
+                                     TINY_LM])
 def test_a_log_dir_the_system_will_not_create_is_refused_with_one_line(command, capsys):
     """Every command that makes its folders under a log directory refuses one where no file can be created, by the
     same rule, before it makes anything."""
@@ -250,7 +254,7 @@ def test_evaluate_plot_and_report_on_read_only_and_full_disks(finished, tmp_path
         filler.unlink()
 
 
-@pytest.mark.parametrize("command", [[*TINY], ["lm", "train", "-p", "steps=1"]])
+@pytest.mark.parametrize("command", [[*TINY], TINY_LM])
 def test_a_new_run_on_a_full_disk_names_its_lock_and_leaves_no_run_directory_behind(command, tmp_path, capsys):
     log_dir = [f"log_dir={tmp_path / 'disk' / 'runs'}"] if command[0] == "lm" else ["--log-dir",
                                                                                     str(tmp_path / "disk" / "runs")]
@@ -272,7 +276,7 @@ LEFT_NOTHING = {  # each command with its output in `{out}`, a folder the comman
     "tune": ["tune", "--env", "TMaze-v0", "--env-kwargs", "length=3", "--backbone", "mlp", "-n", "64", "--eval-freq",
              "32", "--n-eval-episodes", "2", "--trials", "1", "--tune-seeds", "1", "--threads", "1", "-p",
              "ppo.n_steps=16", "ppo.batch_size=32", "--log-dir", "{out}"],
-    "lm train": ["lm", "train", "-p", "steps=1", "log_dir={out}"],
+    "lm train": [*TINY_LM, "log_dir={out}"],
     "plot": ["plot", "{finished}", "--out", "{out}/curves.png", "--reps", "20"],
     "report": ["report", "{finished_parent}", "--out", "{out}", "--reps", "20"],
     "evaluate --record": ["evaluate", "{finished}", "--record", "{out}/episode.gif", "--episodes", "1"],

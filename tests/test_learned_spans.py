@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import train_rl
 from tests.test_cli import REPO
 
@@ -26,6 +28,7 @@ def spans_command(runs: Path, out: Path) -> list[str]:
             "--out", str(out)]
 
 
+@pytest.mark.slow
 def test_the_benchmark_reports_every_head_at_every_checkpoint(tmp_path: Path):
     """A strong penalty shrinks the spans below the memory length; the report has two layers of two heads
     at each checkpoint and at the end (mutations caught: spans read from one layer only, reported as

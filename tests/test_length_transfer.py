@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import train_rl
@@ -18,6 +19,7 @@ sys.path.insert(0, str(REPO / "notebooks"))
 from length_transfer import switch_off_retrieval  # noqa: E402
 
 
+@pytest.mark.slow
 def test_length_transfer_scores_every_length_with_and_without_retrieval(tmp_path: Path):
     knn = ["-p", "gtrxl.attention=knn", "gtrxl.attention_options={local_window: 2, top_k: 1}"]
     assert train_rl.main([*TINY, "-n", "64", "--log-dir", str(tmp_path / "runs"), "--threads", "1", *knn]) == 0

@@ -80,6 +80,7 @@ def train_and_score(carry_memory: bool) -> float:
     return sum(losses) / len(losses)
 
 
+@pytest.mark.slow
 def test_memory_across_segments_is_what_makes_the_task_learnable():
     with_memory, without = train_and_score(True), train_and_score(False)
     # log(16) = 2.77 is chance. Where training ends between 0.25 and 0.8 depends on the thread count

@@ -18,6 +18,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 import train_rl
 from experiments.config import ConfigError
 from experiments.run_dir import CHECKPOINTS, SUMMARY_FILE, read_records
+from experiments.training import torch_threads
 from lm.data import copy_task, python_corpus, python_sources, segments
 from lm.workbench import bits_per_token, build_lm_config, load_run, train_lm
 
@@ -83,7 +84,7 @@ def test_resume_continues_from_the_checkpoint_and_eval_takes_a_longer_memory(tmp
     with pytest.raises(ConfigError, match="--resume"):
         train_lm(longer)
     summary = train_lm(longer, resume=True)
-    assert summary["steps_per_second"] > 0 and summary["torch_threads"] == torch.get_num_threads()
+    assert summary["steps_per_second"] > 0 and summary["torch_threads"] == torch_threads(longer.threads)
     steps = [int(row["step"]) for row in csv.DictReader((config.directory() / "evaluations.csv").open())]
     assert steps == [50, 100]
     _, model = load_run(config.directory(), memory_length=48)

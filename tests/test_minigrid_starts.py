@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import train_rl
 from envs.registry import make_vec_env
@@ -42,6 +43,7 @@ def train_a_small_run(log_dir: Path, n_envs: int, steps: int) -> None:
     assert train_rl.main(argv) == 0
 
 
+@pytest.mark.slow
 def test_the_benchmark_reports_success_per_start(tmp_path: Path):
     train_a_small_run(tmp_path / "runs", n_envs=4, steps=64)
     command = [sys.executable, str(REPO / "notebooks" / "minigrid_starts.py"), str(tmp_path / "runs"),
@@ -55,6 +57,7 @@ def test_the_benchmark_reports_success_per_start(tmp_path: Path):
     assert "| x = " in (tmp_path / "starts.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_trace_shows_every_step_of_an_episode(tmp_path: Path):
     """``notebooks/minigrid_trace.py``: one ``x,y/heading:action`` per step from a start (facing east in the
     hallway), positions inside the grid, headings and actions in range, and the episode's end within the

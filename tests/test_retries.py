@@ -37,6 +37,7 @@ def die_on_odd(item: int) -> int:
     return 2 * item
 
 
+@pytest.mark.slow
 def test_a_lost_local_worker_is_retried_while_the_others_finish():
     """Item 1 kills its worker: it is renewed (+1, so even) and runs again in a new worker; item 3
     always dies (renewed +2, still odd) and is given up after max_retries; item 0 finishes."""

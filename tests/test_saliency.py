@@ -89,6 +89,7 @@ def decision_saliency(model: MemoryPPO, episodes: int = 8) -> tuple[np.ndarray, 
     return np.mean(rows, axis=0), successes / episodes
 
 
+@pytest.mark.slow
 def test_a_trained_gtrxl_reads_the_cue_and_an_mlp_does_not():
     """About 10 s on one core: GTrXL trained 20k steps on T-Maze-5 reaches the goal shown, and its decision's
     saliency over the earlier steps peaks at the cue, step 0, above twice any corridor step's; a memoryless MLP's

@@ -279,7 +279,7 @@ def test_list_envs_shows_the_ids_a_package_registers(user_dir: Path, capsys: pyt
     (["--env", "user_pomdp:OBSERVATIONS"], "'user_pomdp:OBSERVATIONS' is a dict, not an env class or a function"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "lenght=3"], "user_pomdp:Cue got unexpected keyword argument(s) "
                                                                "'lenght' (did you mean 'length'?)"),
-    (["--env", "user_pomdp:Cue", "--env-kwargs", "length=abc"], "env_kwargs.length='abc': expected an integer"),
+    (["--env", "user_pomdp:Cue", "--env-kwargs", "length=abc"], "env_kwargs.length='abc': expected a number"),
     (["--env", "user_pomdp:Cue", "--env-kwargs", "obs=text"], "env='user_pomdp:Cue' with env_kwargs obs='text' does "
                                                                "not build (KeyError: 'text')"),
     (["--gym-packages", "no_such_package"], "gym_packages=['no_such_package']: module 'no_such_package' does not "
