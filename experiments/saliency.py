@@ -9,8 +9,8 @@
 - **Attention maps**: the weights each attention layer and head puts on the steps of the episode, recorded by a
   forward hook on every `MultiHeadAttention` of the backbone (no entry point of the
   backbone changes). The hook recomputes the weights from the layer's own queries, keys, position scheme and key
-  pattern, and keeps them only where they reproduce the layer's output: memory kinds that attend to keys other than
-  the window's steps (compressed or retrieved memories) are left out.
+  pattern, and keeps them only where they reproduce the layer's output: key patterns that read their keys their own
+  way (compressed or retrieved memories, LSH buckets, Linformer's projected slots) are left out.
 - **Recall distance**: for each step, the saliency-weighted mean of `t − k`: how far back the decision reaches.
 """
 
@@ -139,7 +139,8 @@ def attention_maps(backbone: torch.nn.Module) -> Iterator[list[AttentionMap]]:
         h, memory_kv, mask = args[:3]
         terms = args[3] if len(args) > 3 else kwargs.get("position_terms")
         if type(attn.pattern).read is not Pattern.read:
-            maps.append(AttentionMap(name, None, f"attention {attn.pattern.name!r} reads keys beyond the window"))
+            maps.append(AttentionMap(name, None, f"attention {attn.pattern.name!r} reads its keys its own way (its "
+                                                 "`read`), which the map does not recompute"))
             return
         with torch.no_grad():
             weights, out = attention_weights(attn, h, memory_kv, mask, terms)

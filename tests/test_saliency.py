@@ -57,10 +57,12 @@ def test_attention_maps_are_the_weights_the_layers_use():
         assert not weights[:, (lag < 0) | (lag > M)].any()
 
 
-def test_memory_kinds_beyond_the_window_are_left_out():
-    model = small_model("gtrxl", env=tmaze(n_envs=2, length=8), backbone_options={"attention": "compressive"})
+@pytest.mark.parametrize("attention", ["compressive", "lsh"])
+def test_patterns_that_read_their_keys_their_own_way_are_left_out_saying_so(attention):
+    model = small_model("gtrxl", env=tmaze(n_envs=2, length=8), backbone_options={"attention": attention})
     (record,) = episode_attention(model.policy, episode()[0])
-    assert record.weights is None and "compressive" in record.why
+    assert record.weights is None and record.why == (f"attention {attention!r} reads its keys its own way (its "
+                                                     "`read`), which the map does not recompute")
 
 
 def trained(backbone: str, options: dict, steps: int) -> MemoryPPO:

@@ -281,8 +281,8 @@ def main(argv: list[str]) -> int:
                                                               for d in r["decisions"])}
         result = {"model": str(agent.model_path), "backbone": agent.config.backbone, "env": agent.config.env,
                   "env_kwargs": agent.config.env_kwargs, "deterministic": not options.stochastic,
-                  "saliency": "S[t][k] = ||d logit(a_t) / d o_k||_2 (log-probability for continuous actions), 0 "
-                              "for k > t",
+                  "saliency": "S[t][k] = ||d score(a_t) / d o_k||_2, 0 for k > t; score: the logit of the "
+                              "action taken, or for continuous actions the Gaussian's sum_i mu_i / sigma_i",
                   "decisions": "steps whose reward is not 0 (else the last step)", "summary": summary,
                   "episodes": records}
         write_atomic(out / "inspect.json", json.dumps(result, indent=1))
