@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import inspect
 import math
 import numbers
@@ -250,16 +251,17 @@ def keywords(env_id: str) -> Keywords:
     return Keywords({**forwarded, **own.named, **spec.kwargs}, own.open, own.integers)
 
 
-def passed_on(cls: Any) -> set[str]:
+@functools.cache
+def passed_on(cls: Any) -> frozenset[str]:
     """The keywords `cls.__init__` itself gives its base's `__init__` (read from its source): a user cannot give
     them too (MiniGrid's Memory task sets `see_through_walls`)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
     except (OSError, TypeError, SyntaxError):  # no source to read
-        return set()
-    return {keyword.arg for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"
-            for keyword in node.keywords if keyword.arg is not None}
+        return frozenset()
+    return frozenset(keyword.arg for node in ast.walk(tree) if isinstance(node, ast.Call)
+                     and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"
+                     for keyword in node.keywords if keyword.arg is not None)
 
 
 def kwarg_defaults(env_id: str) -> dict[str, Any]:
