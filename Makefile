@@ -11,6 +11,8 @@ THREADS ?=
 #   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu     the CPU build (about 190 MB)
 #   make install TORCH_INDEX=https://download.pytorch.org/whl/cu128   a CUDA 12.8 build (or another cuXYZ)
 TORCH_INDEX ?=
+# Test worker processes of `make test` (pytest-xdist; one torch thread each). 0: the tests run in pytest's own process.
+WORKERS ?= 2
 
 .PHONY: install demo test test-slow lint bench docs docs-serve clean
 
@@ -30,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/python train_rl.py --config configs/demo.yaml --log-dir runs/demo --progress $(if $(THREADS),--threads $(THREADS))
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

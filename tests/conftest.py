@@ -7,6 +7,7 @@ Every test's SB3 logger writes under its own ``tmp_path``, never into the system
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -123,6 +124,14 @@ def sb3_logs_in_tmp_path(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None
 SLOW_TIMEOUT = 4 * 3600
 """seconds a ``slow`` test may run: the 600 s of setup.cfg is for CI's tests; a slow learning test trains
 up to ten seeds one after another (a 2-core machine with other work on it took over 600 s for five)"""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A worker of ``pytest -n N`` (pytest-xdist) shares the cores with the others: it and the commands it
+    starts compute with one torch thread each, as every job on a shared machine should (docs/notes/threads.md)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
