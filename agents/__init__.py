@@ -3,7 +3,8 @@
 from agents.on_policy import PRECISIONS, NonFiniteError, saved_learner
 from agents.ppo import MemoryPPO
 from agents.vmpo import VMPO
+from envs.rules import Registry
 
-ALGOS = {"ppo": MemoryPPO, "vmpo": VMPO}
+ALGOS = Registry("algo", {"ppo": MemoryPPO, "vmpo": VMPO})
 
 __all__ = ["ALGOS", "PRECISIONS", "VMPO", "MemoryPPO", "NonFiniteError", "saved_learner"]

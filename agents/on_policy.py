@@ -47,6 +47,7 @@ from envs.rules import (
     Device,
     Entries,
     Flag,
+    InputNotFoundError,
     OneOf,
     Range,
     Switch,
@@ -144,7 +145,7 @@ _MODEL_PATH = ("expected the path of a model save wrote (a .zip, or the name it 
                f"holding {RUN_MODEL}")
 
 
-class ModelNotFoundError(ConfigError, FileNotFoundError):
+class ModelNotFoundError(InputNotFoundError):
     """No saved model where `load` looked: a `ConfigError`, and the `FileNotFoundError` SB3's `load` raises."""
 
 

@@ -14,7 +14,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
 
 class ConfigError(ValueError, AssertionError):
@@ -22,6 +22,11 @@ class ConfigError(ValueError, AssertionError):
 
     A `ValueError`, and an `AssertionError` too, since SB3 signals the same bad constructor arguments with
     `assert` (code that catches SB3's errors catches engram's)."""
+
+
+class InputNotFoundError(ConfigError, FileNotFoundError):
+    """An input file or folder that is not there: a `ConfigError`, and the `FileNotFoundError` of Python's own
+    file functions."""
 
 
 def one_line(text: str) -> str:
@@ -69,6 +74,36 @@ def linear_schedule(key: str, text: str) -> Any:
 def shown(value: Any) -> str:
     """`value` as a message shows it: `lin_<start>_<end>` for a linear schedule, else its `short` repr."""
     return f"lin_{value.start}_{value.end}" if is_linear_schedule(value) else short(repr(value))
+
+
+V = TypeVar("V")
+
+
+class UnknownNameError(ConfigError, KeyError):
+    """A name a `Registry` does not hold: a `ConfigError`, and the `KeyError` any mapping's lookup raises."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Registry(dict[str, V]):
+    """Components by name; `kind` ("backbone", "algo") names them in messages. Looking up a name it does not hold
+    raises `UnknownNameError` naming the valid ones (``BACKBONES["nope"]``)."""
+
+    def __init__(self, kind: str, entries: Mapping[str, V] | None = None) -> None:
+        super().__init__(entries or {})
+        self.kind = kind
+
+    def entry(self, name: Any, key: str | None = None) -> V:
+        """The component `name`; `UnknownNameError` for any other value (a bool, a list), naming the argument `key`
+        (default: the kind)."""
+        if isinstance(name, str) and name in self:
+            return self[name]
+        raise UnknownNameError(f"{key or self.kind}={shown(name)}: unknown {self.kind} {shown(name)}; "
+                               f"valid {self.kind}s: {', '.join(self)}")
+
+    def __missing__(self, name: Any) -> V:
+        return self.entry(name)
 
 
 def _number(value: float) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from envs.rules import ConfigError, shown
+from envs.rules import ConfigError, Registry, shown
 
 T = TypeVar("T")
 
@@ -33,13 +33,13 @@ class Entry(Generic[T]):
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in shared}
 
 
-class Catalogue(dict[str, Entry[T]]):
+class Catalogue(Registry[Entry[T]]):
     """name → `Entry`; `kind` ("position", "attention") names the components in messages, `shared`
     the constructor settings every member takes from the backbone (not options a user sets)."""
 
     def __init__(self, kind: str, shared: tuple[str, ...]) -> None:
-        super().__init__()
-        self.kind, self.shared = kind, shared
+        super().__init__(kind)
+        self.shared = shared
 
     def register(self, name: str, summary: str) -> Callable[[type[T]], type[T]]:
         """Class decorator: make a component selectable by `name`."""
@@ -58,13 +58,6 @@ class Catalogue(dict[str, Entry[T]]):
     def options(self, name: str) -> dict[str, Any]:
         """The options of `name` a user may set, with their defaults (`ConfigError` for an unknown name)."""
         return self.entry(name).options(self.shared)
-
-    def entry(self, name: str) -> Entry[T]:
-        """The entry `name`; `ConfigError` naming the valid names if there is none."""
-        if isinstance(name, bool) or not isinstance(name, str) or name not in self:
-            raise ConfigError(f"{self.kind}={shown(name)}: unknown {self.kind} {shown(name)}; valid {self.kind}s: "
-                              f"{', '.join(self)}")
-        return self[name]
 
     def build(self, name: str, options: dict[str, Any] | None, **shared: Any) -> T:
         """The component `name` with the backbone's `shared` settings and the user's `options`.

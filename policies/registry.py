@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from envs.rules import ConfigError, OneOf, Range, shown
+from envs.rules import ConfigError, OneOf, Range, Registry, shown
 from policies.backbone import MemoryBackbone
 from policies.backbones.ffm import FastForgetfulMemory
 from policies.backbones.linear_transformer import LinearTransformer
@@ -44,7 +44,7 @@ class BackboneSpec:
         return {**self.options(), **options}
 
 
-BACKBONES: dict[str, BackboneSpec] = {
+BACKBONES: Registry[BackboneSpec] = Registry("backbone", {
     "trxl": BackboneSpec(TransformerXL, "Transformer-XL, post-LN blocks (Dai et al. 2019)",
                          {"layout": "post-ln", "gate": "residual", "gate_bias": None}),
     "trxl-i": BackboneSpec(TransformerXL, "TrXL-I: identity-map reordering (Parisotto et al. 2020)",
@@ -72,7 +72,7 @@ BACKBONES: dict[str, BackboneSpec] = {
                                       "(Beck et al. 2024)"),
     "mlp": BackboneSpec(MLPMemoryless, "memoryless MLP"),
     "framestack": BackboneSpec(FrameStack, "MLP over the last k observations"),
-}
+})
 
 BackboneName = Annotated[str, OneOf(lambda: BACKBONES)]
 CriticBackboneName = Annotated[str | None, OneOf(lambda: BACKBONES, optional=True)]
@@ -101,11 +101,8 @@ def make_backbone(name: str, input_dim: int, **options: Any) -> MemoryBackbone:
         ConfigError: (a ValueError) an unknown name, an option the backbone does not take (or one its name fixes),
             or a value its rule refuses; one line naming the argument, the value and the valid choices.
     """
-    if isinstance(name, bool) or not isinstance(name, str) or name not in BACKBONES:
-        raise ConfigError(f"name={shown(name)}: unknown backbone {shown(name)}; valid backbones: "
-                          f"{', '.join(BACKBONES)}")
+    spec = BACKBONES.entry(name, key="name")
     Range(1, integer=True).check("input_dim", input_dim)
-    spec = BACKBONES[name]
     valid = spec.options()
     for option, value in options.items():
         if option in spec.fixed:

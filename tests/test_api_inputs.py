@@ -17,7 +17,7 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from agents import VMPO, MemoryPPO, NonFiniteError
+from agents import ALGOS, VMPO, MemoryPPO, NonFiniteError
 from envs import make_vec_env
 from envs.rules import ConfigError
 from experiments.config import RunConfig, build_config, reread
@@ -123,6 +123,16 @@ def test_make_backbone_and_the_catalogues_refuse_with_a_config_error(call, parts
     with pytest.raises(ConfigError) as error:
         call()
     assert all(part in str(error.value) for part in parts), str(error.value)
+
+
+@pytest.mark.parametrize("registry", [ALGOS, BACKBONES, ATTENTIONS, POSITIONS], ids=lambda registry: registry.kind)
+def test_a_registry_lookup_of_an_unknown_name_names_the_valid_ones(registry):
+    with pytest.raises(KeyError) as error:  # a mapping's lookup, and a ConfigError as every bad name
+        registry["nope"]
+    assert isinstance(error.value, ConfigError)
+    assert str(error.value) == (f"{registry.kind}='nope': unknown {registry.kind} 'nope'; valid {registry.kind}s: "
+                                + ", ".join(registry))
+    assert registry.get("nope") is None and "nope" not in registry
 
 
 # -- batch_size at most the rollout: one rule, the same words in Python and on the command line ------------------

@@ -220,7 +220,19 @@ def test_report_command(study, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "a_file").write_text("")
     assert train_rl.main(["report", str(tmp_path / "a_file")]) == 2
-    assert "is a file, not a directory" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: DIR={str(tmp_path / 'a_file')!r}: expected a study directory; "
+                                       "this is a file\n")
+
+
+@pytest.mark.parametrize("arguments", [{"study_dir": "missing"}, {"study_dir": "empty"},
+                                       {"study_dir": "empty", "envs": ["TMaze-*"]}])
+def test_build_report_names_a_study_dir_it_cannot_read(tmp_path, arguments):
+    """A `ValueError` (engram's rule for bad input) that is also the `FileNotFoundError` of a missing path."""
+    (tmp_path / "empty").mkdir()
+    arguments = {**arguments, "study_dir": tmp_path / arguments["study_dir"]}
+    with pytest.raises(ValueError, match="^(study_dir|out_dir)=") as refused:
+        build_report(**arguments)
+    assert isinstance(refused.value, FileNotFoundError) == ("envs" not in arguments)
 
 
 def test_a_report_of_some_tasks_keeps_their_runs_only_and_never_replaces_the_study_report(tmp_path, capsys):

@@ -52,7 +52,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from envs.atomic import draw_figure, made_folders, write_together
-from envs.rules import ConfigError, Range, one_line, shown
+from envs.rules import ConfigError, InputNotFoundError, Range, one_line, shown
 from experiments.config import DEFAULT_REPS
 from experiments.rules import PathName
 from experiments.run_dir import owners_of
@@ -803,22 +803,23 @@ def build_report(study_dir: str | Path, out_dir: str | Path | None = None, reps:
     check_analysis(reps, threshold, seed, envs)
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
-        raise FileNotFoundError(f"study directory {str(study_dir)!r} "
-                                f"{'is a file, not a directory' if study_dir.exists() else 'does not exist'}")
+        raise InputNotFoundError(f"{arguments[0]}={str(study_dir)!r}: expected a study directory; this "
+                       f"{'is a file' if study_dir.exists() else 'does not exist'}")
     if envs and out_dir is None:
-        raise ValueError("a report of some of the tasks needs an out_dir, so that it does not replace the study's own")
+        raise ConfigError(f"{arguments[1]}=None: a report of some of the tasks (envs={shown(envs)}) needs an "
+                          f"{arguments[1]}, so that it does not replace the study's own")
     directory = Path(out_dir) if out_dir is not None else study_dir
     argument = arguments[1] if out_dir is not None else arguments[0]
     check_report_place(out_dir, study_dir, arguments)
     report_target(directory, argument)  # before the analysis: refused at once
     found = find_runs(study_dir)
     if not found:
-        raise FileNotFoundError(f"no run directory (with a config.yaml) below {str(study_dir)!r}")
+        raise InputNotFoundError(f"{arguments[0]}={str(study_dir)!r}: no run directory (with a config.yaml) below it")
     check_readable(found, "report", arguments[0], study_dir)
     every = sorted({str(run.config.get("env")) for run in found if run.problem() is None})
     if envs and not any(fnmatch.fnmatchcase(env, pattern) for env in every for pattern in envs):
-        raise FileNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
-                                f"its envs: {', '.join(every)}")
+        raise InputNotFoundError(f"--env {' '.join(envs)}: no run of a matching env below {str(study_dir)!r}; "
+                       f"its envs: {', '.join(every)}")
     study = Study.analyse(study_dir, reps, threshold, seed, envs)
     figures: dict[str, Figure] = {}
     text = sign(render(study, figures, seed))
