@@ -21,6 +21,7 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import json_to_data
@@ -52,6 +53,7 @@ from envs.rules import (
     Range,
     Switch,
     Text,
+    fitting_in_memory,
     one_line,
     short,
     shown,
@@ -258,10 +260,18 @@ def _decoded(path: ModelSource, entries: dict[str, Any]) -> dict[str, Any]:
                           f"{short(one_line(error), 120)}; changed since)") from None
 
 
-def saved_learner(path: ModelSource) -> str | None:
-    """The learner class that saved the model at `path` (a `.zip`), as recorded in its data
-    (`learner_class`); `None` for a zip saved before learners recorded it."""
-    name = _saved_data(path).get("learner_class")
+def _model_source(path: Any) -> tuple[ModelSource, str]:
+    """The saved model `path` gives, checked, and its name in messages: an open binary file, or `model_file`'s."""
+    if isinstance(path, io.BufferedIOBase):
+        _check_saved_data(path, "path", source_name(path))
+        return path, source_name(path)
+    return model_file(path), os.fspath(path)
+
+
+def saved_learner(path: Any) -> str | None:
+    """The learner class recorded in the model `path` gives, as `load` takes it (`None`: none recorded); a
+    `ConfigError` naming a path that holds no model."""
+    name = _saved_data(_model_source(path)[0]).get("learner_class")
     return name if isinstance(name, str) else None
 
 
@@ -587,6 +597,13 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
                           f"the model {source_name(file)!r}")
         return env
 
+    def set_logger(self, logger: Logger) -> None:
+        """SB3's `set_logger`, refusing (`ConfigError`) what is no SB3 `Logger` (`learn` would fail on it later)."""
+        if not isinstance(logger, Logger):
+            raise ConfigError(f"logger={shown(logger)}: expected an SB3 Logger "
+                              "(stable_baselines3.common.logger.configure makes one)")
+        super().set_logger(logger)
+
     def set_random_seed(self, seed: int | None = None) -> None:
         """SB3's `set_random_seed`, refusing (`ConfigError`) a seed numpy does not take."""
         Range(0, 2**32 - 1, integer=True, optional=True).check("seed", seed)
@@ -680,11 +697,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         Flag().check("print_system_info", print_system_info)
         Flag().check("force_reset", force_reset)
         _check_load_mappings(custom_objects, kwargs)
-        if isinstance(path, io.BufferedIOBase):
-            file, name = path, source_name(path)
-            _check_saved_data(file, "path", name)
-        else:
-            file, name = model_file(path), os.fspath(path)
+        file, name = _model_source(path)
         saved, policy_class = saved_learner(file), saved_policy_class(file)
         if saved is not None and saved != cls.__name__:
             raise ConfigError(f"path={name!r}: holds a {saved} model, which {cls.__name__}.load cannot load: use "
@@ -725,7 +738,10 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def _setup_model(self) -> None:
         self.rollout_buffer_class = self._buffer_class(self.env)
-        super()._setup_model()
+        with fitting_in_memory(f"n_steps={self.n_steps}, n_envs={self.n_envs}: the rollout buffer and the envs' "
+                               "memory state", "choose a smaller n_steps or n_envs, or backbone_kwargs sizes"):
+            super()._setup_model()
+            self._last_state = self.policy.initial_state(self.n_envs)
         # saved with the model: every memory option, so that a later default cannot change how it loads
         self.policy_kwargs = type(self.policy).resolve_kwargs(self.policy_kwargs)
         check_aux_coefs(self.aux_coefs, self.policy)
@@ -735,7 +751,6 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
             self.uniform_kl_coef = DEFAULT_UNIFORM_KL if isinstance(self.action_space, FINITE) else 0.0
         if self.uniform_kl_coef:
             check_action_space(self.action_space, "uniform_kl_coef")
-        self._last_state = self.policy.initial_state(self.n_envs)
 
     def _buffer_class(self, env: VecEnv | None) -> type[RolloutBuffer]:
         """The rollout buffer of `env`'s steps: on the device for a torch VecEnv, else NumPy's (a dict's for `Dict`

@@ -113,6 +113,17 @@ class CopyStreams:
         return (((words >> np.uint64(32)) * np.uint64(high)) >> np.uint64(32)).astype(np.int64)
 
 
+def discrete_actions(actions: Any, n: int, count: int) -> np.ndarray:
+    """`count` actions of a `Discrete(n)` space, one per copy, as int64: whole numbers in `[0, n)` (of an integer or
+    float dtype, as gymnasium's `contains` takes them); a `ValueError` saying what they are otherwise."""
+    given = np.asarray(actions)
+    numeric = given.dtype.kind in "biu" or (given.dtype.kind == "f" and bool(np.all(np.mod(given, 1) == 0)))
+    if given.size != count or not numeric or given.min() < 0 or given.max() >= n:
+        raise ValueError(f"actions must be {count} whole number(s) in [0, {n}), one per copy, got "
+                         f"{shown(actions)}")
+    return given.astype(np.int64).reshape(count)
+
+
 class BatchedTask(ABC):
     """A memory task whose n copies live in numpy arrays (the *core*).
 
@@ -198,9 +209,7 @@ class BatchedTask(ABC):
         `reward` is float32, the rest bool; `success` is True only where an episode
         terminated successfully (a truncated episode never counts as a success).
         """
-        actions = np.asarray(actions, dtype=np.int64).reshape(self.n_copies)
-        if actions.min() < 0 or actions.max() >= self.action_space.n:
-            raise ValueError(f"actions must lie in [0, {self.action_space.n}), got {actions}")
+        actions = discrete_actions(actions, self.action_space.n, self.n_copies)
         self.elapsed += 1
         terminated = self.elapsed >= self.episode_length
         reward = self._transition(actions, terminated).astype(np.float32, copy=False)

@@ -53,6 +53,7 @@ from envs.imports import ImportPathError, cause, import_module, import_packages,
 from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
 from envs.rules import ConfigError, Device, OneOf, Range, Text, one_line, shown
+from envs.spaces import observation_space_problem
 from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import EnvWrapperError, WrapperSpec, apply_wrappers, parse_env_wrapper
 
@@ -453,6 +454,9 @@ class EnvFactory:
 
     def __call__(self) -> gym.Env:
         env = make_env(self.env_id, env_wrapper=self.env_wrapper, gym_packages=self.gym_packages, **self.env_kwargs)
+        if (problem := observation_space_problem(env.observation_space)) is not None:  # before SB3's VecEnv fails
+            env.close()
+            raise ConfigError(f"env={self.env_id!r}: {problem}")
         return EndsItsProcess(env) if self.own_process else env
 
 

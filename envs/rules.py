@@ -10,9 +10,11 @@ it sits in the lowest layer, `envs`, so that every layer checks its inputs with 
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
@@ -74,6 +76,19 @@ def linear_schedule(key: str, text: str) -> Any:
 def shown(value: Any) -> str:
     """`value` as a message shows it: `lin_<start>_<end>` for a linear schedule, else its `short` repr."""
     return f"lin_{value.start}_{value.end}" if is_linear_schedule(value) else short(repr(value))
+
+
+@contextmanager
+def fitting_in_memory(what: str, cure: str) -> Iterator[None]:
+    """Turn an allocation that fails inside (NumPy's `MemoryError`, torch's "can't allocate" `RuntimeError`) into a
+    `ConfigError`: `what` does not fit in this machine's memory; `cure` says which settings to make smaller."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as error:
+        if isinstance(error, RuntimeError) and "allocate" not in str(error):
+            raise
+        raise ConfigError(f"{what} do not fit in this machine's memory ({short(one_line(error), 160)}); {cure}"
+                          ) from None
 
 
 V = TypeVar("V")
@@ -330,18 +345,32 @@ class LayerSizes:
 
 @dataclass(frozen=True)
 class Subclass:
-    """A class derived from `base` (`name` names it in messages); `optional`: or `None`."""
+    """A class derived from `base` (`name` names it in messages); `optional`: or `None`; `bare`: one built with no
+    arguments (SB3 calls `activation_fn()`)."""
 
     base: type
     name: str
     optional: bool = False
+    bare: bool = False
 
     def describe(self) -> str:
-        return f"a subclass of {self.name}" + (" (or null for the default)" if self.optional else "")
+        return (f"a subclass of {self.name}" + (" built with no arguments" if self.bare else "")
+                + (" (or null for the default)" if self.optional else ""))
 
     def check(self, key: str, value: Any) -> None:
-        if not ((value is None and self.optional) or (isinstance(value, type) and issubclass(value, self.base))):
+        if not ((value is None and self.optional) or (isinstance(value, type) and issubclass(value, self.base)
+                                                      and (not self.bare or _takes_no_arguments(value)))):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+
+
+def _takes_no_arguments(cls: type) -> bool:
+    try:
+        inspect.signature(cls).bind()
+    except TypeError:
+        return False
+    except ValueError:  # a class whose signature Python cannot read: trusted
+        return True
+    return True
 
 
 @dataclass(frozen=True)

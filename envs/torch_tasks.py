@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 from torch import Tensor
 
-from envs.batched import _GOLDEN_GAMMA, _MIX_1, _MIX_2, check_core
+from envs.batched import _GOLDEN_GAMMA, _MIX_1, _MIX_2, check_core, discrete_actions
 from envs.count_recall import CountRecall
 from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
@@ -390,12 +390,10 @@ class TorchVecEnv(CopySeeding, VecEnv):
     def step_async(self, actions: Any) -> None:
         """`ValueError` unless one action per copy, each in the action space; the range of a tensor already on an
         accelerator (the learner's sample, in the space by construction) is not checked: that would read it back."""
-        actions = torch.as_tensor(actions)
-        n = self.action_space.n
-        if actions.numel() != self.num_envs:
+        if not isinstance(actions, Tensor) or actions.device.type == "cpu":
+            actions = torch.from_numpy(discrete_actions(actions, self.action_space.n, self.num_envs))
+        elif actions.numel() != self.num_envs:
             raise ValueError(f"actions must be {self.num_envs}, one per copy, got shape {tuple(actions.shape)}")
-        if actions.device.type == "cpu" and ((actions < 0) | (actions >= n)).any():
-            raise ValueError(f"actions must lie in [0, {n}), got {actions.tolist()}")
         self._actions = actions.to(self.device)
 
     def step_wait(self) -> tuple[Tensor, Tensor, Tensor, list[dict[str, Any]]]:

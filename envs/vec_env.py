@@ -18,6 +18,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvS
 
 from envs.batched import RENDER_MODES, BatchedTask, copy_seeds
 from envs.conformance import EnvBreakError
+from envs.rules import ConfigError, shown
 
 
 class CopySeeding:
@@ -75,6 +76,9 @@ class BatchedVecEnv(CopySeeding, VecEnv):
     """
 
     def __init__(self, task: BatchedTask, render_mode: str | None = None) -> None:
+        if not isinstance(task, BatchedTask):
+            raise ConfigError(f"task={shown(task)}: expected a BatchedTask, such as RepeatFirst(n_copies=4); the "
+                              "VecEnv of an id is envs.make_vec_env(id, n_envs)")
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
         self.task = task

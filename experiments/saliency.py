@@ -23,7 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+from stable_baselines3.common.distributions import (
+    BernoulliDistribution,
+    CategoricalDistribution,
+    DiagGaussianDistribution,
+)
 from stable_baselines3.common.preprocessing import preprocess_obs
 from torch import Tensor
 
@@ -44,7 +48,8 @@ def action_scores(policy: Any, latent_pi: Tensor, actions: Tensor) -> Tensor:
     if isinstance(distribution, DiagGaussianDistribution):
         normal = distribution.distribution
         return (normal.mean / normal.stddev).sum(-1)
-    return distribution.log_prob(actions.reshape(len(actions), -1))
+    flat = actions.reshape(len(actions), -1)  # Bernoulli's log-probability takes floats, a categorical's indices
+    return distribution.log_prob(flat.float() if isinstance(distribution, BernoulliDistribution) else flat.long())
 
 
 def _stacked(observations: list[Any]) -> Any:

@@ -402,10 +402,11 @@ def _latest_checkpoint(run: RunDirectory) -> Path | None:
 
 
 def _save_checkpoint(run: RunDirectory, step: int, model: MemoryLanguageModel, optimizer: torch.optim.Optimizer,
-                     state: State, config: LMConfig) -> None:
-    """The model, optimizer, carried memory, step, random state and the run's settings, written whole."""
+                     state: State, config: LMConfig, wall_seconds: float) -> None:
+    """The model, optimizer, carried memory, step, random state, the run's settings and the wall seconds it has
+    trained (over every resume), written whole."""
     saved = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-             "rng": torch.get_rng_state(), "config": dataclasses.asdict(config)}
+             "rng": torch.get_rng_state(), "config": dataclasses.asdict(config), "wall_seconds": wall_seconds}
     run.save(f"{CHECKPOINTS}/{CHECKPOINT_PREFIX}{step}.pt", lambda tmp: torch.save(saved, tmp))
 
 
@@ -689,11 +690,11 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
     train, valid = config.stream("train"), config.stream("validation")
     model = build_model(config, config.vocab_size()).to(config.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
-    state, step = model.initial_state(config.batch_size), 0
+    state, step, spent = model.initial_state(config.batch_size), 0, 0.0
     if saved is not None:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
-        state, step = saved["state"], saved["step"]
+        state, step, spent = saved["state"], saved["step"], saved.get("wall_seconds", 0.0)
         torch.set_rng_state(saved["rng"])
     rows = _evaluation_rows(run / EVALUATIONS_FILE, step)
     _write_evaluations(run, rows)
@@ -731,11 +732,11 @@ def _train_lm_locked(config: LMConfig, run: RunDirectory, saved: dict[str, Any] 
                 bits = check_finite_bits(bits_per_token(model, valid, config, config.eval_segments), f"step {step}")
                 writer.add_scalar("eval/bits_per_token", bits, step)
                 rows.append([str(step), f"{sum(losses) / len(losses):.5f}", f"{bits:.5f}",
-                             f"{time.time() - started:.1f}"])
+                             f"{spent + time.time() - started:.1f}"])
                 _write_evaluations(run, rows)
                 losses = []
             if step % config.checkpoint_every == 0 or step == config.steps:
-                _save_checkpoint(run, step, model, optimizer, state, config)
+                _save_checkpoint(run, step, model, optimizer, state, config, spent + time.time() - started)
         seconds = max(time.time() - started, 1e-9)
         bits = check_finite_bits(bits_per_token(model, valid, config, config.eval_segments), f"step {step}")
     except NonFiniteError as error:  # every checkpoint was saved before it: the run resumes from the last one

@@ -36,7 +36,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from torch import Tensor
 from torch.distributions import Categorical
 
-from envs.rules import ConfigError, Flag, OptionalMapping, Switch, one_line, short, shown
+from envs.rules import ConfigError, Flag, OptionalMapping, Switch, fitting_in_memory, one_line, short, shown
 from policies.backbone import Aux, MemoryBackbone
 from policies.options import checked
 from policies.policy_options import ActorCriticOptions
@@ -337,14 +337,9 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
         self.critic_backbone_name = options["critic_backbone"]
         self.critic_backbone_kwargs = options["critic_backbone_kwargs"]
         self.popart, self.popart_beta = popart, popart_beta
-        try:
+        with fitting_in_memory("policy_kwargs: the policy's parameters",
+                               "choose smaller net_arch or backbone_kwargs sizes"):
             super().__init__(observation_space, action_space, lr_schedule, **kwargs)
-        except (RuntimeError, MemoryError) as error:
-            if isinstance(error, RuntimeError) and "allocate" not in str(error):
-                raise
-            raise ConfigError(f"policy_kwargs: the policy's parameters do not fit in this machine's memory "
-                             f"({short(one_line(error), 160)}); choose smaller net_arch or backbone_kwargs sizes"
-                             ) from None
 
     @classmethod
     def resolve_kwargs(cls, policy_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -633,16 +628,14 @@ class MemoryActorCriticPolicy(ActorCriticPolicy):
                 return f"[{name!r}] lacks {', '.join(map(repr, missing))}"
             for key, value in given.items():
                 where = f"[{name!r}][{key!r}]"
-                if key.startswith("cache_"):
-                    continue
-                if key not in entries:
-                    return f"{where} is not an entry of this policy's state ({', '.join(entries)})"
                 shape, dtype = tuple(getattr(value, "shape", ())[1:]), _dtype_name(getattr(value, "dtype", None))
-                if (shape, dtype) != entries[key]:
+                if key not in entries and not key.startswith("cache_"):
+                    return f"{where} is not an entry of this policy's state ({', '.join(entries)})"
+                if key in entries and (shape, dtype) != entries[key]:
                     return (f"{where} has shape {_per_env(shape)} and dtype {dtype}; this policy's is "
                             f"{_per_env(entries[key][0])}, {entries[key][1]}")
-                finite = torch.isfinite(value).all() if isinstance(value, Tensor) else np.isfinite(value).all()
-                if dtype.startswith("float") and not finite:
+                if dtype.startswith("float") and not (torch.isfinite(value).all() if isinstance(value, Tensor)
+                                                      else np.isfinite(value).all()):
                     return f"{where} holds a NaN or an infinity"
         return None
 

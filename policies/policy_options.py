@@ -27,7 +27,7 @@ class ActorCriticOptions(TypedDict, total=False):
     `policies.policy.from_sb3_contrib`), each annotated with its rule."""
 
     net_arch: Annotated[list[int] | dict[str, list[int]] | None, LayerSizes()]
-    activation_fn: Annotated[type[nn.Module], Subclass(nn.Module, "torch.nn.Module"),
+    activation_fn: Annotated[type[nn.Module], Subclass(nn.Module, "torch.nn.Module", bare=True),
                              Spelled(OneOf(lambda: ACTIVATIONS))]
     ortho_init: Switch
     log_std_init: Annotated[float, Range(-40.0, 40.0, note="std = exp(value), whose square float32 holds")]

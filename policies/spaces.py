@@ -7,37 +7,14 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 
 from envs.rules import ConfigError, short
+from envs.spaces import observation_space_problem
 
-OBSERVATION_PARTS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-"""the observation spaces SB3's preprocessing takes, alone or as the values of a Dict"""
 ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 """the action spaces the learners take"""
-FLATTEN = "flatten it with env_wrapper: envs.adapters.FlatObservation"
 
 
 class ExtractorMismatchError(ValueError):
     """The features extractor cannot take the observation space (an image smaller than `NatureCNN`'s kernels)."""
-
-
-def _observation_problem(space: spaces.Space) -> str | None:
-    if isinstance(space, spaces.Dict):
-        return f"is a Dict inside a Dict, which SB3 does not take; {FLATTEN}"
-    if isinstance(space, spaces.Tuple):
-        return f"is a Tuple, which SB3 does not take; {FLATTEN}"
-    if not isinstance(space, OBSERVATION_PARTS):
-        mission = " (a MiniGrid or BabyAI mission: minigrid.wrappers.FlatObsWrapper encodes it with the image)" \
-            if any(kind.__name__ == "MissionSpace" for kind in type(space).__mro__) else ""
-        return ("is not one SB3 takes (Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of them); encode it as "
-                f"one with a gymnasium.ObservationWrapper{mission}")
-    if isinstance(space, spaces.Box) and space.shape == ():
-        return f"has shape (), which SB3 cannot flatten; {FLATTEN}"
-    if isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary) and 0 in space.shape:
-        return f"has shape {space.shape}, holding no value to observe; expected at least one"
-    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and np.any(space.start != 0):
-        return f"starts at {space.start}, and SB3 one-hot encodes from 0; {FLATTEN}"
-    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim > 1:
-        return f"has shape {space.shape}, and SB3 one-hot encodes a flat vector; {FLATTEN}"
-    return None
 
 
 def _action_problem(space: spaces.Space) -> str | None:
@@ -58,19 +35,10 @@ def _action_problem(space: spaces.Space) -> str | None:
 
 
 def check_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> None:
-    """Refuse spaces a memory policy cannot take.
-
-    Raises:
-        ValueError: naming the space (the Dict key of an observation part) and how to adapt the env.
-    """
-    if isinstance(observation_space, spaces.Dict) and not observation_space.spaces:
-        raise ValueError("its observation space Dict() holds no value to observe; expected at least one key")
-    parts = (observation_space.spaces.items() if isinstance(observation_space, spaces.Dict)
-             else [(None, observation_space)])
-    for key, part in parts:
-        if (problem := _observation_problem(part)) is not None:
-            where = "observation space" if key is None else f"observation {key!r}"
-            raise ValueError(f"its {where} {short(str(part))} {problem}")
+    """Refuse spaces a memory policy cannot take: a `ValueError` naming the space (an observation's Dict key) and
+    how to adapt the env."""
+    if (problem := observation_space_problem(observation_space)) is not None:
+        raise ValueError(problem)
     if (problem := _action_problem(action_space)) is not None:
         raise ValueError(f"its action space {short(str(action_space))} {problem}")
 

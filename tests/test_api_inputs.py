@@ -487,6 +487,18 @@ def test_predict_refuses_a_state_this_policy_did_not_return():
             model.predict(observation, state=given)
 
 
+def test_predict_refuses_key_value_caches_holding_a_nan():
+    """The caches are optional in a state, and checked like its other entries where given."""
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    gtrxl = MemoryPPO("MemoryPolicy", env, **LEARNER | {"policy_kwargs": {"backbone": "gtrxl"}})
+    observation = env.reset()
+    state = gtrxl.predict(observation)[1]
+    assert "cache_keys_0" in state["pi"]
+    state["pi"]["cache_keys_0"][:] = np.nan
+    with pytest.raises(ValueError, match=r"^state\['pi'\]\['cache_keys_0'\] holds a NaN or an infinity"):
+        gtrxl.predict(observation, state=state)
+
+
 @pytest.mark.parametrize(("observation", "action", "message"), [
     (gym.spaces.MultiDiscrete([[3, 4], [2, 2]]), gym.spaces.Discrete(2),
      "observation space MultiDiscrete([[3 4] [2 2]]) has shape (2, 2), and SB3 one-hot encodes a flat vector; "

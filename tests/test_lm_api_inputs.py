@@ -78,13 +78,17 @@ def test_every_entry_point_names_a_state_that_does_not_fit_the_tokens(lm):
             call(lm.initial_state(2).as_dict())
 
 
-def test_loss_names_document_starts_or_scored_flags_of_another_shape(lm):
+def test_loss_names_document_starts_or_scored_flags_of_another_shape_or_value(lm):
     tokens = torch.randint(VOCAB, (5, 2))
     with pytest.raises(ValueError, match=r"^starts is of shape \(4, 2\); expected None or a tensor of one flag per "
                                          r"token, \(5, 2\)$"):
         lm.loss(tokens, lm.initial_state(2), starts=torch.zeros(4, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"^scored is a list; expected None or a tensor"):
         lm.loss(tokens, lm.initial_state(2), scored=[[True, True]] * 5)
+    for value, shown in ((-1.0, "-1.0"), (float("nan"), "nan"), (2, "2")):  # a flag is 0 or 1: no weight, no NaN
+        with pytest.raises(ValueError, match=rf"^scored holds {shown}; expected flags: a bool tensor, or one of 0 "):
+            lm.loss(tokens, lm.initial_state(2), scored=torch.full((5, 2), value))
+    assert torch.isfinite(lm.loss(tokens, lm.initial_state(2), scored=torch.ones(5, 2))[0])
     with pytest.raises(ValueError, match=r"^future_weight=-1: expected a number >= 0$"):
         lm.loss(tokens, lm.initial_state(2), future_weight=-1)
     with pytest.raises(ValueError, match=r"^threshold=nan: expected a finite number \(a confidence: above 1, no "):

@@ -9,12 +9,14 @@ import math
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 from tensorboard.compat.proto.event_pb2 import Event
 
+import lm.workbench
 import train_rl
 from experiments.config import ConfigError
 from experiments.run_dir import CHECKPOINTS, SUMMARY_FILE, read_records
@@ -216,3 +218,18 @@ def test_a_resume_logs_each_step_to_tensorboard_once(tmp_path):
     logged = [(event.step, value.tag) for path in run.rglob("events.out.tfevents.*") for record in read_records(path)
               if (event := Event.FromString(record)).HasField("summary") for value in event.summary.value]
     assert len(logged) == len(set(logged)) and (20, "train/loss") in logged
+
+
+def test_the_wall_seconds_of_a_resumed_run_go_on_from_its_checkpoint(tmp_path, monkeypatch):
+    """`evaluations.csv`'s clock counts the seconds of every session, as an RL run's does (a resume restarted it
+    from 0). The workbench's clock is one that moves a second per reading."""
+    readings = iter(range(10**6))
+    monkeypatch.setattr(lm.workbench, "time", types.SimpleNamespace(time=lambda: float(next(readings))))
+    config = copy_config(tmp_path, 4, steps=20, checkpoint_every=10, eval_every=10)
+    train_lm(config)
+    run = config.directory()
+    sorted((run / CHECKPOINTS).iterdir())[-1].unlink()  # killed before the last checkpoint: resumed from step 10
+    (run / SUMMARY_FILE).unlink()
+    train_lm(config, resume=True)
+    walls = [float(row["wall_seconds"]) for row in csv.DictReader((run / "evaluations.csv").open())]
+    assert len(walls) == 2 and walls[1] > walls[0]

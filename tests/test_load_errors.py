@@ -26,6 +26,12 @@ def env():
 def test_loading_another_learners_model_names_both_classes(saver, loader, env, tmp_path):
     saver("MemoryPolicy", env, **TINY).save(tmp_path / "model.zip")
     assert saved_learner(tmp_path / "model.zip") == saver.__name__
+    assert saved_learner(tmp_path / "model") == saved_learner(tmp_path) == saver.__name__  # as load takes it
+    (tmp_path / "junk.zip").write_text("no zip")
+    for path, message in ((tmp_path / "missing", "no saved model there"), (tmp_path / "junk.zip", "not a zip file"),
+                          (3, "expected the path of a model")):
+        with pytest.raises(ValueError, match=f"^path.*{message}"):
+            saved_learner(path)
     with pytest.raises(ValueError, match=f"^path='.*model': holds a {saver.__name__} model, which "
                                          f"{loader.__name__}.load cannot load"):
         loader.load(tmp_path / "model")  # SB3 adds the .zip

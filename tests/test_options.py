@@ -341,6 +341,21 @@ def test_a_policy_built_from_options_it_cannot_take_is_a_value_error():
         MemoryPPO("MemoryPolicy", env, policy_kwargs={"features_extractor_kwargs": {"bogus": 1}})
     with pytest.raises(ValueError, match="do not fit in this machine's memory"):
         MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "mlp", "net_arch": [2**40]})
+    with pytest.raises(ValueError, match=r"activation_fn=<class 'torch.nn.modules.linear.Linear'>: expected a "
+                                         r"subclass of torch.nn.Module built with no arguments"):  # SB3 calls it so
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"activation_fn": torch.nn.Linear})
+    model = MemoryPPO("MemoryPolicy", env, policy_kwargs={"activation_fn": torch.nn.LeakyReLU, "backbone": "mlp"})
+    with pytest.raises(ValueError, match=r"^logger=3: expected an SB3 Logger"):
+        model.set_logger(3)
+
+
+def test_a_memory_state_too_large_for_the_machine_is_a_value_error():
+    """A window of 2³¹ − 1 steps is larger than memory and swap together: the allocator refuses it at once (the
+    state is zeroed, so overcommit would not defer it), and the error names the settings that size it."""
+    env = make_vec_env("TMaze-v0", 2, 0, length=3)
+    with pytest.raises(ValueError, match=r"^n_steps=64, n_envs=2: .* do not fit in this machine's memory"):
+        MemoryPPO("MemoryPolicy", env, policy_kwargs={"backbone": "gtrxl", "backbone_kwargs": {
+            "memory_length": 2**31 - 1, "d_model": 8, "n_heads": 1}})
 
 
 def test_an_auxiliary_loss_the_backbone_lacks_is_refused_before_anything_is_made(tmp_path, capsys):

@@ -5,9 +5,11 @@ into each other, rows and columns swapped, the weights of a layer recomputed wit
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from agents import MemoryPPO
 from envs import make_vec_env
@@ -35,6 +37,35 @@ def test_saliency_is_causal_for_every_backbone(name):
     earlier = np.tril(S, -1)
     assert not earlier.any() if name == "mlp" else earlier[-1].any()
     assert np.diag(S).all()
+
+
+class Cue(gym.Env):
+    """A 2-float observation and an action space of any kind (its steps never end before the time limit)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def __init__(self, action_space: gym.Space) -> None:
+        self.action_space = action_space
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: object) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(3), gym.spaces.MultiDiscrete([2, 3]), gym.spaces.MultiBinary(3),
+                                   gym.spaces.Box(-1, 1, (2,), np.float32)], ids=lambda space: type(space).__name__)
+def test_saliency_scores_the_actions_of_every_action_space(space):
+    """Actions as the env takes them (a MultiBinary's int8 too) are scored, and the map stays causal."""
+    env = DummyVecEnv([lambda: gym.wrappers.TimeLimit(Cue(space), 20)] * 2)
+    model = MemoryPPO("MemoryPolicy", env, n_steps=16, batch_size=32, segment_length=4,
+                      policy_kwargs={"backbone": "gru", "backbone_kwargs": {"hidden_size": 8}})
+    observations = [Cue.observation_space.sample() for _ in range(T)]
+    actions = np.stack([space.sample() for _ in range(T)])
+    S = saliency(model.policy, observations, actions)
+    assert S.shape == (T, T) and not np.triu(S, 1).any() and np.isfinite(S).all()
 
 
 def test_recall_distance_weighs_lags_by_saliency():

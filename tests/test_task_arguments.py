@@ -80,18 +80,15 @@ def test_a_time_limit_truncates_at_its_step() -> None:
     assert dones == [False, False, True]
 
 
-@pytest.mark.parametrize(("actions", "message"), [
-    ([7, 0], r"actions must lie in \[0, 4\)"),
-    ([-1, 0], r"actions must lie in \[0, 4\)"),
-    ([0, 0, 0], r"actions must be 2, one per copy"),
-])
-def test_the_torch_vec_env_refuses_actions_outside_the_space(actions: list[int], message: str) -> None:
-    venv = envs.make_vec_env("TMaze-v0", 2, 0, vec_env="torch", length=2)
+@pytest.mark.parametrize("actions", [[7, 0], [-1, 0], [0, 0, 0], [0.5, 3.0], [np.nan, 0], None, ["a", "b"]],
+                         ids=repr)
+@pytest.mark.parametrize("vec_env", ["dummy", "torch"])
+def test_the_vec_envs_refuse_actions_outside_the_space(actions: Any, vec_env: str) -> None:
+    """Whole numbers in [0, n), one per copy, as gymnasium's `Discrete.contains` takes them (0.5 is not 0)."""
+    venv = envs.make_vec_env("TMaze-v0", 2, 0, vec_env=vec_env, length=2)
     venv.reset()
-    with pytest.raises(ValueError, match=message):
-        venv.step(np.array(actions))
-    numpy_venv = envs.make_vec_env("TMaze-v0", 2, 0, length=2)
-    numpy_venv.reset()
-    with pytest.raises(ValueError):
-        numpy_venv.step(np.array(actions))
-    venv.step(np.array([0, 3]))  # a refused step leaves the env usable
+    with pytest.raises(ValueError, match=r"^actions must be 2 whole number\(s\) in \[0, 4\), one per copy, got "):
+        venv.step(actions if actions is None else np.array(actions))
+    venv.step(np.array([0.0, 3.0]))  # whole floats are actions; a refused step leaves the env usable
+    with pytest.raises(ValueError, match=r"^actions must be 1 whole number"):
+        gym.make("engram/TMaze-v0", length=2).unwrapped.step(2.5)

@@ -1,10 +1,12 @@
-"""`make_vec_env` and `make_env` refuse what the command line refuses: a render mode the env does not list, and a
-gymnasium id registered without a time limit, whose episodes may never end, unless the caller gives it one."""
+"""`make_vec_env` and `make_env` refuse what the command line refuses: a render mode the env does not list, a
+gymnasium id registered without a time limit, whose episodes may never end, unless the caller gives it one, and
+observations no SB3 VecEnv holds."""
 
 from __future__ import annotations
 
 import warnings
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -53,3 +55,41 @@ def test_an_id_without_a_time_limit_whose_episodes_end_is_made_and_seeded_as_ask
     assert np.array_equal(first.reset(), second.reset())
     first.close()
     second.close()
+
+
+OBSERVATIONS = {"text": gym.spaces.Text(5), "sequence": gym.spaces.Sequence(gym.spaces.Discrete(2)),
+                "nested": gym.spaces.Dict({"n": gym.spaces.Dict({"c": gym.spaces.Box(0, 1, (2,))})})}
+
+
+class Observing(gym.Env):
+    """An env whose observation space is `OBSERVATIONS[kind]`."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, kind: str = "text") -> None:
+        self.observation_space = OBSERVATIONS[kind]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[object, dict]:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: int) -> tuple[object, float, bool, bool, dict]:
+        return self.observation_space.sample(), 0.0, True, False, {}
+
+
+@pytest.mark.parametrize("vec_env", ["dummy", "subproc"])
+@pytest.mark.parametrize(("kind", "named"), [("text", "its observation space Text"),
+                                             ("sequence", "its observation space Sequence"),
+                                             ("nested", "its observation 'n' Dict")])
+def test_an_observation_space_no_vec_env_holds_is_refused_naming_it(kind, named, vec_env):
+    """As the learners refuse it, not as SB3's VecEnv fails inside (a TypeError, a NotImplementedError)."""
+    with pytest.raises(ConfigError, match=rf"^env='tests.test_vec_env_inputs:Observing': {named}"):
+        envs.make_vec_env("tests.test_vec_env_inputs:Observing", 2, vec_env=vec_env, kind=kind)
+    if kind == "nested":  # flattened, it is one
+        envs.make_vec_env("tests.test_vec_env_inputs:Observing", 2, kind=kind, env_wrapper=FLAT).close()
+
+
+def test_a_batched_vec_env_of_an_id_names_make_vec_env():
+    with pytest.raises(ConfigError, match=r"^task=.TMaze-v0.: expected a BatchedTask, .*make_vec_env\(id, n_envs\)"):
+        envs.BatchedVecEnv("TMaze-v0")
+    assert envs.BatchedVecEnv(envs.RepeatFirst(n_copies=3)).num_envs == 3

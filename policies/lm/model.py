@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._pytree import tree_map
 
-from envs.rules import Range
+from envs.rules import Range, shown
 from policies.backbone import Aux
 from policies.backbones.transformer_xl import TransformerXL, WindowTransformer
 from policies.lm.depths import forward_with_depths, forward_with_exits
@@ -97,11 +97,14 @@ class MemoryLanguageModel(nn.Module):
 
     @staticmethod
     def _check_flags(name: str, flags: object, tokens: Tensor) -> None:
-        """`ValueError` unless `flags` is `None` or a tensor of one flag per token."""
+        """`ValueError` unless `flags` is `None` or a tensor of one flag (a bool, or 0 or 1) per token."""
         if flags is not None and (not isinstance(flags, Tensor) or flags.shape != tokens.shape):
             given = f"of shape {tuple(flags.shape)}" if isinstance(flags, Tensor) else f"a {type(flags).__name__}"
             raise ValueError(f"{name} is {given}; expected None or a tensor of one flag per token, "
                              f"{tuple(tokens.shape)}")
+        if flags is not None and flags.dtype != torch.bool and not ((flags == 0) | (flags == 1)).all():
+            raise ValueError(f"{name} holds {shown(flags[(flags != 0) & (flags != 1)][0].item())}; expected flags: "
+                             "a bool tensor, or one of 0 and 1")
 
     def _checked(self, tokens: object, state: object, min_steps: int, **flags: object) -> tuple[Tensor, Window]:
         """The tokens `[T, B]` and the state of a segment, after `ValueError` on any bad argument."""
