@@ -670,6 +670,8 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
         if not isinstance(path, str | os.PathLike) or not str(path):
             raise ConfigError(f"path={shown(path)}: expected a file path or an open binary file")
         file = Path(path) if Path(path).suffix else Path(path).with_suffix(".zip")
+        if file.is_symlink():  # written through the link, as SB3 writes: the link stays
+            file = Path(os.path.realpath(file))
         if Path(path).is_dir() or file.is_dir() or str(path).endswith(os.sep):
             raise ConfigError(f"path={str(path)!r}: is a directory; expected a file path (such as "
                               f"{str(Path(path) / RUN_MODEL)!r} when no file is there)")

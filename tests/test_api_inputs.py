@@ -606,6 +606,10 @@ def test_save_to_a_directory_is_refused_and_learning_without_an_env_names_the_cu
     model.save(tmp_path / "model")
     with pytest.raises(ConfigError, match=r"env=None: .* MemoryPPO.load\(path, env=...\) or call set_env"):
         MemoryPPO.load(tmp_path / "model").learn(32)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link.zip").symlink_to(tmp_path / "elsewhere" / "model.zip")  # dangling until the save
+    model.save(tmp_path / "link")  # through the link, as SB3 saves: the link stays one
+    assert (tmp_path / "link.zip").is_symlink() and MemoryPPO.load(tmp_path / "elsewhere" / "model.zip")
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
