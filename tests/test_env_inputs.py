@@ -251,7 +251,7 @@ class Sized(gym.Env):
 gym.register("SizedInt-v0", entry_point=Sized, max_episode_steps=5)
 
 
-@pytest.mark.parametrize("value", [4.0, np.float32(4.0), np.int64(4)])
+@pytest.mark.parametrize("value", [4.0, np.float32(4.0), np.int64(4), "4", "04", "4.0"])
 def test_a_whole_number_for_an_int_keyword_reaches_the_env_as_that_int(value: Any) -> None:
     env = envs.make_env("SizedInt-v0", size=value)
     venv = envs.make_vec_env("SizedInt-v0", n_envs=1, size=value)
