@@ -26,9 +26,20 @@ class WriteError(OSError):
         return f"cannot write {self.filename!r}: [Errno {self.errno}] {self.strerror}"
 
 
+_writes = itertools.count()
+
+
 def temporary_name(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place (hidden, same directory and suffix)."""
-    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+    """Where `path` is written before it is renamed into place: hidden, in its directory, with its suffix, and of
+    this process and write alone (two writers of one file never share a temporary file)."""
+    return path.with_name(f".{path.stem}.{os.getpid()}-{next(_writes)}.tmp{path.suffix}")
+
+
+def _temporary_of(filename: Any, path: Path) -> bool:
+    """Whether `filename` is a `temporary_name` of `path`."""
+    name = Path(str(filename))
+    return name.parent == path.parent and name.name.startswith(f".{path.stem}.") and name.name.endswith(
+        f".tmp{path.suffix}")
 
 
 def sync_directory(directory: Path) -> None:
@@ -106,7 +117,7 @@ def _named_faults(path: Path, tmp: Path) -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        if isinstance(error, WriteError) and error.filename in (str(tmp), str(temporary_name(tmp))):
+        if isinstance(error, WriteError) and (error.filename == str(tmp) or _temporary_of(error.filename, tmp)):
             raise WriteError(error.errno, error.strerror, str(path)) from error  # a writer's own atomic write
         raise write_error(error, path) from error
     except Exception as error:
@@ -155,9 +166,9 @@ def draw_figure(figure: Any, path: Path) -> None:
 def write_new(path: Path, text: str) -> None:
     """Write `text` to `path`, which must not exist: `FileExistsError` when it does, even when another process
     creates it meanwhile (the file is linked into place, which never replaces). Whole or not at all, as
-    `atomic_path`; the temporary name holds the process id, so two processes never share one."""
+    `atomic_path`."""
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    tmp = temporary_name(path)
     try:
         with tmp.open("w") as handle:
             handle.write(text)
@@ -173,31 +184,67 @@ def write_new(path: Path, text: str) -> None:
         _remove(tmp)
 
 
-def new_directory(path: Path) -> Path:
-    """A directory of its own for one command's output: `path` when it is new or empty, else the first of `path-2`,
-    `path-3`, ... that is (claimed with `mkdir`, so two processes never share one): an earlier output is never
-    overwritten, nor mixed with a later one."""
+CLAIM = ".claim"
+"""the hidden file that marks a `new_directory` taken while its command writes there"""
+
+
+@contextlib.contextmanager
+def new_directory(path: Path) -> Iterator[Path]:
+    """A directory of its own for one command's output while the block runs: `path` when it is new or empty, else
+    the first of `path-2`, `path-3`, ... that is. A hidden `CLAIM` file, created exclusively, marks it taken until
+    the block ends, so two processes never share one: an earlier output is never overwritten, nor mixed with a
+    later one. When the block fails, a folder made here that is empty again is removed."""
     path = Path(path)
     for n in itertools.count(1):
         candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
         try:
             candidate.mkdir(parents=True)
-            return candidate
+            made = True
         except FileExistsError:
-            if candidate.is_dir() and not any(candidate.iterdir()):
-                return candidate
+            made = False
         except OSError as error:
             raise write_error(error, candidate) from error
-    raise AssertionError("unreachable")
+        try:
+            os.close(os.open(candidate / CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except (FileExistsError, NotADirectoryError):  # another's, or a file of that name
+            continue
+        except OSError as error:
+            raise write_error(error, candidate) from error
+        if any(entry.name != CLAIM for entry in candidate.iterdir()):  # an output finished before this claim
+            (candidate / CLAIM).unlink()
+            continue
+        try:
+            yield candidate
+        except BaseException:
+            (candidate / CLAIM).unlink(missing_ok=True)
+            if made:
+                _remove_empty([candidate], ())
+            raise
+        (candidate / CLAIM).unlink(missing_ok=True)
+        return
 
 
 @contextlib.contextmanager
-def made_folders(path: Path, leftovers: tuple[str, ...] = ()) -> Iterator[Path]:
+def made_folders(path: Path, leftovers: tuple[str, ...] = (), kept_on: tuple[type[BaseException], ...] = ()
+                 ) -> Iterator[Path]:
     """`path` as a folder, made with its missing parents; when the block fails (an exception, an interrupt), the
-    folders made here are removed again, deepest first, each when it holds nothing but the files named in
-    `leftovers` (a lock file): a command that fails leaves no empty folder behind, and never removes one it found."""
+    folders this call made (`mkdir` succeeded here, not in another process meanwhile) are removed again, deepest
+    first, each when it holds nothing but the files named in `leftovers` (a lock file): a command that fails leaves
+    no empty folder behind, and never removes one it found. An exception of `kept_on` (another process holds the
+    folder) removes nothing."""
     path = Path(path)
-    made = [folder for folder in (path, *path.parents) if not folder.exists()]  # deepest first
+    made: list[Path] = []
+    for folder in reversed([path, *path.parents]):  # outermost first
+        if folder.is_dir():
+            continue
+        try:
+            folder.mkdir()
+            made.insert(0, folder)  # deepest first
+        except FileExistsError:
+            continue  # made by another process meanwhile, or a file: `path.mkdir` below names it
+        except OSError as error:
+            _remove_empty(made, leftovers)
+            raise write_error(error, path) from error
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -205,6 +252,8 @@ def made_folders(path: Path, leftovers: tuple[str, ...] = ()) -> Iterator[Path]:
         raise write_error(error, path) from error
     try:
         yield path
+    except kept_on:
+        raise
     except BaseException:
         _remove_empty(made, leftovers)
         raise

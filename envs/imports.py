@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envs.rules import ConfigError, Items, Text
+from envs.rules import ConfigError, Items, Text, short, shown
 
 MODULE_NAMES = Items(Text(note="a module name"), empty_ok=True)
 """the rule of `gym_packages`: a list (or tuple) of module names; a bare string is not a list of names"""
@@ -35,14 +35,14 @@ def import_module(name: str) -> Any:
     """Import module `name` with the working directory on `sys.path`; `ImportPathError` naming the
     module and the cause if it is not found or raises while importing."""
     if not name or any(not part.isidentifier() for part in name.split(".")):
-        raise ImportPathError(f"{name!r} is not a module path (expected dotted names, e.g. my_package.envs)")
+        raise ImportPathError(f"{shown(name)} is not a module path (expected dotted names, e.g. my_package.envs)")
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
     try:
         return importlib.import_module(name)
     except Exception as error:  # anything the module raises while importing is the user's error to see
-        raise ImportPathError(f"module {name!r} does not import ({cause(error)})") from None
+        raise ImportPathError(f"module {shown(name)} does not import ({short(cause(error), 200)})") from None
 
 
 def split_path(path: str) -> tuple[str, str]:
@@ -51,7 +51,7 @@ def split_path(path: str) -> tuple[str, str]:
     if not colon:
         module, _, name = path.rpartition(".")
     if not module or not name:
-        raise ImportPathError(f"{path!r} is not an import path (expected module.path:Name or module.path.Name)")
+        raise ImportPathError(f"{shown(path)} is not an import path (expected module.path:Name or module.path.Name)")
     return module, name
 
 
@@ -62,7 +62,7 @@ def load_object(path: str) -> Any:
     target: Any = module
     for part in name.split("."):
         if not hasattr(target, part):
-            raise ImportPathError(f"module {module_name!r} has no attribute {name!r}")
+            raise ImportPathError(f"module {shown(module_name)} has no attribute {shown(name)}")
         target = getattr(target, part)
     return target
 

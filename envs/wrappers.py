@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.imports import ImportPathError, cause, load_object
-from envs.rules import ConfigError, shown
+from envs.rules import ConfigError, short, shown
 
 
 class WrapperSpec(NamedTuple):
@@ -63,17 +63,18 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
         try:
             wrapper = load_object(spec.path)
         except ImportPathError as error:
-            raise EnvWrapperError(f"env_wrapper {spec.path!r}: {error}") from None
+            raise EnvWrapperError(f"env_wrapper {shown(spec.path)}: {error}") from None
         if not callable(wrapper) or isinstance(wrapper, type) and not issubclass(wrapper, gym.Wrapper):
             kind = f"the class {wrapper.__name__}" if isinstance(wrapper, type) else f"a {type(wrapper).__name__}"
-            raise EnvWrapperError(f"env_wrapper {spec.path!r} is {kind}, not a gymnasium.Wrapper subclass or a "
+            raise EnvWrapperError(f"env_wrapper {shown(spec.path)} is {kind}, not a gymnasium.Wrapper subclass or a "
                                   "function of the env")
         try:
             wrapped = wrapper(env, **spec.kwargs)
         except Exception as error:  # the wrapper's own refusal of this env or of its keywords
-            raise EnvWrapperError(f"env_wrapper {spec.path!r} fails on {_env_name(env)} ({cause(error)})") from None
+            raise EnvWrapperError(f"env_wrapper {shown(spec.path)} fails on {_env_name(env)} "
+                                  f"({short(cause(error), 200)})") from None
         if not isinstance(wrapped, gym.Env):
-            raise EnvWrapperError(f"env_wrapper {spec.path!r} returned a {type(wrapped).__name__}, not a "
+            raise EnvWrapperError(f"env_wrapper {shown(spec.path)} returned a {type(wrapped).__name__}, not a "
                                   "gymnasium env")
         env = wrapped
     return env

@@ -44,18 +44,24 @@ def config_path(name: str | None, folder: str = "") -> str | None:
     """The path of the file `name` stands for (`None` for `None`): `name` itself if it exists, else the
     shipped file of that name, in `folder` first (a key of `FOLDERS`), then at the top of the shipped files.
     A string, as paths given on the command line are (a study records it in `study.yaml`)."""
-    from envs.rules import ConfigError  # here: resolving a name loads no torch (``list configs``)
+    from envs.rules import ConfigError, shown  # here: resolving a name loads no torch (``list configs``)
 
     if name is not None and not name.strip():
-        raise ConfigError(f"config file {name!r}: an empty name; expected a file path or the name of a shipped "
+        raise ConfigError(f"config file {shown(name)}: an empty name; expected a file path or the name of a shipped "
                           f"{FOLDERS[folder]} ({', '.join(shipped_names(folder))})")
-    if name is None or Path(name).exists():
+    if name is None:
         return name
+    try:
+        if Path(name).exists():
+            return name
+    except OSError as error:  # a name too long for the file system, ...
+        raise ConfigError(f"config file {shown(name)}: {error.strerror}; expected a file path or the name of a "
+                          f"shipped {FOLDERS[folder]} ({', '.join(shipped_names(folder))})") from None
     suffix = SUFFIXES.get(folder, ".yaml")
     stem = name.removeprefix("configs/").removesuffix(suffix)
     root = shipped_dir()
     for candidate in (root / folder / f"{stem}{suffix}", root / f"{stem}{suffix}"):
         if candidate.is_file():
             return str(candidate)
-    raise ConfigError(f"config file {name!r} does not exist, nor is it the name of a shipped {FOLDERS[folder]} "
+    raise ConfigError(f"config file {shown(name)} does not exist, nor is it the name of a shipped {FOLDERS[folder]} "
                       f"({', '.join(shipped_names(folder))})")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from envs.atomic import WriteError
-from envs.rules import ConfigError, one_line
+from envs.rules import ConfigError, one_line, short
 
 EXIT_FAULT = 1
 """a write failed for a reason of the machine (:data:`FAULTS`)"""
@@ -57,6 +57,17 @@ def _words(signum: int) -> str:
 def is_fault(error: BaseException) -> bool:
     """Whether `error` is a failing write or a machine fault (`FAULTS`), not a mistake in the input."""
     return isinstance(error, WriteError) or (isinstance(error, OSError) and error.errno in FAULTS)
+
+
+WORD_LIMIT = 300
+"""the most characters an error line shows of one word: a value that escaped `envs.rules.shown` (a path, a repr)"""
+
+
+def error_line(error: object) -> str:
+    """The one line a command prints for `error`: `error: <message on one line>`, any word longer than
+    `WORD_LIMIT` cut (a 200,000-character value is shown as its start)."""
+    words = one_line(error).split(" ")
+    return "error: " + " ".join(short(word, WORD_LIMIT) for word in words)
 
 
 def fault_line(error: OSError) -> str:
@@ -156,10 +167,10 @@ def run_command(command: Callable[[list[str]], int], argv: list[str]) -> int:
             if received.signum is not None:  # what the interrupted code raised on its way out (a half-written zip)
                 status = _reported(received, received.signum)
             elif isinstance(error, OSError) and (is_fault(error) or error.filename is not None):
-                print(f"error: {fault_line(error)}", file=sys.stderr, flush=True)
+                print(error_line(fault_line(error)), file=sys.stderr, flush=True)
                 status = EXIT_FAULT
             elif isinstance(error, ConfigError):  # a bad input that the command did not catch itself
-                print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
+                print(error_line(error), file=sys.stderr, flush=True)
                 status = EXIT_BAD_INPUT
             else:
                 raise

@@ -231,6 +231,7 @@ def chosen(choice: str, algo: str) -> tuple[str | None, str | None]:
     if choice == OFF:
         return None, None
     if choice == AUTO:
+        FIELDS["algo"].metadata["rule"].check("algo", algo)  # a name, before it names a file
         path = shipped_dir() / FOLDER / f"{algo}.yml"
         return (str(path) if path.is_file() else None), None
     name, _, key = choice.partition("#")

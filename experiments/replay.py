@@ -125,10 +125,15 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
     if (why := damage(model_path)) is not None:
         raise ConfigError(f"model {str(model_path)!r} does not load: {why}")
     config = build_config(run / "config.yaml", entries=False) if run is not None else RunConfig()
+    if run is not None:
+        _check_run_settings(config, run / "config.yaml")
     try:
         learner = saved_learner(model_path) or ALGOS[config.algo].__name__
     except Exception as error:  # a zip whose data is not SB3's JSON
         raise unloadable(model_path, error) from error
+    if run is not None and learner != ALGOS[config.algo].__name__:
+        raise ConfigError(f"{str(run / 'config.yaml')!r}: algo={shown(config.algo)}, but {str(model_path)!r} holds "
+                          f"a {learner} model (changed since training?)")
     if env is not None:
         algo = next((name for name, cls in ALGOS.items() if cls.__name__ == learner), config.algo)
         config = scored_on(config, env, env_kwargs or {}, algo, hyperparams, whole=run is None)
@@ -147,6 +152,17 @@ def load_agent(path: str | Path, device: str = "auto", env: str | None = None,
     agent = SavedAgent(model, config, model_path, run if run is not None else model_path.parent)
     check_agent_env(agent)  # at load, as the commands check it: not first when the model predicts
     return agent
+
+
+def _check_run_settings(config: RunConfig, file: Path) -> None:
+    """Each setting of a run's `config.yaml` against its rule, as training checked it (a file edited since is
+    named with the setting)."""
+    from experiments.validation import check_settings
+
+    try:
+        check_settings(config)
+    except ConfigError as error:
+        raise ConfigError(f"{str(file)!r}: {error}") from None
 
 
 def unloadable(model_path: Path, error: Exception) -> ConfigError:

@@ -32,6 +32,7 @@ class SavedModel:
             return
         if not isinstance(value, str):
             raise ConfigError(f"{key}={shown(value)}: expected {self.describe()}")
+        check_name_lengths(key, value)
         path = Path(value)
         model = path / "model.zip" if path.is_dir() else path
         if not model.is_file():

@@ -416,7 +416,8 @@ class RunDirectory:
         `RunBusyError`, naming the holder, when another process has it, and `ConfigError` when the path is no
         directory (`check_is_directory`)."""
         self.check_is_directory()
-        with made_folders(self.path, leftovers=(LOCK_FILE,)):  # gone again when the run fails holding no more
+        with made_folders(self.path, leftovers=(LOCK_FILE,), kept_on=(RunBusyError,)):  # gone again when the run
+            # fails holding no more, unless another process holds the lock
             path = self / LOCK_FILE
             try:
                 handle = path.open("a+")

@@ -68,13 +68,14 @@ def policy_kwargs(config: RunConfig) -> dict[str, Any]:
 
 def _features_extractor(path: str) -> type[BaseFeaturesExtractor]:
     """The features extractor class at import `path`; a ConfigError naming the key and the import's failure."""
-    key = f"policy.features_extractor_class={path!r}"
+    key = f"policy.features_extractor_class={shown(path)}"
     try:
         cls = load_object(path)
     except ImportPathError as error:
         raise ConfigError(f"{key}: {error}") from None
     if not (isinstance(cls, type) and issubclass(cls, BaseFeaturesExtractor)):
-        raise ConfigError(f"{key}: {cls!r} is not a features extractor (a subclass of SB3's BaseFeaturesExtractor)")
+        raise ConfigError(f"{key}: {shown(cls)} is not a features extractor (a subclass of SB3's "
+                          "BaseFeaturesExtractor)")
     return cls
 
 

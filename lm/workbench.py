@@ -50,7 +50,7 @@ from envs.rules import FLOAT32_MAX, STEP_SIZE, Device, Entries, Flag, Items, One
 from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
-from experiments.exits import advise_on_signal
+from experiments.exits import advise_on_signal, error_line
 from experiments.footprint import available_host_memory, human, uses_accelerator
 from experiments.rules import Directory, Threads
 from experiments.run_dir import (
@@ -1046,7 +1046,7 @@ def main(argv: list[str]) -> int:
             generated = model.generate(last, state, args.n, args.temperature)[:, 0]
             print((prompt + bytes(generated.tolist())).decode(errors="replace"))
     except ValueError as error:  # ConfigError included: bad settings, and bad kNN-LM arguments
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     except NonFiniteError as error:
         print(f"{'training' if args.command == 'train' else 'fine-tuning'} stopped: {error}", file=sys.stderr)

@@ -94,3 +94,29 @@ def test_tune_spaces_and_suite_by_name(tmp_path, monkeypatch):
     assert tune.SPACE_DIR == SHIPPED / "tune"
     args = tune.make_parser().parse_args(["--suite", "learners", "--log-dir", str(tmp_path)])
     assert len(tune.base_configs(args)) == 2
+
+
+LONG = "a" * 200_000
+DOTTED = ".".join(["a"] * 2_500) + ".b"
+
+
+@pytest.mark.parametrize(("settings", "starts"), [
+    ({"env_wrapper": LONG}, "error: env_wrapper 'aaa"),
+    ({"env_wrapper": DOTTED}, "error: env_wrapper 'a.a"),
+    ({"policy": {"features_extractor_class": DOTTED}}, "error: policy.features_extractor_class='a.a"),
+    ({"gym_packages": [DOTTED]}, "error: gym_packages=['a.a"),
+    ({"hyperparams": LONG}, "error: config file 'aaa"),
+    ({"init_from": f"/tmp/{LONG}"}, "error: init_from='/tmp/aaa"),
+    ({"algo": LONG}, "error: algo='aaa"),
+])
+def test_a_long_value_in_a_config_file_is_named_in_one_short_line(settings, starts, tmp_path, capsys):
+    """Each word of an error line is cut at `WORD_LIMIT` characters (a value shown by `shown` at 100 already);
+    the algo is checked before it names a hyper-parameter file, and a path too long to be a file's is a bad input
+    (exit 2), not a fault of the machine."""
+    file = tmp_path / "long.yaml"
+    file.write_text(yaml.safe_dump({"env": "CartPole-v1", **settings}))
+    status = train_rl.main(["--config", str(file), "--log-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith(starts) and err.count("\n") == 1 and len(err) < 1_000, err[:300]
+    assert not (tmp_path / "runs").exists()

@@ -181,3 +181,21 @@ def test_a_run_of_the_other_kind_is_named_with_the_command_that_reads_it(tmp_pat
         assert train_rl.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"`{reader} " in err, err
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("algo: ppo", "algo: dqn"), "config.yaml': algo='dqn': expected one of ppo, vmpo"),
+    (("algo: ppo", "algo: vmpo"), "config.yaml': algo='vmpo', but "),
+    (("n_envs: 4", "n_envs: 0"), "config.yaml': n_envs=0: expected an integer >= 1"),
+])
+@pytest.mark.parametrize("command", ["evaluate", "inspect"])
+def test_a_run_config_edited_since_training_is_named_by_the_commands_that_read_it(edit, message, command, run,
+                                                                                  tmp_path, capsys):
+    edited = tmp_path / run.name
+    shutil.copytree(run, edited)
+    text = (edited / "config.yaml").read_text()
+    assert edit[0] in text
+    (edited / "config.yaml").write_text(text.replace(edit[0], edit[1], 1))
+    assert train_rl.main([command, str(edited), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

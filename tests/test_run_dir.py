@@ -4,6 +4,7 @@ that names and skips a run it cannot read."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -14,7 +15,8 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from envs.atomic import write_atomic
+from envs.atomic import atomic_path, new_directory, write_atomic
+from experiments import run_dir
 from experiments.run_dir import EVAL_COLUMNS, LOCK_FILE, EvalLog, RunBusyError, RunDirectory, rewind_tensorboard
 from experiments.studies.report import build_report
 
@@ -34,6 +36,49 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path):
         pass
     run.check_not_busy()
     assert not run.holds_run(), "a lock file alone is not a run"
+
+
+def test_a_process_refused_the_lock_of_a_folder_it_made_leaves_the_holders_lock_and_folder(tmp_path: Path,
+                                                                                            monkeypatch):
+    """Two processes start one run at once: one makes the folder, the other takes its lock first. The refused one
+    removes nothing (it removed the holder's lock file and folder, so that a third could lock a new one)."""
+    stack = contextlib.ExitStack()
+    real_busy, taken = run_dir._busy, []
+
+    def another_locks_first(handle: object, path: Path) -> object:
+        if not taken:
+            taken.append(True)
+            stack.enter_context(RunDirectory(path).lock())  # a second open file stands for another process
+        return real_busy(handle, path)
+
+    monkeypatch.setattr(run_dir, "_busy", another_locks_first)
+    with stack:
+        with pytest.raises(RunBusyError), RunDirectory(tmp_path / "run").lock():
+            pass
+        assert (tmp_path / "run" / LOCK_FILE).read_text().split()[0] == str(os.getpid())  # the holder's, kept
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path: Path):
+    """Each write has its own temporary name, so a second writer of the same file cannot rename the first one's
+    away (two ``report`` commands on one study)."""
+    path = tmp_path / "report.md"
+    with atomic_path(path) as first, atomic_path(path) as second:
+        first.write_text("first")
+        second.write_text("second")
+        assert first != second and first.parent == second.parent == tmp_path and first.name.startswith(".report.")
+    assert path.read_text() == "first" and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_two_commands_writing_into_one_new_directory_get_one_each(tmp_path: Path):
+    """`new_directory` claims its folder for the block (two ``inspect`` of one run at once shared ``inspect/``, and
+    one removed the other's figures); an empty folder is taken as it is, and a failing block leaves what it found."""
+    (tmp_path / "out").mkdir()
+    with new_directory(tmp_path / "out") as first, new_directory(tmp_path / "out") as second:
+        assert (first, second) == (tmp_path / "out", tmp_path / "out-2")
+        (first / "a.png").write_text("a")
+    with pytest.raises(KeyboardInterrupt), new_directory(tmp_path / "new") as third:
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.png", "out", "out-2"] and third.name == "new"
 
 
 def test_an_interrupted_write_leaves_the_old_file(tmp_path: Path):

@@ -3,10 +3,13 @@ trial, best.yaml is a usable config, the plots are written; bad spaces exit 2; t
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 import threading
 import time
+import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
@@ -17,7 +20,7 @@ import experiments.studies.tune
 import train_rl
 from experiments.config import build_config
 from experiments.run_dir import EvalLog
-from experiments.studies.tune import ReportEvaluations, one_ask_at_a_time, score
+from experiments.studies.tune import ReportEvaluations, one_ask_at_a_time, open_study, score
 from experiments.studies.tune_space import SearchSpace, load_space
 
 TINY = ["--env", "TMaze-v0", "--backbone", "mlp", "-n", "128", "--eval-freq", "64",
@@ -409,3 +412,26 @@ def test_an_interrupted_trial_is_no_failure_and_its_values_run_again(tmp_path, c
     assert tune(tmp_path, "--trials", "2", "--tune-seeds", "1") == 0
     complete = [t.params for t in load_study(tmp_path).trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2 and values in complete
+
+
+def _open_when_both_are_ready(directory: str, ready: Any) -> None:
+    settings = types.SimpleNamespace(storage_url=f"sqlite:///{directory}/study.db", startup_trials=1, name="s",
+                                     directory=Path(directory), pruner="none")
+    ready.wait()
+    open_study(settings)
+
+
+def test_two_commands_starting_one_search_together_both_open_it(tmp_path):
+    """Two processes creating one new `study.db` at the same moment: one at a time (without, SQLite's schema was
+    made twice and one command ended in an IntegrityError traceback, about one round in two)."""
+    processes = multiprocessing.get_context("fork")
+    for round_ in range(4):
+        directory = tmp_path / str(round_)
+        directory.mkdir()
+        ready = processes.Barrier(2)
+        openers = [processes.Process(target=_open_when_both_are_ready, args=(str(directory), ready)) for _ in "ab"]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join()
+        assert [opener.exitcode for opener in openers] == [0, 0], f"round {round_}"

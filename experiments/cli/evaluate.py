@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, real, whole
+from experiments.exits import error_line
 
 RECORD_EPISODES, FPS, MAX_FPS = 1, 4.0, 1000.0
 """episodes `--render` and `--record` play, and their frames per second by default and at most (a GIF holds a
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> int:
     try:
         _check(options)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     import torch
 
@@ -190,7 +191,7 @@ def main(argv: list[str]) -> int:
         policies = POLICIES[options.policy or "deterministic"]
         results = score(agent, episodes, seed, n_envs, policies)
     except (ConfigError, StalledEvaluationError, TypeError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     kwargs_text = ", ".join(f"{k}={v}" for k, v in agent.config.env_kwargs.items())
     print(f"{agent.model_path} ({type(agent.model).__name__}, {agent.config.backbone}, "

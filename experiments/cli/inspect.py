@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from experiments.cli.parser import OneLineParser, add_env_options, first_seed, program, whole
+from experiments.exits import error_line
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -249,7 +250,7 @@ def main(argv: list[str]) -> int:
     try:
         _check(options)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     import torch
 
@@ -263,36 +264,33 @@ def main(argv: list[str]) -> int:
         check_agent_env(agent)
         seed = first_seed(options.seed, agent.eval_seed, options.episodes, "--episodes")
     except (ConfigError, TypeError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     wanted = Path(options.out) if options.out is not None else agent.directory / "inspect"
-    existed = wanted.is_dir()
-    out = new_directory(wanted)
     records: list[dict[str, Any]] = []
-    try:
-        for index in range(options.episodes):
-            episode = play(agent, seed + index, not options.stochastic, options.max_steps)
-            record = inspect_episode(agent, episode, index, out)
-            records.append(record)
-            print(f"episode {index} (seed {record['seed']}): {record['length']} steps, return "
-                  f"{record['return']:.2f}; {reads(record['decisions'])}")
-        summary = {"mean_recall_distance": _mean(d for r in records for d in r["recall_distance"]),
-                   "mean_recall_distance_at_decisions": _mean(d["recall_distance"] for r in records
-                                                              for d in r["decisions"])}
-        result = {"model": str(agent.model_path), "backbone": agent.config.backbone, "env": agent.config.env,
-                  "env_kwargs": agent.config.env_kwargs, "deterministic": not options.stochastic,
-                  "saliency": "S[t][k] = ||d score(a_t) / d o_k||_2, 0 for k > t; score: the logit of the "
-                              "action taken, or for continuous actions the Gaussian's sum_i mu_i / sigma_i",
-                  "decisions": "steps whose reward is not 0 (else the last step)", "summary": summary,
-                  "episodes": records}
-        write_atomic(out / "inspect.json", json.dumps(result, indent=1))
-    except BaseException:  # the figures written so far go again: an output is whole or absent
-        for index in range(len(records) + 1):
-            for kind in FIGURES:
-                (out / f"{kind}_{index}.png").unlink(missing_ok=True)
-        if (out != wanted or not existed) and not any(out.iterdir()):  # made here and empty again
-            out.rmdir()
-        raise
+    with new_directory(wanted) as out:  # this command's alone while it writes
+        try:
+            for index in range(options.episodes):
+                episode = play(agent, seed + index, not options.stochastic, options.max_steps)
+                record = inspect_episode(agent, episode, index, out)
+                records.append(record)
+                print(f"episode {index} (seed {record['seed']}): {record['length']} steps, return "
+                      f"{record['return']:.2f}; {reads(record['decisions'])}")
+            summary = {"mean_recall_distance": _mean(d for r in records for d in r["recall_distance"]),
+                       "mean_recall_distance_at_decisions": _mean(d["recall_distance"] for r in records
+                                                                  for d in r["decisions"])}
+            result = {"model": str(agent.model_path), "backbone": agent.config.backbone, "env": agent.config.env,
+                      "env_kwargs": agent.config.env_kwargs, "deterministic": not options.stochastic,
+                      "saliency": "S[t][k] = ||d score(a_t) / d o_k||_2, 0 for k > t; score: the logit of the "
+                                  "action taken, or for continuous actions the Gaussian's sum_i mu_i / sigma_i",
+                      "decisions": "steps whose reward is not 0 (else the last step)", "summary": summary,
+                      "episodes": records}
+            write_atomic(out / "inspect.json", json.dumps(result, indent=1))
+        except BaseException:  # the figures written so far go again: an output is whole or absent
+            for index in range(len(records) + 1):
+                for kind in FIGURES:
+                    (out / f"{kind}_{index}.png").unlink(missing_ok=True)
+            raise
     print(f"{out}: inspect.json and the figures of {len(records)} episode(s); mean recall distance "
           f"{summary['mean_recall_distance']} (at decisions {summary['mean_recall_distance_at_decisions']})")
     return 0

@@ -8,6 +8,7 @@ import sys
 
 from experiments.catalogues import CATALOGUES
 from experiments.cli.parser import Distinct, OneLineParser, plain_text, program
+from experiments.exits import error_line
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
             print(f"error: --gym-packages: {error}", file=sys.stderr)
             return 2
         except ConfigError as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(error_line(error), file=sys.stderr)
             return 2
     for index, name in enumerate(what):
         try:

@@ -20,6 +20,7 @@ from typing import Any
 
 from experiments.cli.parser import Distinct, OneLineParser, program, whole
 from experiments.config import DEFAULT_REPS, ConfigError
+from experiments.exits import error_line
 from experiments.rules import PathName
 from experiments.studies.runs import Run, counted, find_runs, readable, task_label
 
@@ -132,10 +133,10 @@ def main(argv: list[str]) -> int:
         runs = runs_at(options.paths)
         groups = group_runs(runs, options.group_by or varying_keys(runs))
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     except KeyError as error:
-        print(f"error: {error.args[0]}", file=sys.stderr)
+        print(error_line(error.args[0]), file=sys.stderr)
         return 2
     from envs.atomic import made_folders, save_figure
     from experiments.studies.plotting import curves_figure

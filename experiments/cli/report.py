@@ -7,6 +7,7 @@ import sys
 
 from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import DEFAULT_REPS
+from experiments.exits import error_line
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -53,7 +54,7 @@ def main(argv: list[str]) -> int:
         path = build_report(options.directory, options.out, options.reps, options.solve_threshold, options.seed,
                             options.env, arguments=("DIR", "--out"))
     except (FileNotFoundError, ConfigError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     print(f"report: {path}")
     return 0

@@ -31,6 +31,7 @@ from typing import Any
 from experiments.cli.parser import Distinct, OneLineParser, Wrappers, invocation, program, real, whole
 from experiments.config import DEFAULT_REPS, FIELDS, field_default
 from experiments.config_files import config_path
+from experiments.exits import error_line
 from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS
 
 
@@ -222,10 +223,10 @@ def _run(argv: list[str], study_file: bool) -> int:
         advise_on_signal("rerun the same command with --resume to continue")
         train_one(config_from_args(args), args)
     except (ConfigError, StalledEvaluationError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     except LauncherError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 1
     except NonFiniteError as error:
         print(f"training stopped: {error}", file=sys.stderr)

@@ -68,7 +68,7 @@ from experiments.config import (
     plain,
 )
 from experiments.config_files import config_path, shipped_dir
-from experiments.exits import advise_on_signal
+from experiments.exits import advise_on_signal, error_line
 from experiments.hyperparams import applied_line
 from experiments.rules import FolderName, Threads
 from experiments.run_dir import TUNE_FOLDER, TUNE_RECORD, TUNING, EvalLog, RunDirectory, check_owner
@@ -277,9 +277,10 @@ def make_pruner(settings: TuneSettings) -> optuna.pruners.BasePruner:
 
 
 def open_study(settings: TuneSettings, sampler_seed: int | None = None) -> optuna.Study:
-    """The study in `study.db` (created on first use), sampled by TPE seeded with `sampler_seed`. Trials whose
-    process stopped beating are failed after two minutes and enqueued again (Optuna's heartbeat)."""
-    with warnings.catch_warnings():
+    """The study in `study.db` (created on first use, by one process at a time: two commands starting one search
+    together would both create its tables), sampled by TPE seeded with `sampler_seed`. Trials whose process
+    stopped beating are failed after two minutes and enqueued again (Optuna's heartbeat)."""
+    with held(settings.directory / "ask.lock"), warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
         storage = optuna.storages.RDBStorage(settings.storage_url, engine_kwargs={"connect_args": {"timeout": 60}},
@@ -367,6 +368,15 @@ def claimed(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(*DONE, optuna.trial.TrialState.RUNNING)))
 
 
+@contextlib.contextmanager
+def held(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `lock` (made if missing) while the block runs; the kernel releases it when
+    the file closes, also when the process is killed."""
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def one_ask_at_a_time(study: optuna.Study, lock: Path) -> None:
     """Make `study.ask` (how `optimize` takes each trial) hold an exclusive lock on the file `lock`. Optuna's
     storage takes a waiting (`--enqueue`) trial by reading its state, then writing it; SQLite does not lock the
@@ -374,8 +384,7 @@ def one_ask_at_a_time(study: optuna.Study, lock: Path) -> None:
     ask = study.ask
 
     def ask_alone(*args: Any, **kwargs: Any) -> optuna.Trial:
-        with lock.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        with held(lock):
             return ask(*args, **kwargs)
 
     study.ask = ask_alone  # type: ignore[method-assign]
@@ -675,7 +684,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = settings_from_args(args, shlex.join([*invocation(), "tune", *argv]))
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     line = applied_line([config.hyperparams for config in settings.base], "tasks")
     if line is not None:
@@ -683,7 +692,7 @@ def main(argv: list[str]) -> int:
     try:
         check_same_search(settings)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     made = first_made(settings.directory)
     with made_folders(settings.directory):
@@ -702,7 +711,7 @@ def _search(settings: TuneSettings, args: argparse.Namespace, made: Path | None)
     if fatal is not None:  # no trial could score: the search is refused, and what this command made removed
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
-        print(f"error: {fatal}", file=sys.stderr)
+        print(error_line(fatal), file=sys.stderr)
         return 2
     paths = write_outputs(settings)
     print("\n".join(summary_lines(settings, paths)))
