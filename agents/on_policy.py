@@ -354,12 +354,13 @@ class Recomputed(NamedTuple):
     aux_loss: Tensor | float  # weighted sum of the backbone's auxiliary losses and the KL(U ‖ π) barrier
 
 
-def _check_env_spaces(env: gym.Env | VecEnv) -> None:
-    """`ConfigError` naming the observation or action space of `env` that a memory policy cannot take."""
+def _check_env_spaces(env: gym.Env | VecEnv, spec: str | None = None) -> None:
+    """`ConfigError` naming the observation or action space of `env` (made from `spec`, where given) that a memory
+    policy cannot take."""
     try:
         check_spaces(env.observation_space, env.action_space)
     except ValueError as error:
-        raise ConfigError(f"env: {error}") from None
+        raise ConfigError(f"env{'' if spec is None else '=' + shown(spec)}: {error}") from None
 
 
 def _check_spaces_fit(env: VecEnv, observation_space: gym.Space, action_space: gym.Space, model: str) -> None:
@@ -474,7 +475,7 @@ class MemoryOnPolicyAlgorithm(OnPolicyAlgorithm):
 
             probe = make_env(env)
             try:
-                _check_env_spaces(probe)  # before a VecEnv allocates buffers for a space it cannot hold
+                _check_env_spaces(probe, env)  # before a VecEnv allocates buffers for a space it cannot hold
                 _check_env_api(probe, kwargs.get("seed"), env)
             finally:
                 probe.close()
