@@ -159,7 +159,12 @@ def save_figure(figure: Any, path: Path) -> None:
 
 
 def draw_figure(figure: Any, path: Path) -> None:
-    """Draw a matplotlib `figure` into the file `path` (a PNG, or the format its suffix names), as it is written."""
+    """Draw a matplotlib `figure` into the file `path` (a PNG, or the format its suffix names), as it is written.
+    Every text is drawn as written: a `$` in a title or a label a user chose is no mathtext to parse."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
     figure.savefig(path, dpi=110, bbox_inches="tight")
 
 

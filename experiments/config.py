@@ -45,6 +45,7 @@ from envs.rules import (
     ConfigError,
     Device,
     Entries,
+    Flag,
     OneOf,
     Range,
     Rule,
@@ -80,6 +81,8 @@ def _rule(rule: Rule, doc: str, **kwargs: Any) -> Any:
 
 DEFAULT_REPS = 2000
 """bootstrap resamples of a study's report (``--reps``)"""
+REPS = Range(1, 50_000, integer=True, note="bootstrap resamples; each holds a copy of the scores")
+"""the rule of ``--reps``: rliable's bootstrap holds every resample at once (2**31 of them would need 48 GiB)"""
 SEED_LIMIT = 2**32 - 1 - 10_000
 """the largest seed: numpy seeds are below 2**32, and evaluation envs are seeded
 ``seed + experiments.training.EVAL_SEED_OFFSET`` (10,000)"""
@@ -423,6 +426,7 @@ def build_config(file: str | Path | None = None, flags: dict[str, Any] | None = 
     sections `flags` and `overrides` give are all kept: whether some run uses them is a question for the whole
     command, which may launch runs of several backbones (`experiments.validation.check_sections_used`)."""
     _check_layers(file, flags, overrides)
+    Flag().check("entries", entries)
     menu = list((load_yaml(file) if file else {}).items())
     given = [*(flags or {}).items(), *(parse_override(text) for text in overrides or [])]
     config = _layered([*menu, *given])

@@ -62,8 +62,12 @@ class StalledEvaluationError(ValueError):
 
 def evaluate(model: BaseAlgorithm, env: VecEnv, n_episodes: int, deterministic: bool = True) -> EvalResult:
     """Run `n_episodes` with SB3's `evaluate_policy` (memory state carried by `predict`); `StalledEvaluationError`
-    when no episode ends within `STALL_STEPS` steps of every copy; `ConfigError` naming `n_episodes` (at least
-    one) or `deterministic` (true or false) where either is not one, or `env` where it is no VecEnv."""
+    when no episode ends within `STALL_STEPS` steps of every copy; `ConfigError` naming `model` where it is no SB3
+    model, `n_episodes` (at least one) or `deterministic` (true or false) where either is not one, or `env` where it
+    is no VecEnv."""
+    if not isinstance(model, BaseAlgorithm):
+        hint = " (a loaded agent's is .model)" if hasattr(model, "model") else ""
+        raise ConfigError(f"model={short(repr(model))}: expected an SB3 model, such as MemoryPPO.load(path){hint}")
     Range(1, integer=True).check("n_episodes", n_episodes)
     Flag().check("deterministic", deterministic)
     if not isinstance(env, VecEnv):

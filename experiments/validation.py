@@ -37,7 +37,16 @@ from envs.imports import ImportPathError, cause, import_packages
 from envs.registry import check_kwargs
 from envs.rules import VERBOSITY, ConfigError, Range, Rule, one_line, shown
 from envs.wrappers import EnvWrapperError
-from experiments.config import RunConfig, algo_settings, coerce, is_section, plain, reread, section_defaults
+from experiments.config import (
+    REPS,
+    RunConfig,
+    algo_settings,
+    coerce,
+    is_section,
+    plain,
+    reread,
+    section_defaults,
+)
 from experiments.footprint import check_fits, estimate
 from experiments.hyperparams import chosen, load, named_source
 from experiments.rules import Directory, FolderName
@@ -99,7 +108,7 @@ COUNT = Range(1, integer=True)
 CLI_OPTIONS: dict[str, Rule] = {
     "workers": COUNT,
     "max_retries": Range(0, integer=True),
-    "reps": COUNT,
+    "reps": REPS,
     "verbose": VERBOSITY,
     "study": FolderName(note="the study directory under --log-dir"),
     "name": FolderName(note="the tune study directory under {log_dir}/tune"),

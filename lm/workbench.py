@@ -46,13 +46,27 @@ from torch.utils.tensorboard import SummaryWriter
 
 from agents.on_policy import NonFiniteError, non_finite_tensors
 from envs.atomic import write_error
-from envs.rules import FLOAT32_MAX, STEP_SIZE, Device, Entries, Flag, Items, OneOf, Range, Rule, Text, one_line, short
+from envs.rules import (
+    FLOAT32_MAX,
+    STEP_SIZE,
+    Device,
+    Entries,
+    Flag,
+    Items,
+    OneOf,
+    Range,
+    Rule,
+    Text,
+    one_line,
+    short,
+    shown,
+)
 from experiments.cli.parser import Distinct, OneLineParser, program, real, whole
 from experiments.config import SEED_LIMIT, ConfigError, coerce, field_default, load_yaml, parse_override
 from experiments.config_files import config_path
 from experiments.exits import advise_on_signal, error_line
 from experiments.footprint import available_host_memory, human, uses_accelerator
-from experiments.rules import Directory, Threads
+from experiments.rules import Directory, PathName, Threads
 from experiments.run_dir import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -233,6 +247,8 @@ def check_lm_config(config: LMConfig) -> None:
     cannot be made, the run would not fit in memory (`check_fits`), or the validation segments hold no scored
     token; before anything is created. The model is built on PyTorch's `meta` device: every constructor check
     runs, no storage is allocated."""
+    if not isinstance(config, LMConfig):
+        raise ConfigError(f"config={shown(config)}: expected an LMConfig (build_lm_config makes one)")
     for spec in dataclasses.fields(LMConfig):
         spec.metadata["rule"].check(spec.name, getattr(config, spec.name))
     Directory().check_writable("log_dir", config.log_dir)
@@ -649,6 +665,8 @@ def train_lm(config: LMConfig, resume: bool = False, progress: bool = False) -> 
             names the step, the quantity and the last checkpoint.
     """
     check_lm_config(config)
+    Flag().check("resume", resume)
+    Flag().check("progress", progress)
     with using_threads(config.threads):
         run = config.run()
         try:
@@ -769,6 +787,7 @@ RUN_DIRECTORY = f"an LM run directory (its {CONFIG_FILE} and {CHECKPOINTS}/{CHEC
 def read_lm_run(directory: str | Path, key: str = "run") -> LMConfig:
     """The settings of the LM run in `directory`, read without loading its weights; `ConfigError` naming `key`
     when `directory` is missing, a file, not a run, a training run of `train_rl.py`, or holds no checkpoint."""
+    PathName().check(key, directory)
     directory = Path(directory)
     where = f"{key}={str(directory)!r}"
     if not directory.exists():
@@ -843,8 +862,8 @@ def load_run(directory: str | Path, **option_overrides: Any) -> tuple[LMConfig, 
     """The config and the last checkpoint's model of a run, with backbone options overridden
     (`memory_length` for evaluation with a longer memory than training), each checked (`read_lm_run`,
     `check_memory_lengths`) before the weights load."""
-    directory = Path(directory)
     config = read_lm_run(directory)
+    directory = Path(directory)
     if "memory_length" in option_overrides:
         check_memory_lengths(config, [option_overrides["memory_length"]])
     checkpoint = _latest_checkpoint(lm_run(directory))

@@ -21,9 +21,12 @@ from agents import ALGOS, VMPO, MemoryPPO, NonFiniteError
 from envs import make_vec_env
 from envs.rules import ConfigError
 from experiments.config import RunConfig, build_config, reread
+from experiments.evaluation import evaluate
 from experiments.replay import load_agent
+from experiments.studies.study import Grid, run_study
 from experiments.training import train
 from experiments.validation import validate
+from lm.workbench import build_lm_config, load_run, train_lm
 from policies import ATTENTIONS, BACKBONES, POSITIONS, make_backbone
 
 SMALL: dict[str, Any] = {"env": "TMaze-v0", "env_kwargs": {"length": 3}, "n_envs": 4, "n_eval_envs": 2,
@@ -652,3 +655,24 @@ def test_train_refuses_a_hand_set_hyperparams_naming_no_entry(tmp_path, hyperpar
     with pytest.raises(ConfigError, match=re.escape(message)):
         train(small_config(tmp_path, hyperparams=hyperparams))
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: run_study(Grid(seeds=[0]), "cmd", workers=-1), r"^workers=-1: expected an integer >= 1"),  # hung
+    (lambda: run_study(Grid(seeds=[0]), "cmd", launcher="nope"), r"^launcher='nope': expected one of local, ray"),
+    (lambda: run_study("x", "cmd"), r"^grid='x': expected a Grid"),
+    (lambda: Grid(backbones=3), r"^backbones=3: expected a non-empty list"),
+    (lambda: Grid.from_file(3), r"^path=3: expected a non-empty path"),
+    (lambda: train_lm("x"), r"^config='x': expected an LMConfig"),
+    (lambda: train_lm(build_lm_config(None, ["data=copy"]), resume="yes"), r"^resume='yes': expected true or false"),
+    (lambda: load_run(3), r"^run=3: expected a non-empty path"),
+    (lambda: evaluate("m", None, 1), r"^model='m': expected an SB3 model"),
+    (lambda: build_config(None, entries="no"), r"^entries='no': expected true or false"),
+])
+def test_the_experiments_api_names_a_bad_argument_before_anything_is_made(call, message, tmp_path, monkeypatch):
+    """Studies, the language-model workbench and evaluation refuse a bad argument as `train` does (before: a hang,
+    a run started, an AttributeError or a TypeError from inside)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        call()
+    assert not any(tmp_path.iterdir())

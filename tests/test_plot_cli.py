@@ -54,6 +54,14 @@ def test_plot_groups_runs_by_what_differs_and_writes_a_png(runs, tmp_path, capsy
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
+@pytest.mark.parametrize("title", ["$x^$", r"cost in $ (\bogus{$)"])
+def test_a_title_is_drawn_as_written_not_parsed_as_mathtext(title, runs, tmp_path):
+    """A `$` a user writes is text (matplotlib parsed `$x^$` as mathtext and failed with a traceback)."""
+    out = tmp_path / "titled.png"
+    assert train_rl.main(["plot", str(runs), "--title", title, "--out", str(out), "--reps", "50"]) == 0
+    assert matplotlib.image.imread(out).ndim == 3
+
+
 def test_plot_takes_run_directories_and_any_grouping_key(runs, tmp_path, capsys):
     chosen = [str(path) for path in sorted(runs.iterdir())[:3]]
     out = tmp_path / "seeds.png"

@@ -482,3 +482,15 @@ def test_build_report_refuses_arguments_of_another_type_before_writing(tmp_path,
     with pytest.raises(ConfigError, match=message):
         build_report(**{"study_dir": tmp_path / "study", "out_dir": tmp_path / "out", **arguments})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study"]
+
+
+def test_bootstrap_resamples_beyond_what_memory_holds_are_refused_before_any_analysis(tmp_path, capsys):
+    """rliable holds every resample at once: 2³¹ − 1 of them (an integer flag's limit) needed 48 GiB and ended in a
+    MemoryError traceback after a study had trained."""
+    with pytest.raises(ValueError, match=r"^reps=2147483647: expected an integer in \[1, 50000\]"):
+        build_report(tmp_path, reps=2**31 - 1)
+    for command in (["report", str(tmp_path)], ["plot", str(tmp_path)], ["--seed", "0", "1"]):
+        assert train_rl.main([*command, "--reps", "50001", "--log-dir", str(tmp_path / "runs")]
+                             if command[0] == "--seed" else [*command, "--reps", "50001"]) == 2
+        assert capsys.readouterr().err.startswith("error: --reps=50001: expected an integer in [1, 50000]")
+    assert not (tmp_path / "runs").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.cli.parser import Distinct, OneLineParser, program, whole
-from experiments.config import DEFAULT_REPS, ConfigError
+from experiments.config import DEFAULT_REPS, REPS, ConfigError
 from experiments.exits import error_line
 from experiments.rules import PathName
 from experiments.studies.runs import Run, counted, find_runs, readable, task_label
@@ -118,14 +118,14 @@ def runs_at(paths: list[str]) -> list[Run]:
 
 def main(argv: list[str]) -> int:
     """Write the figure to a new file; exit status 2 when a path holds no run that plot can read, a grouping key is
-    unknown, `--reps` is below one, or `--out` exists already or cannot be written."""
+    unknown, `--reps` is outside `REPS`, or `--out` exists already or cannot be written."""
     options = make_parser().parse_args(argv)
     from envs.rules import Range
     from experiments.writable import check_new_file, check_output, free_name, write_new_file
 
     out = Path(options.out) if options.out is not None else free_name(DEFAULT_OUT)
     try:
-        Range(1, integer=True).check("--reps", options.reps)
+        REPS.check("--reps", options.reps)
         Range(0, 2**32 - 1, integer=True).check("--seed", options.seed)  # numpy's seeds
         check_output("--out", options.out if options.out is not None else out)
         check_image_path("--out", str(out))

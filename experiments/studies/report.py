@@ -53,7 +53,7 @@ from matplotlib.figure import Figure
 
 from envs.atomic import draw_figure, made_folders, write_together
 from envs.rules import ConfigError, InputNotFoundError, Range, one_line, shown
-from experiments.config import DEFAULT_REPS
+from experiments.config import DEFAULT_REPS, REPS
 from experiments.rules import PathName
 from experiments.run_dir import owners_of
 from experiments.studies import stats
@@ -399,9 +399,9 @@ def _shown(value: Any) -> str:
 def check_analysis(reps: Any, threshold: Any, seed: Any, envs: Any,
                    names: tuple[str, str, str, str] = ("reps", "threshold", "seed", "envs")) -> None:
     """`ConfigError` naming the argument (`names`: how a message names each) that an analysis cannot take: bootstrap
-    resamples `reps` (an integer >= 1), `threshold` (a finite number, or `None`), `seed` (one NumPy takes), `envs`
+    resamples `reps` (`REPS`), `threshold` (a finite number, or `None`), `seed` (one NumPy takes), `envs`
     (env id patterns: a list of strings, or `None`)."""
-    Range(1, integer=True).check(names[0], reps)
+    REPS.check(names[0], reps)
     if threshold is not None:
         Range().check(names[1], threshold)
     Range(0, 2**32 - 1, integer=True).check(names[2], seed)

@@ -71,13 +71,13 @@ import yaml
 
 from agents import NonFiniteError
 from envs.atomic import made_folders, nearest_existing, write_atomic
-from envs.rules import AnyOf, Entries, Items, OneOf, Range, Rule, Text, shown
+from envs.rules import AnyOf, Entries, Flag, Items, OneOf, Range, Rule, Text, shown
 from experiments.config import SEED_LIMIT, ConfigError, RunConfig, algo_settings, build_config, env_slug, load_yaml
 from experiments.hyperparams import applied_line
-from experiments.rules import Directory, FolderName
+from experiments.rules import Directory, FolderName, PathName
 from experiments.run_dir import STUDY_LOCK, RunDirectory, check_owner
 from experiments.run_identity import config_record
-from experiments.studies.launchers import DEFAULT_MAX_RETRIES, Lost, connect, launch
+from experiments.studies.launchers import DEFAULT_MAX_RETRIES, LAUNCHERS, Lost, connect, launch
 from experiments.studies.report import DEFAULT_REPS, build_report, report_target, trained_nothing
 from experiments.studies.runs import (
     DIVERGED,
@@ -94,7 +94,7 @@ from experiments.studies.runs import (
     write_status,
 )
 from experiments.training import train
-from experiments.validation import validate_all
+from experiments.validation import CLI_OPTIONS, validate_all
 from policies.registry import BACKBONES
 
 MAX_RUNS = 10_000
@@ -150,9 +150,23 @@ class Grid:
     gym_packages: list[str] = field(default_factory=list)
     """modules imported for every task, before those a task names itself"""
 
+    def __post_init__(self) -> None:
+        """Each field by the rule of its study-file key, as a file is checked."""
+        for key, value in (("settings", self.settings), ("tasks", self.tasks), ("backbones", self.backbones),
+                           ("seeds", self.seeds), ("gym_packages", self.gym_packages)):
+            if value != []:  # an empty list: the default (the run's backbone, seed 0)
+                STUDY_KEYS[key].check(key, value)
+        if self.name is not None:
+            STUDY_KEYS["name"].check("name", self.name)
+        Entries(optional=False).check("flags", self.flags)
+        Items(Text(), empty_ok=True).check("params", self.params)
+        if self.config_file is not None:
+            PathName().check("config_file", self.config_file)
+
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> Grid:
         """A grid from a study file (see the module doc); non-empty `overrides` replace its fields."""
+        PathName().check("path", path)
         path = Path(path)
         data = load_yaml(path)
         unknown = sorted(set(data) - set(STUDY_KEYS))
@@ -554,6 +568,14 @@ def run_study(grid: Grid, command: str, launcher: str = "local", workers: int | 
     """Run (or resume) the study and write its report; a run whose worker is lost is retried up to
     `max_retries` times. Returns the exit status: 0 when every run finished, 3 when some
     diverged or failed (or were lost too often), 130 when interrupted (rerun to resume)."""
+    if not isinstance(grid, Grid):
+        raise ConfigError(f"grid={shown(grid)}: expected a Grid (Grid.from_file(path) reads a study file)")
+    OneOf(lambda: LAUNCHERS).check("launcher", launcher)
+    for name, value in (("workers", workers), ("reps", reps), ("max_retries", max_retries), ("verbose", verbose)):
+        if value is not None:
+            CLI_OPTIONS[name].check(name, value)
+    for name, value in (("retry_failed", retry_failed), ("report", report)):
+        Flag().check(name, value)
     stream = stream or sys.stderr
     directory, configs = grid.study_configs()
     line = applied_line([config.hyperparams for config in configs])
