@@ -30,8 +30,7 @@ _writes = itertools.count()
 
 
 def temporary_name(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place: hidden, in its directory, with its suffix, and of
-    this process and write alone (two writers of one file never share a temporary file)."""
+    """Where `path` is written before it is renamed into place: hidden, beside it, this write's own."""
     return path.with_name(f".{path.stem}.{os.getpid()}-{next(_writes)}.tmp{path.suffix}")
 
 

@@ -52,7 +52,7 @@ from envs.count_recall import CountRecall
 from envs.imports import ImportPathError, cause, import_module, import_packages, load_object
 from envs.memory_chain import MemoryChain
 from envs.repeat import RepeatFirst, RepeatPrevious
-from envs.rules import ConfigError, Device, OneOf, Range, Text, one_line, parse_number, shown
+from envs.rules import ConfigError, Device, OneOf, Range, Text, one_line, shown
 from envs.spaces import observation_space_problem
 from envs.tmaze import ActiveTMaze, PassiveTMaze
 from envs.wrappers import EnvWrapperError, WrapperSpec, apply_wrappers, parse_env_wrapper
@@ -308,18 +308,15 @@ def declared_render_modes(env_id: str, family: str) -> list[str] | None:
 
 def typed_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` with a whole number for an int keyword (or `max_episode_steps`) as that int (`4.0` → `4`, as an option
-    is read), and a number keyword's text as the number it reads as (`020` → 20); `ConfigError` naming a keyword
-    argument whose value is not of its default's type: true or false for a bool, an integer for one annotated `int`
-    (`max_episode_steps`: one >= 1, or null), a finite number for a float or an unannotated int (a keyword whose
-    default is anything else takes any value but NaN, and no text that reads as NaN or an infinity, as `float()`
-    would)."""
+    is read); `ConfigError` naming a keyword argument whose value is not of its default's type: true or false for a
+    bool, an integer for one annotated `int` (`max_episode_steps`: one >= 1, or null), a finite number for a float
+    or an unannotated int (a keyword whose default is anything else takes any value but NaN, and no text that reads
+    as NaN or an infinity, as `float()` would)."""
     given, typed = keywords(env_id), dict(kwargs)
     for name, value in kwargs.items():
         default = given.named.get(name)
-        integer = name in given.integers or name == TIME_LIMIT  # gymnasium's own int keyword, default None
-        if (integer or type(default) in (int, float)) and isinstance(value, str) and parse_number(value) is not None:
-            value = typed[name] = parse_number(value)  # `length=020` as an option reads it
         number = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+        integer = name in given.integers or name == TIME_LIMIT  # gymnasium's own int keyword, default None
         if (integer or type(default) is int) and number and math.isfinite(value) and float(value).is_integer():
             value = typed[name] = int(value)
         if (expected := _expected(name, default, value, integer)) is not None:

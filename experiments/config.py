@@ -231,6 +231,8 @@ def parse_value(text: str) -> Any:
     show. Nothing (`key=`) is the empty text, as typed, not YAML's null."""
     if not text.strip():
         return text
+    if re.fullmatch(r"\s*[+-]?\d+\s*", text):
+        return int(text)  # 17, and 017 as 17 (Python's parser refuses the leading zero; YAML 1.1 read it as octal)
     try:
         value = ast.literal_eval(text)
         return text if isinstance(value, float) and beyond_float(text) else value

@@ -39,7 +39,7 @@ from typing import Any
 
 from envs.rules import ConfigError, shown
 from experiments.config import FIELDS, RunConfig, apply, load_yaml, plain
-from experiments.config_files import config_path, shipped_dir
+from experiments.config_files import config_path, shipped_dir, shipped_names
 
 FOLDER = "hyperparams"
 """the folder of the shipped files, under ``configs/``"""
@@ -230,10 +230,8 @@ def chosen(choice: str, algo: str) -> tuple[str | None, str | None]:
     learner's shipped file (`None` when it has none); `none`, neither; `FILE` or `FILE#KEY`."""
     if choice == OFF:
         return None, None
-    if choice == AUTO:
-        FIELDS["algo"].metadata["rule"].check("algo", algo)  # a name, before it names a file
-        path = shipped_dir() / FOLDER / f"{algo}.yml"
-        return (str(path) if path.is_file() else None), None
+    if choice == AUTO:  # a shipped file's name, never a path an algo value makes (validation names a bad algo)
+        return (str(shipped_dir() / FOLDER / f"{algo}.yml") if algo in shipped_names(FOLDER) else None), None
     name, _, key = choice.partition("#")
     return config_path(name, FOLDER), key or None
 

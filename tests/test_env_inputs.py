@@ -251,7 +251,7 @@ class Sized(gym.Env):
 gym.register("SizedInt-v0", entry_point=Sized, max_episode_steps=5)
 
 
-@pytest.mark.parametrize("value", [4.0, np.float32(4.0), np.int64(4), "4", "04", "4.0"])
+@pytest.mark.parametrize("value", [4.0, np.float32(4.0), np.int64(4)])
 def test_a_whole_number_for_an_int_keyword_reaches_the_env_as_that_int(value: Any) -> None:
     env = envs.make_env("SizedInt-v0", size=value)
     venv = envs.make_vec_env("SizedInt-v0", n_envs=1, size=value)
@@ -279,6 +279,8 @@ def test_a_number_for_an_unannotated_int_keyword_and_no_time_limit_reach_the_env
 def test_a_whole_number_for_an_int_keyword_trains_from_the_command_line(tmp_path: Path) -> None:
     assert train_rl.main(["train", "--env", "TMaze-v0", "--env-kwargs", "length=3.0", *SMALL,
                           "--log-dir", str(tmp_path)]) == 0
+    assert train_rl.main(["train", "--env", "TMaze-v0", "--env-kwargs", "length=03", *SMALL,  # as -p seed=03 reads
+                          "--log-dir", str(tmp_path / "zero")]) == 0
     assert train_rl.main(["train", "--env", "TMaze-v0", "--env-kwargs", "length=3.5", *SMALL,
                           "--log-dir", str(tmp_path / "refused")]) == 2
     assert not (tmp_path / "refused").exists()

@@ -359,8 +359,8 @@ def _signal_at(moment: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> Non
 
         monkeypatch.setattr(BaseAlgorithm, "save", breaking)
     else:  # the tmp file is whole, not yet renamed
-        wrap(BaseAlgorithm, "save", before=False, when=lambda self, path, *a, **k: (
-            ".model_" if moment == "checkpoint" else ".model.tmp") in Path(path).name)
+        wrap(BaseAlgorithm, "save", before=False, when=lambda self, path, *a, **k: (  # `..model.<write>.tmp...`
+            ".model_" if moment == "checkpoint" else ".model.") in Path(path).name)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
