@@ -231,8 +231,8 @@ def parse_value(text: str) -> Any:
     show. Nothing (`key=`) is the empty text, as typed, not YAML's null."""
     if not text.strip():
         return text
-    if re.fullmatch(r"\s*[+-]?\d+\s*", text):
-        return int(text)  # 17, and 017 as 17 (Python's parser refuses the leading zero; YAML 1.1 read it as octal)
+    if re.fullmatch(r"\s*[+-]?0\d+\s*", text) and len(text) < 100:
+        return int(text)  # 017 as 17, as YAML files read it (Python's parser refuses the leading zero)
     try:
         value = ast.literal_eval(text)
         return text if isinstance(value, float) and beyond_float(text) else value

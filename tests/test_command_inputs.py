@@ -124,7 +124,7 @@ CASES: list[tuple[list[str], str]] = [
     # plot and report
     (["plot", "RUN", "--out", "OUT/a_file/c.png"], "--out 'OUT/a_file/c.png': 'OUT/a_file' is a file"),
     (["plot", "RUN", "--out", "OUT"], "--out 'OUT': is a directory; expected a file to write"),
-    (["plot", "RUN", "--reps", "0"], "--reps=0: expected an integer >= 1"),
+    (["plot", "RUN", "--reps", "0"], "--reps=0: expected an integer in [1, 50000]"),
     (["plot", "RUN", "--seed", "-1"], "--seed=-1: expected an integer in [0, 4294967295]"),
     (["report", "RUNS", "--solve-threshold", "nan"], "--solve-threshold=nan: expected a finite number"),
     (["report", "RUNS", "--out", "OUT/a_file"], "--out 'OUT/a_file': 'OUT/a_file' is a file"),

@@ -153,9 +153,10 @@ class Grid:
     def __post_init__(self) -> None:
         """Each field by the rule of its study-file key, as a file is checked."""
         for key, value in (("settings", self.settings), ("tasks", self.tasks), ("backbones", self.backbones),
-                           ("seeds", self.seeds), ("gym_packages", self.gym_packages)):
-            if value != []:  # an empty list: the default (the run's backbone, seed 0)
+                           ("gym_packages", self.gym_packages)):
+            if value != []:  # an empty list: the default (the run's backbone)
                 STUDY_KEYS[key].check(key, value)
+        Items(Range(integer=True), empty_ok=True).check("seeds", self.seeds)  # each then by the run's seed rule
         if self.name is not None:
             STUDY_KEYS["name"].check("name", self.name)
         Entries(optional=False).check("flags", self.flags)
