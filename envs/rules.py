@@ -121,27 +121,6 @@ class Registry(dict[str, V]):
         return self.entry(name)
 
 
-def parse_number(value: Any) -> int | float | None:
-    """`value` as a number: a number as it is (NumPy's as Python's), text as the number it reads as (`17`, `017`,
-    `0x11`, `1.7e1`), else `None` (a bool too)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return value
-    if isinstance(value, numbers.Integral):  # numpy's integers and floats, as Python's
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, str):
-        for read in (int, lambda text: int(text, 0), float):  # 17, 0x11 / 0o21 / 0b10001, 1.7e1
-            try:
-                return read(value)
-            except ValueError:
-                continue
-        return None
-    return None
-
-
 def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 

@@ -30,6 +30,7 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import numbers
 import os
 import re
 import sys
@@ -52,7 +53,6 @@ from envs.rules import (
     Text,
     is_linear_schedule,
     linear_schedule,
-    parse_number,
     shown,
 )
 from experiments import strict_yaml
@@ -265,17 +265,17 @@ def coerce(key: str, value: Any, default: Any, schedules: bool = True, rule: Rul
     if isinstance(default, int) and isinstance(value, bool):
         raise ConfigError(f"{key}={shown(value)}: expected an integer")
     if isinstance(default, int):
-        number = parse_number(value)
+        number = _parse_number(value)
         if isinstance(number, float) and number.is_integer():
             number = int(number)
         if isinstance(number, int):
             return number
         raise ConfigError(f"{key}={shown(value)}: expected an integer")
     number_like = isinstance(default, float) or is_linear_schedule(default)
-    if number_like or (default is None and parse_number(value) is not None):
+    if number_like or (default is None and _parse_number(value) is not None):
         if isinstance(value, str) and value.startswith("lin_") and schedules:
             return linear_schedule(key, value)
-        number = parse_number(value)
+        number = _parse_number(value)
         if number is None and not (default is None and value is None):
             raise ConfigError(f"{key}={shown(value)}: expected a number"
                               + (" (or lin_<number> for a linear schedule)" if schedules else ""))
@@ -307,7 +307,7 @@ def read_number(key: str, value: Any, rule: Range, schedules: bool = True) -> An
         return value  # a schedule given as a function: `Range.check` calls it
     if isinstance(value, str) and beyond_float(value):
         raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
-    number = parse_number(value)
+    number = _parse_number(value)
     if rule.integer and isinstance(number, float) and number.is_integer():
         number = int(number)
     if number is None or (rule.integer and not isinstance(number, int)):
@@ -315,6 +315,25 @@ def read_number(key: str, value: Any, rule: Range, schedules: bool = True) -> An
     if not rule.integer and abs(number) > _LARGEST_FLOAT:
         raise ConfigError(f"{key}={shown(value)}: expected a number a float holds (at most about 1.8e308)")
     return number
+
+
+def _parse_number(value: Any) -> int | float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy's integers and floats, as Python's
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        for read in (int, lambda text: int(text, 0), float):  # 17, 0x11 / 0o21 / 0b10001, 1.7e1
+            try:
+                return read(value)
+            except ValueError:
+                continue
+        return None
+    return None
 
 
 def _valid_top_level() -> list[str]:

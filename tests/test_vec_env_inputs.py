@@ -82,7 +82,8 @@ class Observing(gym.Env):
                                              ("sequence", "its observation space Sequence"),
                                              ("nested", "its observation 'n' Dict")])
 def test_an_observation_space_no_vec_env_holds_is_refused_naming_it(kind, named, vec_env):
-    """As the learners refuse it, not as SB3's VecEnv fails inside (a TypeError, a NotImplementedError)."""
+    """A `ConfigError` naming the env and its space, with either VecEnv, as the learners name it; once flattened
+    by the wrapper the message names, the same env is made."""
     with pytest.raises(ConfigError, match=rf"^env='tests.test_vec_env_inputs:Observing': {named}"):
         envs.make_vec_env("tests.test_vec_env_inputs:Observing", 2, vec_env=vec_env, kind=kind)
     if kind == "nested":  # flattened, it is one
